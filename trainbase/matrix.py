@@ -1,0 +1,297 @@
+"""Load matrix.yaml, check it, and expand it into cells (included or excluded, with reasons)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import MatrixError
+from .schema import AXES, MatrixFile, Release
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One image of the matrix: one value per axis, resolved against the component tables."""
+
+    os: str
+    cuda: str
+    mpi: str
+    ib: str
+    framework: str
+    name: str
+    release: Release | None = None          # the framework release (None for framework=none)
+    parent: str | None = None               # name of the cell this image is built FROM
+    excluded: str | None = None             # reason, when the cell does not exist
+    profiles: tuple[str, ...] = ()
+
+    @property
+    def axes(self) -> dict[str, str]:
+        return {a: getattr(self, a) for a in AXES}
+
+    @property
+    def framework_version(self) -> str | None:
+        return self.release.version if self.release else None
+
+
+@dataclass
+class Matrix:
+    spec: MatrixFile
+    path: Path
+    cells: list[Cell] = field(default_factory=list)      # every combination, in axis order
+
+    @property
+    def included(self) -> list[Cell]:
+        return [c for c in self.cells if not c.excluded]
+
+    def by_name(self) -> dict[str, Cell]:
+        return {c.name: c for c in self.cells}
+
+    def cell(self, name: str) -> Cell:
+        try:
+            return self.by_name()[name]
+        except KeyError:
+            raise MatrixError(f"no cell named {name!r} in {self.path.name} (see `build.py --list`)") from None
+
+    # -- selection -----------------------------------------------------------------------
+    def select(self, filters: dict[str, list[str]] | None = None, profile: str | None = None) -> list[Cell]:
+        """Included cells matching every KEY=VALUE filter and the profile. Empty is an error."""
+        cells = self.included
+        if profile is not None:
+            if profile not in self.spec.profiles:
+                raise MatrixError(f"unknown profile {profile!r} (profiles: {', '.join(self.spec.profiles) or 'none'})")
+            cells = [c for c in cells if profile in c.profiles]
+        for key, values in (filters or {}).items():
+            if key not in AXES and key != "name":
+                raise MatrixError(f"--select {key}=...: unknown key (use one of: {', '.join(AXES)}, name)")
+            if key != "name":
+                declared = getattr(self.spec.axes, key)
+                for v in values:
+                    if v not in declared:
+                        raise MatrixError(f"--select {key}={v}: unknown value (declared: {', '.join(declared)})")
+            cells = [c for c in cells if (c.name if key == "name" else getattr(c, key)) in values]
+        if not cells:
+            what = ", ".join(f"{k}={'|'.join(v)}" for k, v in (filters or {}).items())
+            raise MatrixError(f"the selection matches no cell ({what or 'no filters'}"
+                              f"{', profile ' + profile if profile else ''})")
+        return cells
+
+
+def load(path: str | Path = "matrix.yaml") -> Matrix:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: file not found") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise MatrixError(f"{path.name}:{where}: malformed YAML: {problem}") from None
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{path.name}: top level must be a mapping, got {type(raw).__name__}")
+    try:
+        spec = MatrixFile.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (misspelled? the schema is strict)"
+        more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise MatrixError(f"{path.name}: {loc}: {msg}{more}") from None
+    _check_references(spec, path.name)
+    m = Matrix(spec=spec, path=path)
+    m.cells = _expand(spec, path.name)
+    return m
+
+
+def _check_references(s: MatrixFile, where: str) -> None:
+    """Cross-references the schema alone cannot see. Each failure is one line naming the key."""
+
+    def fail(msg: str) -> None:
+        raise MatrixError(f"{where}: {msg}")
+
+    tables = {"os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
+    for axis in AXES:
+        values = getattr(s.axes, axis)
+        if len(set(values)) != len(values):
+            fail(f"axes.{axis}: duplicate values")
+        for v in values:
+            if v not in tables[axis]:
+                fail(f"axes.{axis}: value {v!r} has no entry in the {axis if axis != 'framework' else 'frameworks'} table")
+    if "none" not in s.axes.framework:
+        fail("axes.framework must include 'none' (the base images every framework image builds on)")
+
+    def artifact(key: str | None, at: str) -> None:
+        if key is not None and key not in s.artifacts:
+            fail(f"{at}: unknown artifact {key!r}")
+
+    for k, row in s.os.items():
+        artifact(row.python.installer, f"os.{k}.python.installer")
+        if "{cuda_toolkit}" not in row.base and row.cuda_from == "base":
+            fail(f"os.{k}.base: a base that brings CUDA must name {{cuda_toolkit}} in its tag")
+    for k, row in s.mpi.items():
+        artifact(row.artifact, f"mpi.{k}.artifact")
+    for k, row in s.ib.items():
+        artifact(row.key, f"ib.{k}.key")
+        for fam, u in row.ucx.items():
+            artifact(u.artifact, f"ib.{k}.ucx.{fam}.artifact")
+    for k, fw in s.frameworks.items():
+        if fw.parent is not None and fw.parent not in s.frameworks:
+            fail(f"frameworks.{k}.parent: unknown framework {fw.parent!r}")
+        if k != "none" and not fw.releases:
+            fail(f"frameworks.{k}: no releases")
+        for r in fw.releases:
+            at = f"frameworks.{k}.releases[{r.version}]"
+            artifact(r.artifact, at + ".artifact")
+            for c in r.cuda:
+                if c not in s.cuda:
+                    fail(f"{at}.cuda: unknown CUDA version {c!r} (declared: {', '.join(s.cuda)})")
+            for dep in r.requires:
+                if dep not in s.frameworks:
+                    fail(f"{at}.requires: unknown framework {dep!r}")
+            if r.patch and not (Path(where).parent / r.patch.file).exists() and not Path(r.patch.file).exists():
+                fail(f"{at}.patch: file {r.patch.file} not found")
+    for i, rule in enumerate(s.rules):
+        for part in ("when", "require"):
+            for axis, values in (getattr(rule, part) or {}).items():
+                for v in values:
+                    if v not in getattr(s.axes, axis):
+                        fail(f"rules[{rule.id}].{part}.{axis}: unknown value {v!r} "
+                             f"(declared: {', '.join(getattr(s.axes, axis))})")
+    if len({r.id for r in s.rules}) != len(s.rules):
+        fail("rules: duplicate rule ids")
+    for name, p in s.profiles.items():
+        for axis, values in (p.select or {}).items():
+            if axis not in AXES:
+                fail(f"profiles.{name}.select: unknown axis {axis!r}")
+            for v in [values] if isinstance(values, str) else values:
+                if v not in getattr(s.axes, axis):
+                    fail(f"profiles.{name}.select.{axis}: unknown value {v!r}")
+
+
+def _matches(cond: dict[str, list[str]], values: dict[str, str]) -> bool:
+    return all(values[a] in allowed for a, allowed in cond.items())
+
+
+def _name(s: MatrixFile, values: dict[str, str], release: Release | None, parent_name: str | None) -> str:
+    ib = s.ib[values["ib"]]
+    cuda = s.cuda[values["cuda"]]
+    base = s.naming.base.format(mpi=values["mpi"], ib_tag=ib.name_tag, cuda=values["cuda"],
+                                cudnn_major=cuda.cudnn_major, os=values["os"])
+    if release is None:
+        return base
+    prefix = s.naming.framework_prefix.format(framework=values["framework"], framework_version=release.version)
+    return prefix + (parent_name or base)
+
+
+def _expand(s: MatrixFile, where: str) -> list[Cell]:
+    """Every combination of the axes, each either included or excluded with its reason.
+
+    Framework cells are resolved after their parents so a child can name its parent and
+    inherit its exclusion ("parent excluded: ...")."""
+    order = sorted(s.axes.framework, key=lambda f: _depth(s, f))
+    resolved: dict[tuple[str, ...], Cell] = {}
+    for fw in order:
+        for os_, cuda, mpi, ib in itertools.product(s.axes.os, s.axes.cuda, s.axes.mpi, s.axes.ib):
+            values = dict(os=os_, cuda=cuda, mpi=mpi, ib=ib, framework=fw)
+            resolved[(os_, cuda, mpi, ib, fw)] = _resolve(s, values, resolved)
+    cells = [resolved[k] for k in itertools.product(*(getattr(s.axes, a) for a in AXES))]
+    # Names must be unique among cells that exist.
+    seen: dict[str, Cell] = {}
+    for c in cells:
+        if c.excluded:
+            continue
+        if c.name in seen:
+            raise MatrixError(f"{where}: two cells render to the same name {c.name!r} "
+                              f"({seen[c.name].axes} and {c.axes}); give the ib rows distinct name_tag values")
+        seen[c.name] = c
+    return _assign_profiles(s, cells, where)
+
+
+def _depth(s: MatrixFile, fw: str, seen: tuple[str, ...] = ()) -> int:
+    if fw == "none":
+        return 0
+    if fw in seen:
+        raise MatrixError(f"frameworks.{fw}.parent: cycle through {' -> '.join(seen + (fw,))}")
+    parent = s.frameworks[fw].parent or "none"
+    return 1 + _depth(s, parent, seen + (fw,))
+
+
+def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], Cell]) -> Cell:
+    fw = v["framework"]
+    release: Release | None = None
+    parent: Cell | None = None
+    if fw != "none":
+        framework = s.frameworks[fw]
+        parent_fw = framework.parent or "none"
+        parent = resolved[(v["os"], v["cuda"], v["mpi"], v["ib"], parent_fw)]
+        candidates = [r for r in framework.releases if v["cuda"] in r.cuda]
+        if parent.release is not None:  # a child release must match its parent's version
+            candidates = [r for r in candidates if r.requires.get(parent_fw, parent.release.version) == parent.release.version]
+        release = candidates[0] if candidates else None
+
+    def excluded(reason: str) -> Cell:
+        name = _name(s, v, release, parent.name if parent and parent.release else None) if (release or fw == "none") \
+            else f"{fw}-{_name(s, v, None, None)}"
+        return Cell(**v, name=name, release=release, parent=parent.name if parent else None, excluded=reason)
+
+    for rule in s.rules:
+        if _matches(rule.when, v) and (rule.require is None or not _matches(rule.require, v)):
+            return excluded(f"rule {rule.id}: {' '.join(rule.reason.split())}")
+    ib = s.ib[v["ib"]]
+    family = s.os[v["os"]].family
+    if family not in ib.ucx:
+        return excluded(f"ib {v['ib']} declares no UCX for {family} rows")
+    if fw != "none":
+        assert parent is not None
+        if parent.excluded:
+            return excluded(f"its parent {parent.name} is excluded: {parent.excluded}")
+        if release is None:
+            avail = "; ".join(f"{r.version} -> CUDA {', '.join(r.cuda)}" for r in s.frameworks[fw].releases)
+            need = ""
+            if parent.release is not None:
+                need = f" built on {parent.framework} {parent.release.version}"
+            return excluded(f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})")
+        nccl = s.cuda[v["cuda"]].nccl
+        if release.nccl and release.nccl != nccl:
+            return excluded(f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "
+                            f"NCCL {nccl}: an image carries one NCCL, so the two must agree")
+    name = _name(s, v, release, parent.name if parent and parent.release else None)
+    return Cell(**v, name=name, release=release, parent=parent.name if parent else None)
+
+
+def _assign_profiles(s: MatrixFile, cells: list[Cell], where: str) -> list[Cell]:
+    from dataclasses import replace
+
+    members: dict[str, list[str]] = {c.name: [] for c in cells}
+    by_name = {c.name: c for c in cells if not c.excluded}
+    all_names = {c.name: c for c in cells}
+    for pname, p in s.profiles.items():
+        if p.cells is not None:
+            for n in p.cells:
+                if n not in by_name:
+                    why = f" (excluded: {all_names[n].excluded})" if n in all_names else ""
+                    raise MatrixError(f"{where}: profiles.{pname}: no such cell {n!r}{why}")
+                members[n].append(pname)
+        else:
+            cond = {a: [x] if isinstance(x, str) else list(x) for a, x in (p.select or {}).items()}
+            for c in by_name.values():
+                if _matches(cond, c.axes):
+                    members[c.name].append(pname)
+    return [replace(c, profiles=tuple(members.get(c.name, ()))) if not c.excluded else c for c in cells]
+
+
+def parse_selects(items: list[str] | None) -> dict[str, list[str]]:
+    """--select KEY=VALUE (repeatable; VALUE may be a comma list; repeated keys OR together)."""
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise MatrixError(f"--select {item!r}: expected KEY=VALUE")
+        out.setdefault(key.strip(), []).extend(x.strip() for x in value.split(",") if x.strip())
+    return out

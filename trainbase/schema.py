@@ -1,0 +1,249 @@
+"""Strict schema of matrix.yaml (pydantic). Unknown keys are errors: a misspelled option must
+never be silently ignored (hpc-container-maker's weak spot)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+PIN = re.compile(r"^[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+$")
+# A URL that names a moving target: a branch, "latest", a nightly.
+MOVING = re.compile(r"(?i)(refs/heads/|/archive/(master|main)\b|[/_=-](latest|master|nightly)([/._-]|$))")
+AXES = ("os", "cuda", "mpi", "ib", "framework")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _pinned(packages: list[str]) -> list[str]:
+    for p in packages:
+        if not PIN.match(p):
+            raise ValueError(f"pip requirement {p!r} is not pinned as NAME==VERSION")
+    return packages
+
+
+Pins = Annotated[list[str], AfterValidator(_pinned)]
+
+
+class Artifact(Strict):
+    url: str
+    sha256: str
+    pending_reason: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_moving_refs(cls, v: str) -> str:
+        if not v.startswith(("https://", "http://deb.debian.org/")):
+            raise ValueError(f"url {v!r} must be https (or Debian's mirror, whose files are checksummed)")
+        if MOVING.search(v):
+            raise ValueError(f"url {v!r} points at a moving target (latest/master)")
+        return v
+
+    @model_validator(mode="after")
+    def _checksum(self) -> "Artifact":
+        if self.sha256 == "pending":
+            if not self.pending_reason:
+                raise ValueError("sha256 is 'pending' without a pending_reason")
+        elif not SHA256.match(self.sha256):
+            raise ValueError(f"sha256 {self.sha256!r} is not 64 lowercase hex digits")
+        return self
+
+    @property
+    def pending(self) -> bool:
+        return self.sha256 == "pending"
+
+
+class Naming(Strict):
+    base: str
+    framework_prefix: str
+    namespace: str
+
+
+class Bootstrap(Strict):
+    suite: str
+    mirror: str
+
+
+class PythonEnv(Strict):
+    manager: Literal["venv", "conda"]
+    version: str
+    installer: str | None = None  # artifact key (conda)
+
+    @model_validator(mode="after")
+    def _installer(self) -> "PythonEnv":
+        if self.manager == "conda" and not self.installer:
+            raise ValueError("python.manager conda needs an installer artifact (Miniforge)")
+        return self
+
+
+class OsRow(Strict):
+    family: Literal["ubuntu", "debian"]
+    codename: str
+    base: str
+    bootstrap: Bootstrap | None = None
+    cuda_from: Literal["base", "wheels"]
+    python: PythonEnv
+    size_budget_gb: float = Field(gt=0)
+
+    @field_validator("base")
+    @classmethod
+    def _base_pinned(cls, v: str) -> str:
+        tag = v.rsplit(":", 1)[-1] if ":" in v else ""
+        if not tag or tag in ("latest",) or re.fullmatch(r"\d+(-slim)?", tag) or tag in ("bookworm", "trixie", "noble", "jammy"):
+            raise ValueError(f"base image {v!r} must be pinned to a release tag (not latest or a bare codename/major)")
+        return v
+
+
+class Wheel(Strict):
+    package: str
+    version: str
+
+
+class CudaRow(Strict):
+    toolkit: str
+    cudnn_major: int
+    base_cudnn: str
+    nccl: str
+    wheels: dict[Literal["cuda_runtime", "cublas", "cudnn", "nccl"], Wheel]
+
+    @model_validator(mode="after")
+    def _nccl_consistent(self) -> "CudaRow":
+        missing = {"cuda_runtime", "cublas", "cudnn", "nccl"} - set(self.wheels)
+        if missing:
+            raise ValueError(f"wheels lacks {sorted(missing)}")
+        if self.wheels["nccl"].version != self.nccl:
+            raise ValueError(f"nccl {self.nccl} differs from the NCCL wheel {self.wheels['nccl'].version}")
+        return self
+
+
+class UcxChoice(Strict):
+    source: Literal["distro", "source", "doca"] = Field(alias="from")
+    version: str
+    artifact: str | None = None
+
+    @model_validator(mode="after")
+    def _artifact(self) -> "UcxChoice":
+        if self.source == "source" and not self.artifact:
+            raise ValueError("ucx from source needs an artifact")
+        return self
+
+
+class IbRow(Strict):
+    kind: Literal["rdma-core", "doca-ofed"]
+    name_tag: str
+    providers: list[str]
+    ucx: dict[Literal["ubuntu", "debian"], UcxChoice]
+    version: str | None = None
+    package_version: str | None = None
+    repo: str | None = None
+    key: str | None = None
+
+    @model_validator(mode="after")
+    def _doca(self) -> "IbRow":
+        if self.kind == "doca-ofed" and not (self.version and self.package_version and self.repo and self.key):
+            raise ValueError("doca-ofed needs version, package_version, repo and key")
+        return self
+
+
+class MpiRow(Strict):
+    kind: Literal["openmpi", "intelmpi"]
+    version: str
+    install: Literal["source", "pypi"]
+    artifact: str | None = None
+    packages: Pins = []
+
+    @model_validator(mode="after")
+    def _how(self) -> "MpiRow":
+        if self.install == "source" and not self.artifact:
+            raise ValueError("install: source needs an artifact")
+        if self.install == "pypi" and not self.packages:
+            raise ValueError("install: pypi needs packages")
+        if self.kind == "intelmpi" and self.install != "pypi":
+            raise ValueError("Intel MPI is installed from PyPI (impi-rt)")
+        return self
+
+
+class Patch(Strict):
+    file: str
+    sha256: str
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not SHA256.match(v):
+            raise ValueError(f"patch sha256 {v!r} is not 64 lowercase hex digits")
+        return v
+
+
+class Release(Strict):
+    version: str
+    cuda: list[str]
+    nccl: str | None = None
+    packages: Pins = []
+    requires: dict[str, str] = {}
+    artifact: str | None = None
+    patch: Patch | None = None
+
+
+class Framework(Strict):
+    parent: str | None = None
+    releases: list[Release] = []
+
+
+class PythonPackages(Strict):
+    packages: Pins
+
+
+class Rule(Strict):
+    id: str
+    when: dict[str, str | list[str]]
+    require: dict[str, str | list[str]] | None = None
+    reason: str
+
+    @field_validator("when", "require")
+    @classmethod
+    def _axes(cls, v):
+        if v is None:
+            return v
+        for k in v:
+            if k not in AXES:
+                raise ValueError(f"unknown axis {k!r} (axes: {', '.join(AXES)})")
+        return {k: [x] if isinstance(x, str) else list(x) for k, x in v.items()}
+
+
+class Profile(Strict):
+    select: dict[str, str | list[str]] | None = None
+    cells: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Profile":
+        if (self.select is None) == (self.cells is None):
+            raise ValueError("a profile has exactly one of select or cells")
+        return self
+
+
+class Axes(Strict):
+    os: list[str] = Field(min_length=1)
+    cuda: list[str] = Field(min_length=1)
+    mpi: list[str] = Field(min_length=1)
+    ib: list[str] = Field(min_length=1)
+    framework: list[str] = Field(min_length=1)
+
+
+class MatrixFile(Strict):
+    schema_version: Literal[1]
+    naming: Naming
+    axes: Axes
+    artifacts: dict[str, Artifact]
+    os: dict[str, OsRow]
+    cuda: dict[str, CudaRow]
+    ib: dict[str, IbRow]
+    mpi: dict[str, MpiRow]
+    python: PythonPackages
+    frameworks: dict[str, Framework]
+    rules: list[Rule] = []
+    profiles: dict[str, Profile] = {}
