@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,13 +104,13 @@ def load(path: str | Path = "matrix.yaml") -> Matrix:
             msg = "unknown key (misspelled? the schema is strict)"
         more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise MatrixError(f"{path.name}: {loc}: {msg}{more}") from None
-    _check_references(spec, path.name)
+    _check_references(spec, path.name, path.resolve().parent)
     m = Matrix(spec=spec, path=path)
     m.cells = _expand(spec, path.name)
     return m
 
 
-def _check_references(s: MatrixFile, where: str) -> None:
+def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     """Cross-references the schema alone cannot see. Each failure is one line naming the key."""
 
     def fail(msg: str) -> None:
@@ -154,8 +155,13 @@ def _check_references(s: MatrixFile, where: str) -> None:
             for dep in r.requires:
                 if dep not in s.frameworks:
                     fail(f"{at}.requires: unknown framework {dep!r}")
-            if r.patch and not (Path(where).parent / r.patch.file).exists() and not Path(r.patch.file).exists():
-                fail(f"{at}.patch: file {r.patch.file} not found")
+            if r.patch:
+                pf = root / r.patch.file
+                if not pf.exists():
+                    fail(f"{at}.patch: file {r.patch.file} not found")
+                actual = hashlib.sha256(pf.read_bytes()).hexdigest()
+                if actual != r.patch.sha256:
+                    fail(f"{at}.patch: {r.patch.file} has sha256 {actual}, matrix.yaml pins {r.patch.sha256}")
     for i, rule in enumerate(s.rules):
         for part in ("when", "require"):
             for axis, values in (getattr(rule, part) or {}).items():

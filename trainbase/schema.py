@@ -184,6 +184,7 @@ class Release(Strict):
     cuda: list[str]
     nccl: str | None = None
     packages: Pins = []
+    build_packages: Pins = []       # needed in the env before an sdist builds (--no-build-isolation)
     requires: dict[str, str] = {}
     artifact: str | None = None
     patch: Patch | None = None

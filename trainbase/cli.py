@@ -1,0 +1,192 @@
+"""Command line of build.py. Exit codes: 0 ok, 1 a check/build failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from . import lint as lintmod
+from . import locks as lockmod
+from . import render as rendermod
+from .errors import TrainbaseError
+from .matrix import Cell, Matrix, load, parse_selects
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="build.py",
+        description="trainbase: declared matrix -> Dockerfiles -> images -> conformance.",
+        epilog="Exit codes: 0 ok, 1 a check or build failed, 2 bad input (matrix, selection, template).",
+    )
+    act = p.add_mutually_exclusive_group(required=True)
+    act.add_argument("--render", action="store_true", help="render images/<cell>/ for every cell")
+    act.add_argument("--check", action="store_true", help="fail (exit 1) when images/ or locks/ drift from a fresh render")
+    act.add_argument("--list", action="store_true", help="list the selected cells")
+    act.add_argument("--explain", metavar="NAME", help="say whether a cell exists, and which rule excludes it if not")
+    act.add_argument("--lock", action="store_true", help="resolve stale pip lock sets (needs PyPI), then render")
+    act.add_argument("--lint", action="store_true", help="run hadolint on the selected rendered Dockerfiles")
+    act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
+    p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
+    p.add_argument("--select", action="append", metavar="KEY=VALUE",
+                   help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
+    p.add_argument("--profile", help="only cells of this profile (e.g. local, production, ci)")
+    p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell")
+    p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
+                   "with --lock: re-resolve every set")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return run(args)
+    except TrainbaseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def run(args: argparse.Namespace) -> int:
+    m = load(args.file)
+    root = m.path.resolve().parent
+    filters = parse_selects(args.select)
+    if args.explain:
+        return explain(m, args.explain)
+    if args.list:
+        return list_cells(m, filters, args.profile, as_json=args.json, include_excluded=args.all)
+    selected = m.select(filters, args.profile) if (filters or args.profile) else m.included
+    if args.render:
+        return render(m, root)
+    if args.check:
+        return check(m, root)
+    if args.lock:
+        rendered = rendermod.render_all(m, root=root)
+        sets = rendermod.lock_sets(rendered)
+        written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))
+        print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
+        return render(m, root)
+    if args.lint:
+        rendered = rendermod.render_all(m, selected, root=root)
+        return lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
+    if args.matrix:
+        raise TrainbaseError("--matrix (building images) is not available yet")
+    return 0
+
+
+def render(m: Matrix, root: Path) -> int:
+    rendered = rendermod.render_all(m, root=root)
+    changed, removed = rendermod.write(rendered, root)
+    print(f"rendered {len(rendered)} cells: {len(changed)} changed, {len(removed)} removed")
+    for n in changed:
+        print(f"  changed  {n}")
+    for n in removed:
+        print(f"  removed  {n}")
+    stale = rendermod.missing_locks(rendered, root)
+    if stale:
+        for s in stale:
+            print(f"  lock     {s}", file=sys.stderr)
+        print("error: some pip locks are missing or stale; run `python build.py --lock`", file=sys.stderr)
+        return 1
+    return 0
+
+
+def check(m: Matrix, root: Path) -> int:
+    rendered = rendermod.render_all(m, root=root)
+    problems = rendermod.check(m, rendered, root)
+    if problems:
+        cells = sorted({p.split(":", 1)[0] for p in problems if not p.startswith("lock:")})
+        print(f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `python build.py --render`"
+              f" (or --lock) and commit:", file=sys.stderr)
+        for p in problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1
+    print(f"ok: images/ matches matrix.yaml + templates/ for {len(rendered)} cells")
+    return 0
+
+
+def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | None = None) -> dict:
+    rec = {
+        "name": c.name,
+        "dockerfile": f"{rendermod.IMAGES_DIR}/{c.name}/Dockerfile" if not c.excluded else None,
+        "axes": c.axes,
+        "framework_version": c.framework_version,
+        "parent": c.parent,
+        "profiles": list(c.profiles),
+        "excluded": c.excluded,
+    }
+    if rendered and c.name in rendered:
+        r = rendered[c.name]
+        rec["tag"] = r.tag
+        rec["image"] = f"{m.spec.naming.namespace}/{c.name}:{r.tag}"
+        rec["artifacts_pending"] = [a for a in r.context.artifacts if m.spec.artifacts[a].pending]
+    return rec
+
+
+def list_cells(m: Matrix, filters: dict, profile: str | None, *, as_json: bool, include_excluded: bool) -> int:
+    if include_excluded:
+        cells = [c for c in m.cells if all((c.name if k == "name" else getattr(c, k)) in v for k, v in filters.items())]
+        if profile:
+            cells = [c for c in cells if profile in c.profiles]
+    else:
+        cells = m.select(filters, profile)
+    rendered = rendermod.render_all(m, [c for c in cells if not c.excluded], root=m.path.resolve().parent)
+    records = [cell_record(m, c, rendered) for c in cells]
+    if as_json:
+        json.dump({"cells": records, "count": len(records)}, sys.stdout, indent=2)
+        print()
+        return 0
+    width = max((len(c.name) for c in cells), default=10)
+    for rec in records:
+        if rec["excluded"]:
+            print(f"{rec['name']:<{width}}  EXCLUDED  {rec['excluded']}")
+        else:
+            prof = ",".join(rec["profiles"]) or "-"
+            print(f"{rec['name']:<{width}}  {rec['tag']}  {prof}")
+    n_ex = sum(1 for r in records if r["excluded"])
+    print(f"{len(records) - n_ex} cells" + (f", {n_ex} excluded" if n_ex else ""))
+    return 0
+
+
+def explain(m: Matrix, name: str) -> int:
+    c = find(m, name)
+    if c is None:
+        print(f"{name}: no such cell. Names look like {m.included[0].name}; "
+              f"`build.py --list --all` lists every combination.", file=sys.stderr)
+        return 2
+    axes = " ".join(f"{k}={v}" for k, v in c.axes.items())
+    if c.excluded:
+        print(f"{c.name}: EXCLUDED ({axes})\n  because {c.excluded}")
+    else:
+        chain = f"\n  built on: {c.parent}" if c.parent else ""
+        print(f"{c.name}: INCLUDED ({axes}){chain}\n  profiles: {', '.join(c.profiles) or '-'}")
+    return 0
+
+
+def find(m: Matrix, name: str) -> Cell | None:
+    """A cell by exact name, or an excluded combination by any name it could have had
+    (each declared release of its frameworks, e.g. pytorch2.9.1-...-cuda12.9-...)."""
+    by = m.by_name()
+    if name in by:
+        return by[name]
+    for c in m.cells:
+        if c.excluded and c.framework != "none" and name in aliases(m, c):
+            return c
+    return None
+
+
+def aliases(m: Matrix, c: Cell) -> list[str]:
+    chain, x = [], c
+    while x.framework != "none":
+        chain.append(x.framework)
+        x = m.cell(x.parent) if x.parent else x
+        if not x.parent and x.framework != "none":
+            break
+    fmt = m.spec.naming.framework_prefix.format
+    versions = [[r.version for r in m.spec.frameworks[fw].releases] for fw in chain]
+    return ["".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo)) + x.name
+            for combo in itertools.product(*versions)]

@@ -1,0 +1,211 @@
+"""Per-cell data for the templates: which building blocks a cell uses and with what values.
+
+Every block returns plain data here; only the Jinja templates emit Dockerfile text
+(repo2docker's split). The same data feeds the image manifest (what the image claims) and
+the lock sets (what it installs from PyPI), so the three can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .locks import LockSet
+from .matrix import Cell, Matrix
+
+VENV_PREFIX = "/opt/trainbase/venv"
+CONDA_PREFIX = "/opt/conda"
+OPENMPI_PREFIX = "/opt/openmpi"
+UCX_PREFIX = "/opt/ucx"
+MANIFEST_PATH = "/etc/trainbase/manifest.json"
+
+
+@dataclass(frozen=True)
+class CellContext:
+    cell: Cell
+    data: dict[str, Any]             # what the templates see
+    locks: list[LockSet]             # pip sets this cell's own Dockerfile installs
+    manifest: dict[str, Any]         # what the image claims to contain
+    artifacts: list[str]             # artifact keys this cell's own Dockerfile downloads
+
+
+def _artifact(m: Matrix, key: str | None) -> dict[str, str] | None:
+    if key is None:
+        return None
+    a = m.spec.artifacts[key]
+    return {"key": key, "url": a.url, "sha256": a.sha256, "file": a.url.rsplit("/", 1)[-1]}
+
+
+def _os_version(os_key: str) -> str:
+    return os_key.removeprefix("ubuntu").removeprefix("debian")
+
+
+def _python_tag(py: str) -> str:
+    return "py" + py
+
+
+def framework_chain(m: Matrix, cell: Cell) -> list[Cell]:
+    """The framework cells from the first framework down to this one (parents first)."""
+    chain = []
+    c: Cell | None = cell
+    while c is not None and c.framework != "none":
+        chain.append(c)
+        c = m.cell(c.parent) if c.parent else None
+    return list(reversed(chain))
+
+
+def base_of(m: Matrix, cell: Cell) -> Cell:
+    c = cell
+    while c.parent:
+        c = m.cell(c.parent)
+    return c
+
+
+def build(m: Matrix, cell: Cell) -> CellContext:
+    s = m.spec
+    osr, cu, ibr, mpir = s.os[cell.os], s.cuda[cell.cuda], s.ib[cell.ib], s.mpi[cell.mpi]
+    py = osr.python.version
+    ucx = ibr.ucx[osr.family]
+    python_prefix = VENV_PREFIX if osr.python.manager == "venv" else CONDA_PREFIX
+    cudnn = cu.wheels["cudnn"].version if osr.cuda_from == "wheels" else cu.base_cudnn
+
+    # -- lock sets, in install order (the order of the layers that use them) ------------------
+    cuda_pins = [f"{w.package}=={w.version}" for k, w in cu.wheels.items() if k != "nccl"]
+    nccl_pin = f"{cu.wheels['nccl'].package}=={cu.nccl}"
+    base_locks: dict[str, LockSet] = {}
+    if osr.cuda_from == "wheels":
+        base_locks["cuda"] = LockSet(f"cuda{cell.cuda}-{_python_tag(py)}", py, tuple(cuda_pins))
+    base_locks["nccl"] = LockSet(f"nccl{cu.nccl}-cuda{cell.cuda}-{_python_tag(py)}", py, (nccl_pin,))
+    if mpir.install == "pypi":
+        base_locks["mpi"] = LockSet(f"{cell.mpi}-{_python_tag(py)}", py, tuple(mpir.packages))
+    base_locks["python"] = LockSet(f"python-{_python_tag(py)}", py, tuple(s.python.packages))
+
+    # What is already pinned in the image when a framework set is resolved: the framework's
+    # resolver must keep these, so its lock cannot bring a second CUDA/NCCL.
+    image_pins = (cuda_pins if osr.cuda_from == "wheels" else []) + [nccl_pin]
+
+    fw_data = None
+    fw_locks: list[LockSet] = []
+    artifacts: list[str] = []
+    chain = framework_chain(m, cell)
+    if cell.framework != "none":
+        rel = cell.release
+        assert rel is not None
+        parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]
+        set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
+        main_lock = LockSet(set_name, py, tuple(rel.packages), tuple(parents_pkgs + image_pins))
+        build_lock = None
+        if rel.build_packages:
+            build_lock = LockSet(set_name + "-build", py, tuple(rel.build_packages), tuple(parents_pkgs + image_pins))
+            fw_locks.append(build_lock)
+        fw_locks.append(main_lock)
+        fw_data = {
+            "name": cell.framework,
+            "version": rel.version,
+            "lock": main_lock.path,
+            "build_lock": build_lock.path if build_lock else None,
+            "sdist": _artifact(m, rel.artifact),
+            "patch": {"file": rel.patch.file, "sha256": rel.patch.sha256} if rel.patch else None,
+            "requires": dict(rel.requires),
+        }
+        if rel.artifact:
+            artifacts.append(rel.artifact)
+
+    if cell.parent is None:
+        for key in (osr.python.installer, mpir.artifact, ucx.artifact if ucx.source == "source" else None, ibr.key):
+            if key:
+                artifacts.append(key)
+
+    data = {
+        "name": cell.name,
+        "cell": cell.axes,
+        "parent": cell.parent,
+        "os": {
+            "key": cell.os, "family": osr.family, "codename": osr.codename, "version": _os_version(cell.os),
+            "base": osr.base.format(cuda_toolkit=cu.toolkit), "cuda_from": osr.cuda_from,
+        },
+        "cuda": {
+            "key": cell.cuda, "toolkit": cu.toolkit, "from": osr.cuda_from, "cudnn": cudnn,
+            "cudnn_major": cu.cudnn_major, "major": cell.cuda.split(".")[0],
+            "lock": base_locks["cuda"].path if "cuda" in base_locks else None,
+        },
+        "nccl": {"version": cu.nccl, "package": cu.wheels["nccl"].package, "lock": base_locks["nccl"].path},
+        "ib": {
+            "key": cell.ib, "kind": ibr.kind, "providers": list(ibr.providers), "version": ibr.version,
+            "package_version": ibr.package_version,
+            "repo": ibr.repo.format(os_family=osr.family, os_version=_os_version(cell.os)) if ibr.repo else None,
+            "key_artifact": _artifact(m, ibr.key),
+        },
+        "ucx": {"from": ucx.source, "version": ucx.version, "artifact": _artifact(m, ucx.artifact),
+                "prefix": UCX_PREFIX if ucx.source == "source" else "/usr"},
+        "mpi": {
+            "key": cell.mpi, "kind": mpir.kind, "version": mpir.version, "install": mpir.install,
+            "series": ".".join(mpir.version.split(".")[:2]), "artifact": _artifact(m, mpir.artifact),
+            "lock": base_locks["mpi"].path if "mpi" in base_locks else None,
+            "prefix": OPENMPI_PREFIX if mpir.install == "source" else python_prefix,
+        },
+        "python": {
+            "manager": osr.python.manager, "version": py, "prefix": python_prefix,
+            "installer": _artifact(m, osr.python.installer), "lock": base_locks["python"].path,
+        },
+        "framework": fw_data,
+        "manifest_path": MANIFEST_PATH,
+    }
+    manifest = _manifest(m, cell, data, chain)
+    own_locks = fw_locks if cell.parent else list(base_locks.values())
+    return CellContext(cell=cell, data=data, locks=own_locks, manifest=manifest, artifacts=artifacts)
+
+
+def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:
+    """What the image claims: component -> version. Written into the image as JSON and as
+    OCI labels; the conformance suite checks the image against it (name == content)."""
+    components: dict[str, Any] = {
+        "os": {"id": cell.os, "base": d["os"]["base"]},
+        "cuda": {"version": d["cuda"]["key"], "toolkit": d["cuda"]["toolkit"], "from": d["cuda"]["from"]},
+        "cudnn": {"version": d["cuda"]["cudnn"]},
+        "nccl": {"version": d["nccl"]["version"], "from": "wheel", "package": d["nccl"]["package"]},
+        "mpi": {"kind": d["mpi"]["kind"], "version": d["mpi"]["version"], "install": d["mpi"]["install"],
+                "prefix": d["mpi"]["prefix"]},
+        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"]},
+        "ib": {"kind": d["ib"]["kind"], "version": d["ib"]["version"], "providers": d["ib"]["providers"]},
+        "python": {"version": d["python"]["version"], "manager": d["python"]["manager"],
+                   "prefix": d["python"]["prefix"], "mpi4py": _pin_version(m.spec.python.packages, "mpi4py")},
+    }
+    frameworks = {c.framework: c.framework_version for c in chain}
+    return {
+        "schema": 1,
+        "name": cell.name,
+        "axes": cell.axes,
+        "parent": cell.parent,
+        "components": components,
+        "frameworks": frameworks,
+        "size_budget_gb": m.spec.os[cell.os].size_budget_gb,
+    }
+
+
+def _pin_version(pins: list[str], name: str) -> str | None:
+    for p in pins:
+        n, _, v = p.partition("==")
+        if n.lower() == name:
+            return v
+    return None
+
+
+def labels(manifest: dict[str, Any]) -> dict[str, str]:
+    """OCI labels from the manifest (flat, stable order)."""
+    c = manifest["components"]
+    out = {
+        "org.opencontainers.image.title": manifest["name"],
+        "org.opencontainers.image.description": "trainbase distributed-training image (see /etc/trainbase/manifest.json)",
+        "io.trainbase.os": c["os"]["id"],
+        "io.trainbase.cuda": c["cuda"]["version"],
+        "io.trainbase.cudnn": c["cudnn"]["version"],
+        "io.trainbase.nccl": c["nccl"]["version"],
+        "io.trainbase.mpi": f"{c['mpi']['kind']}-{c['mpi']['version']}",
+        "io.trainbase.ucx": c["ucx"]["version"],
+        "io.trainbase.ib": c["ib"]["kind"],
+        "io.trainbase.python": c["python"]["version"],
+    }
+    for fw, ver in manifest["frameworks"].items():
+        out[f"io.trainbase.framework.{fw}"] = ver
+    return out
