@@ -34,6 +34,19 @@ def parser() -> argparse.ArgumentParser:
                    help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
     p.add_argument("--profile", help="only cells of this profile (e.g. local, production, ci)")
     p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell")
+    b = p.add_argument_group("building (--matrix)")
+    b.add_argument("-j", "--jobs", type=int, default=2, help="parallel builds (default 2)")
+    b.add_argument("--dry-run", action="store_true", help="print the plan (order, shared parents, cached) and stop")
+    b.add_argument("--ca-bundle", default="auto", metavar="PATH|auto|none",
+                   help="extra CA bundle for TLS inside builds, passed as a BuildKit secret (never in a layer); "
+                        "auto = the host's bundle if present")
+    b.add_argument("--network", help="docker build --network (e.g. host, for an engine without a NAT bridge)")
+    b.add_argument("--log-dir", default="logs", help="one log file per cell under LOG_DIR/<run-id>/")
+    b.add_argument("--report", metavar="PATH", help="write the JSON build report here")
+    b.add_argument("--no-cache", action="store_true", help="rebuild even when the immutable tag exists")
+    b.add_argument("--min-free-gb", type=float, default=10.0, help="refuse to start below this much free disk")
+    b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
+    b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="where --push publishes")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set")
     return p
@@ -74,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         rendered = rendermod.render_all(m, selected, root=root)
         return lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
     if args.matrix:
-        raise TrainbaseError("--matrix (building images) is not available yet")
+        return build_matrix(m, root, selected, args)
     return 0
 
 
@@ -190,3 +203,30 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
     versions = [[r.version for r in m.spec.frameworks[fw].releases] for fw in chain]
     return ["".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo)) + x.name
             for combo in itertools.product(*versions)]
+
+
+def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
+    from . import builder, publish
+
+    if args.push:
+        publish.split_registry(args.registry or "")
+    rendered = rendermod.render_all(m, selected, root=root)   # the selection and its parents
+    stale = rendermod.check(m, rendered, root, orphans=False)
+    if stale:
+        print("error: images/ or locks/ differ from what matrix.yaml renders; the build uses the committed "
+              "files, so fix that first (`python build.py --render`, or --lock):", file=sys.stderr)
+        for p in stale[:10]:
+            print(f"  {p}", file=sys.stderr)
+        return 2
+    opts = builder.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
+                           log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
+                           dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
+                           min_free_gb=args.min_free_gb)
+    b = builder.Builder(m, rendered, selected, opts, root)
+    code = b.run()
+    if not args.dry_run:
+        builder.summary(b)
+        if args.report:
+            builder.write_report(b, args.report)
+            print(f"report: {args.report}")
+    return code

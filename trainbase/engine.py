@@ -779,6 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("suite", nargs="?", help="Debian suite to bootstrap if the pull fails, e.g. bookworm")
     b.add_argument("--mirror", default=DEFAULT_MIRROR)
     sub.add_parser("cli", help="print the docker client used for BuildKit builds")
+    sub.add_parser("ping", help="exit 0 when a container engine answers, 1 otherwise")
     args = ap.parse_args(argv)
 
     def log(msg: str) -> None:
@@ -791,6 +792,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(ensure_base_image(args.ref, args.suite, args.mirror, log=log))
         elif args.cmd == "cli":
             print(docker_cli())
+        elif args.cmd == "ping":
+            return 0 if engine_available() else 1
     except EngineError as exc:
         print(f"trainbase: error: {exc}", file=sys.stderr)
         return 1

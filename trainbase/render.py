@@ -157,8 +157,9 @@ def write(rendered: dict[str, Rendered], root: Path, prune: bool = True) -> tupl
     return sorted(changed), removed
 
 
-def check(m: Matrix, rendered: dict[str, Rendered], root: Path) -> list[str]:
-    """Drift between the committed images/ (and locks/) and a fresh render: one line per problem."""
+def check(m: Matrix, rendered: dict[str, Rendered], root: Path, orphans: bool = True) -> list[str]:
+    """Drift between the committed images/ (and locks/) and a fresh render: one line per problem.
+    orphans=False checks only the rendered cells (a build checks just what it builds)."""
     problems = []
     for r in sorted(rendered.values(), key=lambda r: r.cell.name):
         for rel, content in r.files.items():
@@ -168,7 +169,7 @@ def check(m: Matrix, rendered: dict[str, Rendered], root: Path) -> list[str]:
             elif p.read_text() != content:
                 problems.append(f"{r.cell.name}: {rel} differs from what the templates render")
     keep = {r.cell.name for r in rendered.values()}
-    if (root / IMAGES_DIR).exists():
+    if orphans and (root / IMAGES_DIR).exists():
         for d in sorted((root / IMAGES_DIR).iterdir()):
             if d.is_dir() and d.name not in keep:
                 why = ""

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# trainbase's test command (what .ci/run runs after scripts/setup.sh):
+#   1. the drift check  (images/ and locks/ equal a fresh render of matrix.yaml + templates/)
+#   2. hadolint on every rendered Dockerfile
+#   3. the build of the `ci` profile through the Docker engine (when one answers)
+#   4. pytest: unit tests, then the build tests against the images built in step 3
+# Reports (JUnit, JSON, logs) land in reports/.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+PY="$REPO/.venv/bin/python"
+[ -x "$PY" ] || { echo "test: run scripts/setup.sh first (no .venv)" >&2; exit 2; }
+mkdir -p reports
+PROFILE="${TRAINBASE_TEST_PROFILE:-ci}"
+
+echo "==> drift check"
+"$PY" build.py --check
+
+echo "==> hadolint"
+"$PY" build.py --lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
+tail -n 1 reports/hadolint.txt
+
+pytest_args=(tests/unit)
+if "$PY" -m trainbase.engine ping >/dev/null 2>&1; then
+  echo "==> build profile '$PROFILE'"
+  "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
+  pytest_args+=(tests/build)
+  export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
+else
+  echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"
+fi
+
+echo "==> pytest"
+exec "$PY" -m pytest "${pytest_args[@]}" --junitxml=reports/junit.xml
