@@ -52,7 +52,7 @@ if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>
   die "this set-up supports Debian/Ubuntu hosts (apt-get); install git, curl, xz-utils, debootstrap, python3 (>= 3.11) with venv and a docker engine yourself"
 fi
 
-want=(ca-certificates git curl xz-utils debootstrap)
+want=(ca-certificates git curl xz-utils debootstrap docker-registry)   # docker-registry: the loopback registry of the publish tests
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   want+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

@@ -154,7 +154,22 @@ class Builder:
                 j.status, j.reason = "cached", "this recipe's immutable tag is already in the engine"
             elif self.opts.dry_run and engine.engine_available(timeout=3) and engine.image_exists(j.image):
                 j.status, j.reason = "cached", "this recipe's immutable tag is already in the engine"
+            elif self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
+                self._pull_from_registry(j)
         self._propagate()
+
+    def _pull_from_registry(self, j: Job) -> None:
+        """The same recipe already published (e.g. by another CI runner): pull it instead of
+        rebuilding. This is how a fan-out job gets the parent its cell is built FROM."""
+        from . import publish
+
+        host, ns = publish.split_registry(self.opts.registry or "")
+        if publish.remote_tag(host, f"{ns}/{j.name}", j.tag) != "present":
+            return
+        remote = f"{host}/{ns}/{j.name}:{j.tag}"
+        r = subprocess.run([engine.docker_cli(), "pull", remote], capture_output=True, text=True)
+        if r.returncode == 0 and subprocess.run([engine.docker_cli(), "tag", remote, j.image]).returncode == 0:
+            j.status, j.reason = "cached", f"pulled {remote} (same recipe)"
 
     def _propagate(self) -> None:
         changed = True

@@ -130,14 +130,24 @@ def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | No
         "framework_version": c.framework_version,
         "parent": c.parent,
         "profiles": list(c.profiles),
+        "level": _level(m, c),
         "excluded": c.excluded,
     }
     if rendered and c.name in rendered:
         r = rendered[c.name]
         rec["tag"] = r.tag
         rec["image"] = f"{m.spec.naming.namespace}/{c.name}:{r.tag}"
-        rec["artifacts_pending"] = [a for a in r.context.artifacts if m.spec.artifacts[a].pending]
+        chain, x = [], r
+        while x is not None:               # a cell cannot build while anything under it is pending
+            chain += [a for a in x.context.artifacts if m.spec.artifacts[a].pending]
+            x = rendered.get(x.cell.parent) if x.cell.parent else None
+        rec["artifacts_pending"] = sorted(set(chain))
     return rec
+
+
+def _level(m: Matrix, c: Cell) -> int:
+    """Depth in the FROM chain: 0 for base cells. CI fans out level by level."""
+    return 0 if not c.parent else 1 + _level(m, m.cell(c.parent))
 
 
 def list_cells(m: Matrix, filters: dict, profile: str | None, *, as_json: bool, include_excluded: bool) -> int:

@@ -1,0 +1,165 @@
+"""The build system, for real: what `build.py --matrix` produced, a no-op rebuild, failure
+isolation, Ctrl-C, and publishing to a loopback registry (nothing half-published)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.engine
+PY = sys.executable
+
+
+def _docker(docker, *args, check=False):
+    return subprocess.run([docker, *args], capture_output=True, text=True, check=check)
+
+
+def _build(cwd, *args, timeout=3600):
+    return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docker):
+    cells = [c for c in build_report["cells"] if c["selected"]]
+    assert cells
+    for c in cells:
+        assert c["status"] in ("built", "cached"), (c["name"], c["status"], c["reason"])
+        for ref in (c["image"], c["alias"]):
+            assert _docker(docker, "image", "inspect", ref).returncode == 0, f"{ref} missing"
+        labels = json.loads(_docker(docker, "image", "inspect", "--format", "{{json .Config.Labels}}", c["image"]).stdout)
+        assert labels["io.trainbase.recipe"] == c["recipe"]
+        assert labels["org.opencontainers.image.title"] == c["name"]
+        assert labels["io.trainbase.nccl"] == c["manifest"]["components"]["nccl"]["version"]
+        assert c["size_bytes"] and c["image_id"].startswith("sha256:")
+        assert c["log"] is None or os.path.exists(c["log"])
+
+
+def test_launcher_on_path_and_manifest_in_image(build_report, docker):
+    for c in [c for c in build_report["cells"] if c["selected"]]:
+        launcher = "mpirun" if c["manifest"]["components"]["mpi"]["kind"] == "openmpi" else "mpiexec"
+        r = _docker(docker, "run", "--rm", c["image"], "bash", "-lc",
+                    f"command -v {launcher} && cat /etc/trainbase/manifest.json")
+        assert r.returncode == 0, r.stderr
+        path, _, manifest = r.stdout.partition("\n")
+        assert path.endswith("/" + launcher)
+        assert json.loads(manifest) == c["manifest"]
+
+
+def test_noop_rebuild_is_served_from_cache(build_report):
+    """A second run of the same selection builds nothing: every immutable tag exists."""
+    names = [c["name"] for c in build_report["cells"] if c["selected"]]
+    t0 = time.monotonic()
+    r = _build(ROOT, *sum((["--select", f"name={n}"] for n in names), []), "--report", "/dev/null")
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"result: {len(names)} cached" in r.stdout, r.stdout
+    cold = sum(c["duration_s"] or 0 for c in build_report["cells"] if c["status"] == "built")
+    assert elapsed < 60
+    if cold:
+        assert elapsed < 0.1 * cold, f"no-op rebuild took {elapsed:.1f}s vs cold {cold:.0f}s"
+
+
+def test_dry_run_prints_the_plan_without_building(scratch):
+    r = _build(scratch, "--profile", "local", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "plan:" in r.stdout and "step 1:" in r.stdout and "step 3:" in r.stdout
+    assert "FROM pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in r.stdout
+    assert "shared os/ib stage (built once)" in r.stdout
+
+
+def _break_openmpi(scratch):
+    """A deliberately failing cell: Open MPI 4.1.4's tarball pinned to a wrong sha256."""
+    data = yaml.safe_load((scratch / "matrix.yaml").read_text())
+    data["artifacts"]["openmpi-4.1.4-debian"]["sha256"] = "0" * 63 + "f"
+    (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--file",
+                                         str(scratch / "matrix.yaml")], capture_output=True, text=True).stdout)
+    return {c["name"]: c for c in listing["cells"]}
+
+
+def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docker, build_report):
+    cells = _break_openmpi(scratch)
+    bad = "openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    child = "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    good = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
+    report = scratch / "report.json"
+    r = _build(scratch, "--select", f"name={bad},{child},{good}", "--report", str(report),
+               "--push", "--registry", f"{registry}/trainbase")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rep = {c["name"]: c for c in json.loads(report.read_text())["cells"]}
+    assert rep[bad]["status"] == "failed" and "sha256 mismatch" in rep[bad]["reason"]
+    assert rep[child]["status"] == "skipped" and bad in rep[child]["reason"]
+    assert rep[good]["status"] in ("built", "cached")
+    # nothing half-tagged locally, nothing published for the failed cell or its child
+    assert _docker(docker, "image", "inspect", cells[bad]["image"]).returncode != 0
+    for name, state in ((bad, 404), (child, 404), (good, 200)):
+        tag = cells[name]["tag"]
+        req = urllib.request.Request(f"http://{registry}/v2/trainbase/{name}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        try:
+            code = urllib.request.urlopen(req, timeout=10).status
+        except urllib.error.HTTPError as e:
+            code = e.code
+        assert code == state, (name, code)
+
+
+def test_push_is_immutable_and_alias_follows(registry, docker, build_report):
+    c = next(c for c in build_report["cells"] if c["selected"] and c["parent"] is None)
+    args = ["--select", f"name={c['name']}", "--push", "--registry", f"{registry}/trainbase", "--report", "/dev/null"]
+    first = _build(ROOT, *args)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = _build(ROOT, *args)
+    assert second.returncode == 0
+    assert "already published (immutable; left as is)" in second.stdout
+    tags = json.load(urllib.request.urlopen(f"http://{registry}/v2/trainbase/{c['name']}/tags/list", timeout=10))["tags"]
+    assert sorted(tags) == sorted([c["tag"], "latest"])
+
+
+def test_push_without_a_registry_argument_is_bad_input(scratch):
+    r = _build(scratch, "--profile", "ci", "--push")
+    assert r.returncode == 2 and "expected HOST[:PORT]/NAMESPACE" in r.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
+    """SIGINT during a real build: exit 130, the build process is gone, no tag was written."""
+    block = scratch / "templates" / "blocks" / "intelmpi.j2"
+    # a new recipe for the Intel MPI cell (one more RUN), so it really has to build
+    block.write_text(block.read_text().replace(" && mpiexec --version", " && mpiexec --version \\\n && sleep 120"))
+    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    name = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
+    listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--select", f"name={name}",
+                                         "--file", str(scratch / "matrix.yaml")], capture_output=True, text=True).stdout)
+    image = listing["cells"][0]["image"]
+    assert _docker(docker, "image", "inspect", image).returncode != 0
+    proc = subprocess.Popen([PY, str(ROOT / "build.py"), "--matrix", "--select", f"name={name}",
+                             "--file", str(scratch / "matrix.yaml"), "--log-dir", str(scratch / "logs")],
+                            cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log_dir = scratch / "logs"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:      # interrupt once the sleep step is running
+        logs = list(log_dir.rglob("*.log"))
+        if logs and "sleep 120" in logs[0].read_text():
+            break
+        time.sleep(1)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    assert _docker(docker, "image", "inspect", image).returncode != 0
+    ps = subprocess.run(["pgrep", "-f", f"docker build .*{name}"], capture_output=True, text=True)
+    assert ps.stdout.strip() == "", "a docker build process survived Ctrl-C"
