@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--report", metavar="PATH", help="write the JSON build report here")
     b.add_argument("--no-cache", action="store_true", help="rebuild even when the immutable tag exists")
     b.add_argument("--min-free-gb", type=float, default=10.0, help="refuse to start below this much free disk")
+    b.add_argument("--test", action="store_true",
+                   help="after building, run the conformance suite (tests/conformance) on the built images")
     b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="where --push publishes")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
@@ -232,11 +234,31 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
                            dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
                            min_free_gb=args.min_free_gb)
+    if args.test and args.push:
+        # publish only what passed: build, test, then push in a second (all-cached) run
+        opts.push = False
+    if args.test and not args.report:
+        args.report = str(root / "reports" / "build.json")
     b = builder.Builder(m, rendered, selected, opts, root)
     code = b.run()
-    if not args.dry_run:
-        builder.summary(b)
-        if args.report:
-            builder.write_report(b, args.report)
-            print(f"report: {args.report}")
+    if args.dry_run:
+        return code
+    builder.summary(b)
+    if args.report:
+        builder.write_report(b, args.report)
+        print(f"report: {args.report}")
+    if args.test and code != 130:
+        import subprocess
+
+        tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "conformance"),
+                                 "--report", args.report, "--junitxml", str(root / "reports" / "conformance.xml")],
+                                cwd=root)
+        code = code or (1 if tested.returncode else 0)
+        if args.push and code == 0:
+            opts.push, opts.dry_run = True, False
+            b2 = builder.Builder(m, rendered, selected, opts, root)
+            code = b2.run()
+            builder.summary(b2)
+        elif args.push:
+            print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
     return code

@@ -1,0 +1,167 @@
+"""The build scheduler without an engine: dependency order, parallelism, failure isolation,
+refusals, the plan, and the registry rules (against a fake registry on loopback)."""
+import http.server
+import io
+import threading
+import time
+
+import pytest
+
+from trainbase import builder, engine, publish, render
+from trainbase.errors import TrainbaseError
+from trainbase.matrix import load, parse_selects
+
+from .conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def m():
+    return load(ROOT / "matrix.yaml")
+
+
+def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
+    cells = [m.cell(n) for n in names]
+    rendered = render.render_all(m, cells, root=ROOT)
+    b = builder.Builder(m, rendered, cells, builder.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
+    log: list[tuple[str, str, float]] = []
+
+    def fake_build(job):
+        log.append(("start", job.name, time.monotonic()))
+        job.started = time.monotonic()
+        time.sleep(0.05)
+        job.ended = time.monotonic()
+        job.status, job.reason = ("failed", "boom") if job.name in fail else ("built", None)
+        log.append(("end", job.name, time.monotonic()))
+
+    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: True)
+    monkeypatch.setattr(engine, "image_exists", lambda ref: False)
+    monkeypatch.setattr(b, "ensure_bases", lambda: None)
+    monkeypatch.setattr(b, "check_space", lambda: None)
+    monkeypatch.setattr(b, "_inspect", lambda job: None)
+    monkeypatch.setattr(b, "build_one", fake_build)
+    return b, log
+
+
+LOCAL = ["horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+         "deepspeed0.19.8-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+         "intelmpi2021.18-cuda12.8-cudnn9-debian12"]
+
+
+def test_parents_are_added_and_built_first(m, monkeypatch):
+    b, log = make(m, LOCAL, monkeypatch=monkeypatch)
+    assert list(b.jobs)[:2] == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    assert not b.jobs["openmpi4.1.4-cuda12.8-cudnn9-debian12"].selected
+    assert b.run() == 0
+    ends = {n: t for ev, n, t in log if ev == "end"}
+    starts = {n: t for ev, n, t in log if ev == "start"}
+    for j in b.jobs.values():
+        if j.cell.parent:
+            assert starts[j.name] >= ends[j.cell.parent]
+
+
+def test_builds_run_in_parallel_up_to_j(m, monkeypatch):
+    b, log = make(m, LOCAL, jobs=2, monkeypatch=monkeypatch)
+    b.run()
+    running = peak = 0
+    for ev, _, _ in sorted(log, key=lambda e: e[2]):
+        running += 1 if ev == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2
+
+
+def test_a_failure_skips_dependents_only(m, monkeypatch):
+    b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
+    assert b.run() == 1
+    st = {n: (j.status, j.reason) for n, j in b.jobs.items()}
+    assert st["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"][0] == "failed"
+    for child in LOCAL[:2]:
+        assert st[child][0] == "skipped" and "pytorch2.9.1-openmpi4.1.4" in st[child][1]
+    assert st["intelmpi2021.18-cuda12.8-cudnn9-debian12"][0] == "built"
+    report = b.report()
+    assert report["counts"] == {"built": 2, "failed": 1, "skipped": 2}
+
+
+def test_pending_artifact_refuses_the_cell_before_building(m, monkeypatch):
+    b, log = make(m, ["pytorch2.9.1-openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"], monkeypatch=monkeypatch)
+    assert b.run() == 1
+    base = b.jobs["openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"]
+    assert base.status == "refused" and "doca-gpg-key has no verified sha256" in base.reason
+    assert b.jobs["pytorch2.9.1-openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"].status == "skipped"
+    assert log == []
+
+
+def test_dry_run_plan_shows_levels_sharing_and_refusals(m, monkeypatch):
+    cells = m.select(parse_selects(["os=debian12", "cuda=12.8", "mpi=openmpi4.1.4"]))
+    b, log = make(m, [c.name for c in cells], dry_run=True, monkeypatch=monkeypatch)
+    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: False)
+    assert b.run() == 0 and log == []
+    out = b.out.getvalue()
+    assert "step 1:" in out and "step 2:" in out and "step 3:" in out
+    assert "FROM openmpi4.1.4-cuda12.8-cudnn9-debian12" in out
+
+
+def test_stage_groups_share_the_os_stage(m, monkeypatch):
+    names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "intelmpi2021.18-cuda12.8-cudnn9-debian12",
+             "openmpi5.0.11-cuda13.0-cudnn9-debian12", "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
+    b, _ = make(m, names, monkeypatch=monkeypatch)
+    groups = sorted(sorted(g) for g in b.stage_groups().values())
+    assert sorted(names[:3]) in groups and ["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"] in groups
+
+
+def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkeypatch, tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    monkeypatch.setattr(engine, "docker_cli", lambda: "/usr/bin/docker")
+    cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
+    b = builder.Builder(m, render.render_all(m, cells, root=ROOT), cells,
+                        builder.Options(ca_bundle=str(ca), network="host"), ROOT)
+    cmd = b.command(b.jobs[cells[0].name])
+    assert ["--secret", f"id=ca_bundle,src={ca}"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
+    assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "image"
+    assert cmd[cmd.index("-t") + 1] == b.jobs[cells[0].name].image
+    assert "--network" in cmd and cmd[-1] == "."
+
+
+def test_missing_ca_bundle_is_bad_input():
+    with pytest.raises(TrainbaseError, match="no such file"):
+        builder._ca_bundle("/nonexistent/ca.pem")
+
+
+@pytest.mark.parametrize("tail, expected", [
+    (["#14 12.0 tb-fetch: sha256 mismatch for http://x: expected a, got b", "#14 ERROR: process did not complete"],
+     "ERROR: process did not complete"),
+    (["write /var/lib/docker/x: no space left on device"], "no space left on device"),
+    ([], "docker build exited 1"),
+])
+def test_failure_reason_picks_the_telling_line(tail, expected):
+    assert expected in builder._failure_reason(tail, 1)
+
+
+@pytest.mark.parametrize("bad", ["127.0.0.1:5000", "/trainbase", "host:5000/Upper"])
+def test_registry_argument_is_checked(bad):
+    with pytest.raises(TrainbaseError, match="HOST"):
+        publish.split_registry(bad)
+
+
+class _Registry(http.server.BaseHTTPRequestHandler):
+    present = {"/v2/trainbase/a/manifests/r1"}
+
+    def do_HEAD(self):
+        self.send_response(200 if self.path in self.present else (401 if "secret" in self.path else 404))
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_remote_tag_states_against_a_fake_registry():
+    srv = http.server.HTTPServer(("127.0.0.1", 0), _Registry)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{srv.server_address[1]}"
+    try:
+        assert publish.remote_tag(host, "trainbase/a", "r1") == "present"
+        assert publish.remote_tag(host, "trainbase/a", "r2") == "absent"
+        assert publish.remote_tag(host, "trainbase/secret", "r1").startswith("unknown: HTTP 401")
+    finally:
+        srv.shutdown()
+    assert publish.remote_tag("127.0.0.1:9", "x/y", "z").startswith("unknown:")
