@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--ca-bundle", default="auto", metavar="PATH|auto|none",
                    help="extra CA bundle for TLS inside builds, passed as a BuildKit secret (never in a layer); "
                         "auto = the host's bundle if present")
-    b.add_argument("--network", help="docker build --network (e.g. host, for an engine without a NAT bridge)")
+    b.add_argument("--network", default=os.environ.get("TRAINBASE_BUILD_NETWORK") or None,
+                   help="docker build --network (e.g. host, for an engine without a NAT bridge); "
+                        "default: $TRAINBASE_BUILD_NETWORK")
     b.add_argument("--log-dir", default="logs", help="one log file per cell under LOG_DIR/<run-id>/")
     b.add_argument("--report", metavar="PATH", help="write the JSON build report here")
     b.add_argument("--no-cache", action="store_true", help="rebuild even when the immutable tag exists")

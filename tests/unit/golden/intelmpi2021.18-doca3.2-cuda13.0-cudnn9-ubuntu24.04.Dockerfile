@@ -99,6 +99,15 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     tb-pip-install /tmp/locks/python-py3.12.txt \
  && python -c "from mpi4py import MPI; v = MPI.Get_library_version(); print(v); assert 'Intel(R) MPI' in v, 'mpi4py is not linked to intelmpi'"
 
+# --- block: launch (the launch contract: `tb-launch` and `import trainbase_launch` map the
+# launcher's variables -- Open MPI, Intel MPI/MPICH, Slurm, torchrun, Azure ML -- to RANK,
+# LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; stdlib only) ---
+COPY imagefs/opt/trainbase/lib/ /opt/trainbase/lib/
+RUN ln -sf /opt/trainbase/lib/trainbase_launch.py /usr/local/bin/tb-launch \
+ && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\n')" \
+ && python -c "import trainbase_launch" \
+ && tb-launch --json > /dev/null
+
 # --- block: manifest (what this image claims to contain; the conformance suite checks it) ---
 COPY images/intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ubuntu24.04/manifest.json /etc/trainbase/manifest.json
 LABEL org.opencontainers.image.title="intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ubuntu24.04" \
