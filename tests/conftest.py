@@ -1,11 +1,29 @@
-"""Shared pytest configuration: the repository root and the conformance tiers as markers."""
+"""Shared pytest configuration: the repository root, and a scratch copy of everything
+build.py reads (so a test can break any of it without touching the checkout)."""
+import shutil
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+INPUTS = ("matrix.yaml", "templates", "imagefs", "locks", "patches", "images", ".dockerignore", ".hadolint.yaml")
+
+
+def copy_inputs(dest: Path) -> Path:
+    for name in INPUTS:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    return dest
 
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    return copy_inputs(tmp_path)

@@ -14,8 +14,7 @@ import pytest
 
 from trainbase import engine
 
-ROOT = Path(__file__).resolve().parents[2]
-INPUTS = ("matrix.yaml", "templates", "imagefs", "locks", "patches", "images", ".dockerignore", ".hadolint.yaml")
+from ..conftest import ROOT, copy_inputs
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +35,7 @@ def build_report(docker) -> dict:
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
-    for name in INPUTS:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, tmp_path / name)
-        elif src.exists():
-            shutil.copy2(src, tmp_path / name)
-    return tmp_path
+    return copy_inputs(tmp_path)
 
 
 def _free_port() -> int:

@@ -1,24 +1,16 @@
 """Fixtures for unit tests: a copy of the repository's inputs that a test may break."""
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-INPUTS = ("matrix.yaml", "templates", "imagefs", "locks", "patches", "images", ".hadolint.yaml")
+from ..conftest import ROOT, copy_inputs
 
 
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """A scratch copy of everything build.py reads, so a test can edit any of it."""
-    for name in INPUTS:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, tmp_path / name)
-        elif src.exists():
-            shutil.copy2(src, tmp_path / name)
-    return tmp_path
+    return copy_inputs(tmp_path)
 
 
 @pytest.fixture
