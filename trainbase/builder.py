@@ -274,7 +274,7 @@ class Builder:
                 s = line.strip()
                 if s:
                     j.last_line = s[:160]
-                    tail = (tail + [s])[-40:]
+                    tail = (tail + [s])[-400:]
             rc = proc.wait()
         with self.lock:
             self.procs.pop(j.name, None)
@@ -439,9 +439,12 @@ def _failure_reason(tail: list[str], rc: int) -> str:
     for s in reversed(tail):
         if "no space left on device" in s.lower():
             return "no space left on device (free disk space or prune the build cache)"
-    for s in reversed(tail):
-        if _ERROR_LINE.search(s) and not s.startswith("#0 "):
-            return re.sub(r"^#\d+ [\d.]+ ", "", s)[:300]
+    noise = re.compile(r"^(#\d+ )?(ERROR: )?(executor failed|failed to solve|------|> \[|\[.*\] RUN )")
+    lines = [re.sub(r"^#\d+ [\d.]+ ", "", s) for s in tail if not noise.match(s)]
+    for pattern in (r"ERROR: |mismatch|refusing|tb-\S+: ", r"(?i)\berror\b", _ERROR_LINE.pattern):
+        for s in reversed(lines):
+            if re.search(pattern, s) and not re.fullmatch(r"(?i)error: subprocess-exited-with-error", s.strip()):
+                return s.strip()[:300]
     return f"docker build exited {rc}" + (f": {tail[-1][:200]}" if tail else "")
 
 
