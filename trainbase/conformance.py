@@ -170,7 +170,7 @@ class Container:
         envs = [a for k, v in (env or {}).items() for a in ("-e", f"{k}={v}")]
         return run([docker(), "exec", *envs, self.cid, *shell, cmd], timeout=timeout)
 
-    def put(self, src: Path, dst: str) -> None:
+    def put(self, src: str | Path, dst: str) -> None:
         run([docker(), "cp", str(src), f"{self.cid}:{dst}"], timeout=60, check=True)
 
     def write(self, path: str, text: str) -> None:
@@ -298,6 +298,7 @@ class LayerScan:
     def where(self, f: LayerFile) -> str:
         cmd = self.created_by[f.layer] if f.layer < len(self.created_by) else ""
         cmd = re.sub(r"\s+", " ", cmd).strip()
+        cmd = re.sub(r"^(\|\d+ \S+=\S+ )?/bin/(ba)?sh (-o pipefail )?-c ", "RUN ", cmd)
         return f"/{f.path} (layer {f.layer + 1}/{len(self.layers)}: {cmd[:90]})"
 
 
@@ -431,6 +432,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     longrepr: str = ""
+    order: tuple = ()  # (module, line): rows follow the test files
 
 
 @dataclass
@@ -442,9 +444,9 @@ class Results:
     rows: dict[tuple[str, str, str], Outcome] = field(default_factory=dict)
 
     def add(self, image: str, module: str, check: str, when: str, outcome: str, message: str,
-            seconds: float, longrepr: str = "") -> None:
+            seconds: float, longrepr: str = "", order: tuple = ()) -> None:
         key = (image, module, check)
-        o = self.rows.setdefault(key, Outcome(image, module, check))
+        o = self.rows.setdefault(key, Outcome(image, module, check, order=order or (module, 0)))
         o.seconds += seconds
         if when == "call" or (when == "setup" and outcome != "passed"):
             o.outcome, o.message, o.longrepr = outcome, message, longrepr
@@ -463,10 +465,10 @@ class Results:
 
     def markdown(self) -> str:
         images = list(self.images) or sorted({o.image for o in self.rows.values()})
-        checks: list[tuple[str, str]] = []
+        firsts: dict[tuple[str, str], tuple] = {}
         for o in self.rows.values():
-            if (o.module, o.check) not in checks:
-                checks.append((o.module, o.check))
+            firsts.setdefault((o.module, o.check), (o.order, o.check))
+        checks = sorted(firsts, key=firsts.__getitem__)
         lines = ["# Conformance summary", ""]
         lines += ["Host: " + "; ".join(f"{k}: {v}" for k, v in self.host.items()), ""]
         lines += ["| image | passed | failed | error | skipped | time (s) | facts |", "|---|---|---|---|---|---|---|"]

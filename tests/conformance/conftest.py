@@ -1,0 +1,355 @@
+"""Conformance suite plumbing: which images, which containers, which tiers, which reports.
+
+    pytest tests/conformance --image trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest
+    pytest tests/conformance --report reports/build-ci.json     # every built/cached image
+
+Each test takes the session fixture ``target`` (one long-running container per image,
+parametrized so test ids name the image) or ``cluster`` (two containers on a private
+network with sshd) and checks one thing against the image's OWN manifest
+(/etc/trainbase/manifest.json): no test knows any image by name.
+
+Tiers are markers (static, cpu, multinode, gpu, fabric). Every test carries exactly one; a
+tier this host cannot run (no GPU, no RDMA device) is skipped with the reason, never passed.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from trainbase import conformance as tc  # noqa: E402
+
+PROBES = Path(__file__).resolve().parent / "probes"
+PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
+BUILT_STATES = ("built", "cached")
+_RESULTS = pytest.StashKey[tc.Results]()
+_CAPS = pytest.StashKey[tc.HostCaps]()
+_IMAGE_FACTS = pytest.StashKey[dict]()
+
+
+# --------------------------------------------------------------------------- options
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("trainbase conformance")
+    g.addoption("--image", action="append", default=[], metavar="REF",
+                help="image to test (repeatable), e.g. trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest")
+    g.addoption("--report", action="append", default=[], metavar="BUILD.json",
+                help="test every image with status built/cached in this build report (repeatable)")
+    g.addoption("--conformance-report", default=str(ROOT / "reports" / "conformance.md"), metavar="PATH",
+                help="Markdown summary (image x check); per-image JUnit goes to PATH's stem + '-junit/'")
+    g.addoption("--shm-size", default="1g", help="--shm-size for every container (default 1g)")
+    g.addoption("--broken-variants", action="store_true",
+                help="also collect test_broken_variants.py (the suite's self-test) in a directory run")
+
+
+def _image_refs(config: pytest.Config) -> list[str]:
+    refs: list[str] = list(config.getoption("--image") or [])
+    for path in config.getoption("--report") or []:
+        data = json.loads(Path(path).read_text())
+        for cell in data.get("cells", []):
+            if cell.get("status") in BUILT_STATES and cell.get("image"):
+                refs.append(cell["image"])
+    seen: list[str] = []
+    for r in refs:
+        if r not in seen:
+            seen.append(r)
+    return seen
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_RESULTS] = tc.Results()
+    config.stash[_IMAGE_FACTS] = {}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The self-test builds images and re-runs this suite: only when asked for by name.
+    if collection_path.name == "test_broken_variants.py":
+        named = any(Path(a.split("::")[0]).resolve() == collection_path.resolve() for a in config.args)
+        return None if (named or config.getoption("--broken-variants")) else True
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "image" not in metafunc.fixturenames:
+        return
+    refs = _image_refs(metafunc.config)
+    if refs:
+        metafunc.parametrize("image", refs, ids=[tc.short_name(r) for r in refs], scope="session")
+    else:
+        metafunc.parametrize("image", [pytest.param(None, marks=pytest.mark.skip(
+            reason="no image given: pass --image REF or --report BUILD.json"))], ids=["no-image"], scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every conformance test has exactly one tier; a tier this host cannot run is skipped
+    here, with the reason, before any container starts."""
+    caps = None
+    for item in items:
+        if "image" not in getattr(item, "fixturenames", ()):
+            continue
+        tiers = [t for t in tc.TIERS if item.get_closest_marker(t)]
+        if len(tiers) != 1:
+            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one tier marker "
+                                    f"({', '.join(tc.TIERS)}), found {tiers or 'none'}")
+        if tiers[0] in ("gpu", "fabric"):
+            caps = caps or _caps(config)
+            if tiers[0] == "gpu" and not caps.gpu:
+                item.add_marker(pytest.mark.skip(reason=f"tier gpu: no usable GPU on this host ({caps.gpu_why})"))
+            if tiers[0] == "fabric" and not caps.ib:
+                item.add_marker(pytest.mark.skip(reason=f"tier fabric: no RDMA device on this host ({caps.ib_why})"))
+
+
+# --------------------------------------------------------------------------- host and tiers
+
+@pytest.fixture(scope="session")
+def host_caps(pytestconfig: pytest.Config, record_testsuite_property) -> tc.HostCaps:
+    caps = _caps(pytestconfig)
+    for k, v in caps.describe().items():
+        record_testsuite_property(f"host.{k}", v)
+    return caps
+
+
+def _caps(config: pytest.Config) -> tc.HostCaps:
+    if _CAPS not in config.stash:
+        config.stash[_CAPS] = tc.probe_host(shm_size=config.getoption("--shm-size"))
+    return config.stash[_CAPS]
+
+
+# --------------------------------------------------------------------------- the image under test
+
+@dataclass
+class Target:
+    """One image, started once as a long-running container. ``host`` is testinfra's
+    ``docker://`` host; ``sh``/``login`` run a command in a non-login ``/bin/sh -c`` (the
+    image's ENV, what ``docker exec`` and testinfra see) or a login ``bash -lc`` shell."""
+
+    ref: str
+    inspect: dict[str, Any]
+    manifest: dict[str, Any]
+    container: tc.Container
+    host: Any
+    caps: tc.HostCaps
+    mpi: tc.MpiFlavor | None
+    mpi_error: str = ""
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.manifest.get("name", tc.short_name(self.ref))
+
+    @property
+    def components(self) -> dict[str, Any]:
+        return self.manifest["components"]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.inspect.get("Config", {}).get("Labels") or {}
+
+    @property
+    def python(self) -> str:
+        """The image's Python (the manifest's prefix), by absolute path."""
+        return f"{self.components['python']['prefix']}/bin/python"
+
+    def sh(self, cmd: str, timeout: int = 120):
+        # testinfra has no timeout: coreutils' timeout bounds anything that could hang.
+        return self.host.run(f"timeout {timeout} /bin/sh -c {shlex.quote(cmd)}")
+
+    def login(self, cmd: str, timeout: int = 120):
+        return self.host.run(f"timeout {timeout} bash -lc {shlex.quote(cmd)}")
+
+    def need_mpi(self) -> tc.MpiFlavor:
+        if self.mpi is None:
+            pytest.fail(self.mpi_error)
+        return self.mpi
+
+    def json_probe(self, cmd: str, timeout: int = 120) -> dict[str, Any]:
+        r = self.sh(cmd, timeout)
+        assert r.rc == 0, f"`{cmd}` exited {r.rc}: {r.stderr.strip()[-1500:]}"
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def tbconf_lines(stdout: str) -> list[dict[str, Any]]:
+    """The probes' machine output: one ``TBCONF {json}`` line per rank."""
+    return [json.loads(ln.split("TBCONF ", 1)[1]) for ln in stdout.splitlines() if "TBCONF {" in ln]
+
+
+def _start(image: str, caps: tc.HostCaps, **kw: Any) -> tc.Container:
+    c = tc.Container.start(image, caps.run_flags(), **kw)
+    try:
+        c.exec(f"mkdir -p {PROBE_DIR}", timeout=60)
+        c.put(f"{PROBES}/.", PROBE_DIR)  # "/." copies the contents
+    except Exception:
+        c.remove()
+        raise
+    return c
+
+
+@pytest.fixture(scope="session")
+def target(image: str, host_caps: tc.HostCaps, pytestconfig: pytest.Config, record_testsuite_property):
+    import testinfra
+
+    t0 = time.monotonic()
+    inspect = tc.inspect_image(image)
+    container = _start(image, host_caps)
+    try:
+        try:
+            manifest = json.loads(container.read(tc.MANIFEST_PATH))
+        except FileNotFoundError as e:
+            pytest.fail(f"the image carries no manifest: {e}")
+        mpi, mpi_error = None, ""
+        try:
+            mpi = tc.MpiFlavor.from_manifest(manifest)
+        except (KeyError, ValueError) as e:
+            mpi_error = f"manifest names no MPI the suite knows: {e}"
+        facts = {
+            "id": inspect["Id"].split(":")[-1][:12],
+            "size_GB": f"{inspect.get('Size', 0) / 1e9:.2f}",
+            "manifest": manifest.get("name", "?"),
+            "start_s": f"{time.monotonic() - t0:.1f}",
+        }
+        pytestconfig.stash[_IMAGE_FACTS][tc.short_name(image)] = facts
+        for k, v in facts.items():
+            record_testsuite_property(f"image[{tc.short_name(image)}].{k}", v)
+        yield Target(ref=image, inspect=inspect, manifest=manifest, container=container,
+                     host=testinfra.get_host("docker://" + container.cid), caps=host_caps,
+                     mpi=mpi, mpi_error=mpi_error)
+    finally:
+        container.remove()
+
+
+@dataclass
+class Cluster:
+    """Two containers of the image on a private network (hostnames ``a`` and ``b``), sshd
+    started with host keys made now and a client key made for this test only."""
+
+    nodes: list[tc.Container]
+    network: str
+    mpi: tc.MpiFlavor
+    python: str
+
+    @property
+    def hosts(self) -> list[str]:
+        return [n.hostname for n in self.nodes]
+
+    def launch(self, per_host: int, cmd: str, timeout: int = 180):
+        """Run ``cmd`` from node a across every node, ``per_host`` ranks each."""
+        return self.nodes[0].exec(f"timeout {timeout} {self.mpi.across(self.hosts, per_host)} {cmd}",
+                                  timeout=timeout + 30)
+
+
+@pytest.fixture(scope="session")
+def cluster(target: Target, host_caps: tc.HostCaps):
+    mpi = target.need_mpi()
+    network = tc.create_network()
+    nodes: list[tc.Container] = []
+    try:
+        for h in ("a", "b"):
+            nodes.append(_start(target.ref, host_caps, hostname=h, network=network, prefix=f"tbconf-{h}"))
+        for n in nodes:
+            r = n.exec("set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; "
+                       "/usr/sbin/sshd")
+            assert r.returncode == 0, f"sshd did not start in {n.hostname}: {r.stderr.strip()}"
+        r = nodes[0].exec("ssh-keygen -q -t ed25519 -N '' -C tbconf -f /root/.ssh/id_ed25519 && "
+                          "cat /root/.ssh/id_ed25519.pub")
+        assert r.returncode == 0, f"ssh-keygen failed: {r.stderr.strip()}"
+        pub = r.stdout.strip()
+        hosts = " ".join(n.hostname for n in nodes)
+        for n in nodes:
+            n.write("/root/.ssh/authorized_keys", pub + "\n")
+            r = n.exec("chmod 600 /root/.ssh/authorized_keys; "
+                       f"for i in $(seq 50); do ssh-keyscan -t ed25519 {hosts} > /root/.ssh/known_hosts 2>/dev/null "
+                       f"&& [ $(wc -l < /root/.ssh/known_hosts) -eq {len(nodes)} ] && exit 0; sleep 0.2; done; exit 1")
+            assert r.returncode == 0, f"ssh-keyscan from {n.hostname} did not see every sshd"
+        for n in nodes[1:]:
+            r = nodes[0].exec(f"ssh -o BatchMode=yes {n.hostname} true", timeout=60)
+            assert r.returncode == 0, f"ssh a -> {n.hostname} failed: {r.stderr.strip()}"
+        yield Cluster(nodes=nodes, network=network, mpi=mpi, python=target.python)
+    finally:
+        for n in nodes:
+            n.remove()
+        tc.remove_network(network)
+
+
+# --------------------------------------------------------------------------- results and reports
+
+def _image_param(item: pytest.Item) -> str | None:
+    cs = getattr(item, "callspec", None)
+    if cs is None or "image" not in cs.params or cs.params["image"] is None:
+        return None
+    return tc.short_name(cs.params["image"])
+
+
+def _check_name(item: pytest.Item) -> str:
+    """The test name without the image parameter (other parameters kept): a row of the matrix."""
+    cs = getattr(item, "callspec", None)
+    other = {k: v for k, v in cs.params.items() if k != "image"} if cs is not None else {}
+    if not other:
+        return getattr(item, "originalname", item.name)
+    return f"{item.originalname}[{'-'.join(str(v) for v in other.values())}]"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    rep = outcome.get_result()
+    image = _image_param(item)
+    if image is None:
+        return
+    tier = next((t for t in tc.TIERS if item.get_closest_marker(t)), "")
+    if rep.when == "setup":
+        item.user_properties.append(("image", image))
+        item.user_properties.append(("tier", tier))
+    message, longrepr = "", ""
+    if rep.skipped:
+        lr = rep.longrepr
+        message = lr[2] if isinstance(lr, tuple) else str(lr)
+        message = message.removeprefix("Skipped: ")
+    elif rep.failed:
+        longrepr = str(rep.longrepr)
+        crash = getattr(rep.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else longrepr.strip().splitlines()[-1]
+    state = "skipped" if rep.skipped else "failed" if rep.failed else "passed"
+    if rep.when == "setup" and rep.failed:
+        state = "error"
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    item.config.stash[_RESULTS].add(image, module, _check_name(item), rep.when, state, message, rep.duration,
+                                    longrepr, order=(module, item.location[1] or 0))
+
+
+def _write_reports(config: pytest.Config) -> tuple[Path, Path] | None:
+    results = config.stash[_RESULTS]
+    if not results.rows:
+        return None
+    results.host = _caps(config).describe()
+    images = list(dict.fromkeys(o.image for o in results.rows.values()))
+    results.images = {im: config.stash[_IMAGE_FACTS].get(im, {}) for im in images}
+    md = Path(config.getoption("--conformance-report"))
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(results.markdown())
+    junit_dir = md.with_name(md.stem + "-junit")
+    junit_dir.mkdir(parents=True, exist_ok=True)
+    props = {f"host.{k}": v for k, v in results.host.items()}
+    for im in images:
+        (junit_dir / (tc.safe_filename(im) + ".xml")).write_bytes(results.junit(im, {"image": im, **props}))
+    return md, junit_dir
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    written = _write_reports(config)
+    if written is None:
+        return
+    md, junit_dir = written
+    terminalreporter.section("trainbase conformance")
+    terminalreporter.write(config.stash[_RESULTS].markdown())
+    terminalreporter.write_line(f"summary: {md}")
+    terminalreporter.write_line(f"per-image JUnit: {junit_dir}/")

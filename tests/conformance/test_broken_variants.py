@@ -1,0 +1,99 @@
+"""The suite must be able to fail: each folder of broken/ is a small image built FROM a real
+one with one thing broken; the conformance checks it names must FAIL on it (and pass on the
+real image, the control). Collected only when named, or with --broken-variants:
+
+    pytest tests/conformance/test_broken_variants.py --image trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from trainbase import conformance as tc
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+VARIANTS = sorted(p.name for p in (HERE / "broken").iterdir() if (p / "Dockerfile").exists())
+
+
+def _expect(variant: str) -> dict:
+    return json.loads((HERE / "broken" / variant / "expect.json").read_text())
+
+
+def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int, dict[str, str], list[str], str]:
+    """Run the conformance suite on ``image`` in a subprocess: exit code, check -> worst
+    outcome over its parametrizations, the failure messages, and the output's tail."""
+    junit = workdir / "junit.xml"
+    args = [sys.executable, "-m", "pytest", *[str(HERE / p) for p in paths], "--image", image, "-k", k,
+            "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
+            "--conformance-report", str(workdir / "conformance.md")]
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    outcomes: dict[str, str] = {}
+    rank = {"error": 0, "failed": 1, "passed": 2, "skipped": 3}
+    messages: list[str] = []
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            check = case.get("name", "").split("[", 1)[0]
+            tags = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
+            state = {"failure": "failed", "error": "error", "skipped": "skipped"}[tags[0]] if tags else "passed"
+            if state in ("failed", "error"):
+                el = case.find("failure") if case.find("failure") is not None else case.find("error")
+                messages.append(f"{case.get('name')}: {' '.join(el.get('message', '').split())[:300]}")
+            if check not in outcomes or rank[state] < rank[outcomes[check]]:
+                outcomes[check] = state
+    return p.returncode, outcomes, messages, (p.stdout[-3000:] + p.stderr[-2000:])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "base" in metafunc.fixturenames:
+        from .conftest import _image_refs
+
+        refs = _image_refs(metafunc.config)
+        params = refs or [pytest.param(None, marks=pytest.mark.skip(reason="no base image: pass --image REF"))]
+        metafunc.parametrize("base", params, ids=[tc.short_name(r) for r in refs] or ["no-image"], scope="session")
+
+
+@pytest.fixture(scope="session")
+def control(base, tmp_path_factory) -> dict[str, str]:
+    """Every variant's selection, run once against the real image: the checks must pass
+    there, or their failure on the variant would prove nothing."""
+    paths = sorted({p for v in VARIANTS for p in _expect(v)["paths"]})
+    k = " or ".join(f"({_expect(v)['k']})" for v in VARIANTS)
+    rc, outcomes, messages, tail = run_suite(base, paths, k, tmp_path_factory.mktemp("control"))
+    assert outcomes, f"the control run on {base} ran nothing (rc {rc}):\n{tail}"
+    return outcomes
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_broken_variant_fails(base, variant, control, tmp_path):
+    expect = _expect(variant)
+    not_green = {t: control.get(t, "not run") for t in expect["must_fail"] if control.get(t) != "passed"}
+    assert not not_green, f"on the real image {base} these checks do not pass, so their failure on " \
+                          f"{variant} would prove nothing: {not_green}"
+    tag = f"trainbase-broken/{tc.short_name(base).split(':')[0]}:{variant}-{uuid.uuid4().hex[:6]}"
+    build = subprocess.run([tc.docker(), "build", "-q", "--build-arg", f"BASE={base}", "-t", tag,
+                            str(HERE / "broken" / variant)],
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    try:
+        assert build.returncode == 0, f"building {variant} FROM {base} failed: {build.stderr.strip()[-1500:]}"
+        for path in expect.get("absent_in_final_fs", []):
+            r = tc.run([tc.docker(), "run", "--rm", "--entrypoint", "test", tag, "-e", path])
+            assert r.returncode == 1, f"{path} is in {variant}'s final filesystem; the variant is meant to " \
+                                      "hide it in a lower layer only"
+        rc, outcomes, messages, tail = run_suite(tag, expect["paths"], expect["k"], tmp_path)
+        failed = sorted(t for t, s in outcomes.items() if s in ("failed", "error"))
+        missing = [t for t in expect["must_fail"] if t not in failed]
+        assert rc == 1, f"the suite exited {rc} on {variant} (1 = some check failed):\n{tail}"
+        assert not missing, f"{variant} ({expect['why']}): {missing} did not fail; outcomes {outcomes}\n{tail}"
+        print(f"\n{variant} FROM {base}: failed as expected: {failed}\n  " + "\n  ".join(messages))
+    finally:
+        tc.run([tc.docker(), "rmi", "-f", tag], timeout=120)

@@ -1,0 +1,96 @@
+"""CUDA: runtime, cuBLAS and cuDNN are the versions the manifest names (queried with ctypes,
+no GPU needed); nvcc in devel images; gpu tier: device query and a checked kernel.
+
+Expectations come from the manifest's components.cuda and components.cudnn."""
+import json
+
+import pytest
+
+from trainbase import conformance as tc
+
+from .conftest import PROBE_DIR
+
+
+def _sonames(target) -> dict[str, str]:
+    cuda_major = target.components["cuda"]["version"].split(".")[0]
+    cudnn_major = target.components["cudnn"]["version"].split(".")[0]
+    return {"cudart": f"libcudart.so.{cuda_major}", "cublas": f"libcublas.so.{cuda_major}",
+            "cudnn": f"libcudnn.so.{cudnn_major}"}
+
+
+def _versions(target) -> dict:
+    if "cuda" not in target.cache:
+        args = " ".join(f"{k}={v}" for k, v in _sonames(target).items())
+        target.cache["cuda"] = target.json_probe(f"{target.python} {PROBE_DIR}/libversions.py {args}")
+    return target.cache["cuda"]
+
+
+def _loaded(target, name: str) -> dict:
+    info = _versions(target)[name]
+    assert "error" not in info, f"{info['soname']}: {info['error']}"
+    return info
+
+
+@pytest.mark.static
+def test_cuda_runtime_version(target):
+    """cudaRuntimeGetVersion equals the manifest's CUDA (12.8 -> 12080)."""
+    want = target.components["cuda"]["version"]
+    info = _loaded(target, "cudart")
+    assert info["version"] == tc.cuda_version_code(want), \
+        f"cudart {info['version']} ({info['path']}), manifest says CUDA {want} = {tc.cuda_version_code(want)}"
+
+
+@pytest.mark.static
+def test_cublas_version(target):
+    """cuBLAS belongs to the manifest's CUDA major release and is not older than its minor."""
+    want = tuple(int(x) for x in target.components["cuda"]["version"].split(".")[:2])
+    info = _loaded(target, "cublas")
+    have = tuple(int(x) for x in info["version"].split("."))
+    assert have[0] == want[0] and have[:2] >= want, \
+        f"cuBLAS {info['version']} ({info['path']}) does not match CUDA {'.'.join(map(str, want))}"
+
+
+@pytest.mark.static
+def test_cudnn_version(target):
+    """cudnnGetVersion equals the manifest's cuDNN (9.10.2.21 -> 91002)."""
+    want = target.components["cudnn"]["version"]
+    info = _loaded(target, "cudnn")
+    assert info["version"] == tc.cudnn_version_code(want), \
+        f"cudnnGetVersion = {info['version']} ({info['path']}), manifest says {want} = {tc.cudnn_version_code(want)}"
+
+
+@pytest.mark.static
+def test_nvidia_require_cuda(target):
+    """NVIDIA_REQUIRE_CUDA lets the container runtime refuse a driver too old for this CUDA."""
+    want = target.components["cuda"]["version"]
+    env = dict(e.split("=", 1) for e in target.inspect["Config"].get("Env") or [])
+    req = env.get("NVIDIA_REQUIRE_CUDA", "")
+    assert req.split()[:1] == [f"cuda>={want}"], f"NVIDIA_REQUIRE_CUDA={req!r}, expected it to start with cuda>={want}"
+
+
+@pytest.mark.static
+def test_nvcc_in_devel_image(target):
+    """Devel images (CUDA from the NVIDIA devel base) have nvcc of the manifest's CUDA."""
+    cuda = target.components["cuda"]
+    if cuda.get("from") != "base":
+        pytest.skip(f"n/a: runtime image (CUDA from {cuda.get('from')}, no toolkit promised)")
+    r = target.sh("nvcc --version || /usr/local/cuda/bin/nvcc --version")
+    assert r.rc == 0, f"nvcc missing in a devel image: {r.stderr.strip()}"
+    assert f"release {cuda['version']}," in r.stdout, f"nvcc is not CUDA {cuda['version']}: {r.stdout.strip()[-200:]}"
+
+
+@pytest.mark.gpu
+def test_cuda_device_query(target):
+    """The driver and runtime see every GPU (name, compute capability)."""
+    r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py devices {_sonames(target)['cudart']}")
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
+    assert r.rc == 0 and out.get("ok"), f"device query failed: {out or r.stderr.strip()[-800:]}"
+    print(f"driver {out['driver']}, runtime {out['runtime']}: {out['devices']}")
+
+
+@pytest.mark.gpu
+def test_cuda_kernel(target):
+    """A kernel (PTX, JIT-compiled by the driver) runs and writes the right values."""
+    r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py kernel {_sonames(target)['cudart']}")
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
+    assert r.rc == 0 and out.get("ok"), f"kernel check failed: {out or r.stderr.strip()[-800:]}"

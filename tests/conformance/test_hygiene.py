@@ -1,0 +1,145 @@
+"""Hygiene: nothing of the build machine is published. Every layer is inspected (streamed
+from `docker save`), not just the final filesystem: a file deleted by a later layer still
+ships in the earlier one. Also: labels equal the manifest, size within its budget."""
+import posixpath
+import re
+from pathlib import Path
+
+import pytest
+
+from trainbase import conformance as tc
+
+CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
+                "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")
+CONTENT_NAMES = re.compile(r"(\.(pem|crt|cer|key)$|cacert|ca-bundle|ca-certificates|(^|/)id_\w+$|ssh_host_|"
+                           r"\.dist-info/RECORD$)")
+LOCAL_ANCHORS = ("usr/local/share/ca-certificates/", "etc/pki/ca-trust/source/anchors/")
+PRIVATE_KEY_NAME = re.compile(r"(^|/)(ssh_host_\w+_key|id_(rsa|dsa|ecdsa|ed25519)(_sk)?)$")
+PIP_CACHE = re.compile(r"^(root|home/[^/]+)/\.cache/pip/.|(^|/)pkgs/[^/]+\.(conda|tar\.bz2)$")
+APT_LISTS = re.compile(r"^var/lib/apt/lists/(?!(lock|partial/?|auxfiles/?)$).+|^var/cache/apt/(.+\.deb|\w+\.bin)$")
+
+
+def _want(path: str, size: int) -> bool:
+    return size <= 4 << 20 and (path.startswith(CONTENT_DIRS) or bool(CONTENT_NAMES.search(path)))
+
+
+@pytest.fixture
+def layers(target) -> tc.LayerScan:
+    if "layers" not in target.cache:
+        target.cache["layers"] = tc.scan_layers(target.ref, _want)
+    return target.cache["layers"]
+
+
+def _real(files):
+    """Entries that put content in a layer (not whiteout markers of deletions)."""
+    return [f for f in files if ".wh." not in posixpath.basename(f.path)]
+
+
+def _report(scan: tc.LayerScan, bad, what: str) -> str:
+    return f"{len(bad)} {what} in the image's layers:\n" + "\n".join(scan.where(f) for f in bad[:15])
+
+
+def _host_local_cas() -> set[str]:
+    """Certificates this build host trusts beyond its distro's set (e.g. an intercepting
+    proxy's CA, which builds use through a secret): they must never reach a layer."""
+    local: set[str] = set()
+    for p in Path("/usr/local/share/ca-certificates").rglob("*.crt"):
+        local |= tc.pem_certificates(p.read_bytes())
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.exists():
+        distro: set[str] = set()
+        for p in Path("/usr/share/ca-certificates").rglob("*.crt"):
+            distro |= tc.pem_certificates(p.read_bytes())
+        local |= tc.pem_certificates(bundle.read_bytes()) - distro
+    return local
+
+
+@pytest.mark.static
+def test_no_foreign_ca_certificates(target, layers):
+    """Every certificate in any layer is one of ca-certificates' own, or sits in a file
+    exactly as an installed wheel shipped it (its RECORD hash, e.g. pip's vendored certifi);
+    no local trust anchors; none of this host's own CAs."""
+    files = _real(layers.files)
+    own: set[str] = set()
+    for f in files:
+        if f.path.startswith("usr/share/ca-certificates/") and f.content:
+            own |= tc.pem_certificates(f.content)
+    records: dict[str, str] = {}
+    for f in files:
+        if f.path.endswith(".dist-info/RECORD") and f.content:
+            records.update(tc.record_hashes(f.content, posixpath.dirname(posixpath.dirname(f.path))))
+    host_cas = _host_local_cas()
+    bad = [f for f in files if f.path.startswith(LOCAL_ANCHORS) and f.kind == "file"]
+    problems = [f"{layers.where(f)}: a local trust anchor" for f in bad]
+    for f in files:
+        if not f.content or f.path.startswith("usr/share/ca-certificates/"):
+            continue
+        certs = tc.pem_certificates(f.content)
+        if certs & host_cas:
+            problems.append(f"{layers.where(f)}: {len(certs & host_cas)} certificate(s) of this build host's "
+                            "local CAs (the build's CA bundle leaked)")
+            continue
+        extra = certs - own
+        if extra and records.get(posixpath.normpath(f.path)) != tc.wheel_digest(f.content):
+            problems.append(f"{layers.where(f)}: {len(extra)} certificate(s) that ca-certificates does not ship")
+    assert not problems, f"{len(problems)} CA problem(s):\n" + "\n".join(problems[:15])
+
+
+@pytest.mark.static
+def test_no_run_secrets(target, layers):
+    """Nothing under /run/secrets in any layer (build secrets are mounts, never files)."""
+    bad = [f for f in _real(layers.files) if f.path.startswith("run/secrets/") and f.path != "run/secrets/"]
+    assert not bad, _report(layers, bad, "entries under /run/secrets")
+
+
+@pytest.mark.static
+def test_no_private_keys(target, layers):
+    """No SSH host key, no client key, no PEM private key in any layer."""
+    bad = [f for f in _real(layers.files)
+           if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
+           or (f.content and tc.has_private_key(f.content))]
+    assert not bad, _report(layers, bad, "private keys")
+
+
+@pytest.mark.static
+def test_no_pip_cache(target, layers):
+    """No pip cache (/root/.cache/pip) or conda package tarballs in any layer."""
+    bad = [f for f in _real(layers.files) if PIP_CACHE.search(f.path)]
+    assert not bad, _report(layers, bad, "package-cache entries")
+
+
+@pytest.mark.static
+def test_no_apt_lists(target, layers):
+    """No apt package lists or downloaded .debs in any layer."""
+    bad = [f for f in _real(layers.files) if APT_LISTS.search(f.path) and f.kind != "dir"]
+    assert not bad, _report(layers, bad, "apt lists/archives")
+
+
+@pytest.mark.static
+def test_labels_match_manifest(target):
+    """The io.trainbase.* labels are present and say what the image's manifest says."""
+    from trainbase.context import labels as labels_from_manifest
+
+    want = labels_from_manifest(target.manifest)
+    have = target.labels
+    wrong = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+    assert not wrong, "labels (image, manifest) that disagree: " + \
+        ", ".join(f"{k}: {h!r} != {w!r}" for k, (h, w) in wrong.items())
+
+
+@pytest.mark.static
+def test_manifest_names_this_image(target):
+    """The manifest's name is the image's name (its repository and its title label)."""
+    name = target.manifest.get("name")
+    repo = tc.short_name(target.ref).split(":")[0].split("@")[0]
+    title = target.labels.get("org.opencontainers.image.title")
+    assert title == name, f"title label {title!r}, manifest name {name!r}"
+    assert repo == name, f"image {target.ref} carries the manifest of {name!r}"
+
+
+@pytest.mark.static
+def test_size_within_budget(target):
+    """The image is no larger than the manifest's size_budget_gb (decimal GB, like docker)."""
+    budget = float(target.manifest["size_budget_gb"])
+    size = target.inspect["Size"] / 1e9
+    assert size <= budget, f"image is {size:.2f} GB, budget {budget:g} GB"

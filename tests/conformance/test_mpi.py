@@ -1,0 +1,216 @@
+"""MPI: the launcher a user types works, is the MPI the manifest names, and computes.
+
+Expectations come from the manifest's components.mpi (kind, version, prefix)."""
+import re
+
+import pytest
+
+from trainbase import conformance as tc
+
+from .conftest import PROBE_DIR, tbconf_lines
+
+# Lines that must never appear on a healthy run's stderr (CMA without SYS_PTRACE, transport
+# fallbacks, Open MPI's help-file banners).
+WARNING = re.compile(r"(?i)(warn|read -1|errno|error|failed|not available|could not|unable|deprecated|-{20,})")
+
+
+def _compile_allreduce(target) -> str:
+    """Compile the C allreduce probe with the image's mpicc, once per image."""
+    if "allreduce" not in target.cache:
+        r = target.sh(f"cd {PROBE_DIR} && mpicc -O2 -o allreduce allreduce.c")
+        target.cache["allreduce"] = (r.rc, (r.stderr or r.stdout).strip())
+    rc, err = target.cache["allreduce"]
+    assert rc == 0, f"mpicc could not build a 4-line MPI program: {err[-1500:]}"
+    return f"{PROBE_DIR}/allreduce"
+
+
+def _check_ranks(ranks: list[dict], n: int, what: str) -> None:
+    assert sorted(r["rank"] for r in ranks) == list(range(n)), f"{what}: ranks seen {ranks}"
+    assert all(r["size"] == n for r in ranks), f"{what}: world sizes {[r['size'] for r in ranks]}"
+    assert all(r["ok"] for r in ranks), f"{what}: wrong values on some rank: {ranks}"
+
+
+@pytest.mark.static
+@pytest.mark.parametrize("shell", ["non-login", "login"])
+def test_launcher_on_path(target, shell):
+    """mpirun/mpiexec resolve, in `sh -c` and in `bash -lc`, to the manifest's MPI prefix."""
+    mpi = target.need_mpi()
+    run = target.login if shell == "login" else target.sh
+    for launcher in mpi.launchers:
+        r = run(f"command -v {launcher} && readlink -f \"$(command -v {launcher})\"")
+        assert r.rc == 0, f"{launcher} is not on PATH in a {shell} shell (PATH={run('echo $PATH').stdout.strip()})"
+        path = r.stdout.split()[0]
+        assert path.startswith(mpi.prefix.rstrip("/") + "/"), \
+            f"{launcher} in a {shell} shell is {path}, not under the manifest's MPI prefix {mpi.prefix}"
+
+
+@pytest.mark.static
+def test_launcher_version(target):
+    """The launcher reports the version the manifest names."""
+    mpi = target.need_mpi()
+    r = target.sh(mpi.version_command)
+    assert r.rc == 0, f"{mpi.version_command} exited {r.rc}: {r.stderr.strip()}"
+    m = re.search(mpi.version_regex, r.stdout)
+    assert m, f"no version in `{mpi.version_command}` output: {r.stdout.strip()[:300]}"
+    assert m.group(1) == mpi.version, f"{mpi.kind} {m.group(1)} in the image, manifest says {mpi.version}"
+
+
+@pytest.mark.static
+def test_ompi_info_version(target):
+    """Open MPI: ompi_info's machine-readable version equals the manifest."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    r = target.sh("ompi_info --parsable --version ompi full 2>/dev/null || ompi_info --parsable")
+    versions = dict(ln.split(":", 3)[2:4] for ln in r.stdout.splitlines()
+                    if ln.startswith("ompi:version:") and ln.count(":") >= 3)
+    assert versions.get("full") == mpi.version, f"ompi_info says {versions or r.stdout[:200]}, manifest {mpi.version}"
+
+
+def _mca_components(target) -> dict[str, set[str]]:
+    if "mca" not in target.cache:
+        r = target.sh("ompi_info --parsable")
+        assert r.rc == 0, f"ompi_info --parsable exited {r.rc}: {r.stderr.strip()}"
+        comps: dict[str, set[str]] = {}
+        for ln in r.stdout.splitlines():
+            parts = ln.split(":")
+            if len(parts) > 3 and parts[0] == "mca" and parts[3] == "version":
+                comps.setdefault(parts[1], set()).add(parts[2])
+        target.cache["mca"] = comps
+    return target.cache["mca"]
+
+
+@pytest.mark.static
+def test_ompi_pml_ucx(target):
+    """Open MPI was built with the UCX PML (the RDMA path)."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    pml = _mca_components(target).get("pml", set())
+    assert "ucx" in pml, f"ompi_info lists pml {sorted(pml)}: no ucx"
+
+
+def _ompi_ucx(target) -> dict:
+    """The UCX this Open MPI really loads: libmpi (found through ompi_info's own linkage, so
+    relocated wheels work), then mca_pml_ucx.so next to it (source builds) or libmpi itself
+    (static components), then their libucp/libuct; its version and its transport modules."""
+    if "ompi_ucx" not in target.cache:
+        r = target.sh(
+            "set -e; libmpi=$(ldd \"$(command -v ompi_info)\" | sed -n 's/^[[:space:]]*libmpi\\.so[^ ]* => \\([^ ]*\\) .*/\\1/p'); "
+            "test -n \"$libmpi\"; pml=$(dirname \"$(readlink -f \"$libmpi\")\")/openmpi/mca_pml_ucx.so; "
+            "[ -e \"$pml\" ] || pml=$libmpi; "
+            "ldd \"$pml\" | sed -n 's/^[[:space:]]*\\(libu[ct][pt]\\.so[^ ]*\\) => \\([^ ]*\\) .*/\\1 \\2/p'")
+        assert r.rc == 0, f"could not find the libmpi/pml_ucx of this Open MPI: {r.stderr.strip()}"
+        libs = dict(ln.split() for ln in r.stdout.splitlines() if ln.strip())
+        ucp = next((v for k, v in libs.items() if k.startswith("libucp")), None)
+        uct = next((v for k, v in libs.items() if k.startswith("libuct")), None)
+        assert ucp and uct, f"this Open MPI's pml ucx links no libucp/libuct: {libs}"
+        v = target.sh(f"{target.python} -c 'import ctypes; l = ctypes.CDLL(\"{ucp}\"); "
+                      "l.ucp_get_version_string.restype = ctypes.c_char_p; print(l.ucp_get_version_string().decode())'")
+        mods = target.sh(f"ls \"$(dirname \"$(readlink -f {uct})\")/ucx\"")
+        target.cache["ompi_ucx"] = {"libucp": ucp, "version": v.stdout.strip() or v.stderr.strip(),
+                                    "modules": mods.stdout.split()}
+    return target.cache["ompi_ucx"]
+
+
+@pytest.mark.static
+def test_ompi_verbs_support(target):
+    """Open MPI can drive verbs: btl openib (4.x), or -- 5.x removed openib -- the UCX its
+    pml ucx loads carries the IB transport module."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    if mpi.major < 5:
+        btl = _mca_components(target).get("btl", set())
+        assert "openib" in btl, f"ompi_info lists btl {sorted(btl)}: no openib"
+        return
+    ucx = _ompi_ucx(target)
+    assert any(m.startswith("libuct_ib.so") for m in ucx["modules"]), \
+        f"the UCX Open MPI loads ({ucx['libucp']}) has no IB transport module: {ucx['modules']}"
+
+
+@pytest.mark.static
+def test_ompi_ucx_is_manifest_ucx(target):
+    """The UCX that Open MPI's pml ucx really loads is the UCX version the manifest names."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    want = target.components["ucx"]["version"]
+    ucx = _ompi_ucx(target)
+    assert ucx["version"] == want, \
+        f"Open MPI runs on UCX {ucx['version']} ({ucx['libucp']}), the manifest says UCX {want}"
+
+
+@pytest.mark.static
+def test_mpi4py_linked_to_image_mpi(target):
+    """mpi4py reports the image's MPI and version (MPI_Get_library_version)."""
+    mpi = target.need_mpi()
+    r = target.sh(f"{target.python} -c 'from mpi4py import MPI; print(MPI.Get_library_version())'")
+    assert r.rc == 0, f"import mpi4py failed: {r.stderr.strip()[-800:]}"
+    m = re.search(mpi.library_regex, r.stdout)
+    assert m, f"mpi4py is not linked to {mpi.kind}: {r.stdout.strip()[:300]}"
+    assert m.group(1) == mpi.version, f"mpi4py's MPI is {mpi.kind} {m.group(1)}, manifest says {mpi.version}"
+
+
+@pytest.mark.cpu
+def test_root_without_flags(target):
+    """As root, a 1-rank job starts with no --allow-run-as-root style flags."""
+    mpi = target.need_mpi()
+    assert target.sh("id -u").stdout.strip() == "0", "containers of this image do not run as root by default"
+    launcher = mpi.launchers[0]
+    r = target.sh(f"{launcher} -n 1 true", timeout=60)
+    assert r.rc == 0, f"`{launcher} -n 1 true` as root exited {r.rc}: {r.stderr.strip()[-800:]}"
+
+
+@pytest.mark.cpu
+def test_mpicc_allreduce_4_ranks(target):
+    """A C program built with the image's mpicc computes a value-checked 4-rank allreduce."""
+    mpi = target.need_mpi()
+    exe = _compile_allreduce(target)
+    r = target.sh(f"{mpi.local(4)} {exe}", timeout=120)
+    assert r.rc == 0, f"4-rank run exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    _check_ranks(tbconf_lines(r.stdout), 4, "mpicc allreduce")
+
+
+@pytest.mark.cpu
+def test_mpi4py_allreduce_4_ranks(target):
+    """The image's mpi4py computes a value-checked 4-rank allreduce on the image's MPI."""
+    mpi = target.need_mpi()
+    r = target.sh(f"{mpi.local(4)} {target.python} {PROBE_DIR}/allreduce_mpi4py.py", timeout=120)
+    assert r.rc == 0, f"4-rank mpi4py run exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    ranks = tbconf_lines(r.stdout)
+    _check_ranks(ranks, 4, "mpi4py allreduce")
+    lib = ranks[0]["library"]
+    m = re.search(mpi.library_regex, lib)
+    assert m and m.group(1) == mpi.version, f"ranks ran on `{lib}`, manifest says {mpi.kind} {mpi.version}"
+
+
+@pytest.mark.cpu
+def test_shared_memory_without_warnings(target):
+    """4 ranks in one default container (no SYS_PTRACE, no tuning flags): 8 MiB allreduce
+    and a sendrecv ring through shared memory give right values and a clean stderr."""
+    mpi = target.need_mpi()
+    r = target.sh(f"{mpi.local(4)} {target.python} {PROBE_DIR}/allreduce_mpi4py.py", timeout=120)
+    assert r.rc == 0, f"run exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    _check_ranks(tbconf_lines(r.stdout), 4, "shared-memory allreduce")
+    noise = [ln for ln in r.stderr.splitlines() if WARNING.search(ln)]
+    assert not noise, "stderr of a default shared-memory run:\n" + "\n".join(noise[:20])
+
+
+@pytest.mark.cpu
+def test_ompi_ucx_pml_runs(target):
+    """Open MPI: the UCX PML is selectable and computes in a container without RDMA devices."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    exe = _compile_allreduce(target)
+    r = target.sh(f"{mpi.local(2)} --mca pml ucx {exe}", timeout=120)
+    assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    _check_ranks(tbconf_lines(r.stdout), 2, "pml ucx allreduce")
+
+
+@pytest.mark.static
+def test_manifest_names_known_mpi(target):
+    """The manifest's MPI is one this suite can check (else every MPI check would be moot)."""
+    assert target.mpi is not None, target.mpi_error
+    assert tc.MpiFlavor.from_manifest(target.manifest).kind == target.components["mpi"]["kind"]

@@ -1,0 +1,35 @@
+"""Multi-node: two containers on a private docker network, sshd started at test time with
+host keys and a client key made for this test (no key comes from the image); the image's
+launcher runs the value-checked allreduce across both, 2 ranks each."""
+import pytest
+
+from .conftest import PROBE_DIR, tbconf_lines
+
+PER_HOST = 2
+
+
+def _check(cluster, r, what: str) -> None:
+    assert r.returncode == 0, f"{what} across {cluster.hosts} exited {r.returncode}: " \
+                              f"{(r.stderr or r.stdout).strip()[-1500:]}"
+    ranks = tbconf_lines(r.stdout)
+    n = PER_HOST * len(cluster.hosts)
+    assert sorted(x["rank"] for x in ranks) == list(range(n)), f"{what}: ranks seen {ranks}"
+    assert all(x["size"] == n and x["ok"] for x in ranks), f"{what}: wrong size or values: {ranks}"
+    per_host = {h: sum(1 for x in ranks if x["host"] == h) for h in cluster.hosts}
+    assert set(per_host.values()) == {PER_HOST}, f"{what}: ranks per host {per_host}"
+
+
+@pytest.mark.multinode
+def test_multinode_mpicc_allreduce(target, cluster):
+    """The C allreduce (mpicc in each container) across 2 containers x 2 ranks."""
+    for node in cluster.nodes:
+        r = node.exec(f"cd {PROBE_DIR} && mpicc -O2 -o allreduce allreduce.c")
+        assert r.returncode == 0, f"mpicc on {node.hostname}: {r.stderr.strip()[-1000:]}"
+    _check(cluster, cluster.launch(PER_HOST, f"{PROBE_DIR}/allreduce"), "mpicc allreduce")
+
+
+@pytest.mark.multinode
+def test_multinode_mpi4py_allreduce(target, cluster):
+    """The image's mpi4py allreduce across 2 containers x 2 ranks."""
+    _check(cluster, cluster.launch(PER_HOST, f"{cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"),
+           "mpi4py allreduce")
