@@ -38,6 +38,10 @@ PY = sys.executable
 COPY = ("matrix.yaml", "templates", "imagefs", "locks", "patches", "images", ".dockerignore")
 
 
+class _Done(Exception):
+    pass
+
+
 def build(cwd: Path, profile: str, report: Path, extra: list[str]) -> tuple[float, dict, str]:
     t0 = time.monotonic()
     r = subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), "--profile",
@@ -86,6 +90,7 @@ def main() -> int:
     ap.add_argument("--pin", default="python.packages:mpi4py==4.1.1:mpi4py==4.1.0",
                     help="SECTION:OLD:NEW string replacement in matrix.yaml for step 3")
     ap.add_argument("--skip-cold", action="store_true", help="start at step 2 (images already built)")
+    ap.add_argument("--no-bump", action="store_true", help="skip step 3 (it rebuilds every cell above the pin)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "bench.json"))
     a = ap.parse_args()
     extra = ["--network", a.network] if a.network else []
@@ -105,6 +110,9 @@ def main() -> int:
         res["sizes"] = {"sum_of_images_bytes": total, "disk_used_bytes": used,
                         "saved_by_sharing_bytes": total - used}
 
+        if a.no_bump:
+            res["bump"] = {"pin": "-", "seconds": "-", "cells": {}}
+            raise _Done
         # step 3: one pin changes, in a scratch copy of the repository
         scratch = work / "repo"
         for name in COPY:
@@ -127,6 +135,8 @@ def main() -> int:
                                                "duration_s": c["duration_s"]}
         for c in rep.get("cells", []):   # the bumped images are not kept
             subprocess.run([engine.docker_cli(), "rmi", c["image"]], capture_output=True)
+    except _Done:
+        pass
     finally:
         shutil.rmtree(work, ignore_errors=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

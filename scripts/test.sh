@@ -3,7 +3,9 @@
 #   1. the drift check  (images/ and locks/ equal a fresh render of matrix.yaml + templates/)
 #   2. hadolint on every rendered Dockerfile
 #   3. the build of the `ci` profile through the Docker engine (when one answers)
-#   4. pytest: unit tests, then the build tests against the images built in step 3
+#   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode
+#      tiers; gpu/fabric skip with their reason) against the images built in step 3, plus the
+#      suite's self-test (broken variants of a real image must fail the right check)
 # Reports (JUnit, JSON, logs) land in reports/.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +26,7 @@ pytest_args=(tests/unit)
 if "$PY" -m trainbase.engine ping >/dev/null 2>&1; then
   echo "==> build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
-  pytest_args+=(tests/build)
+  pytest_args+=(tests/build tests/conformance --report reports/build.json --broken-variants)
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"
