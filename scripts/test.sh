@@ -26,7 +26,11 @@ pytest_args=(tests/unit)
 if "$PY" -m trainbase.engine ping >/dev/null 2>&1; then
   echo "==> build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
-  pytest_args+=(tests/build tests/conformance --report reports/build.json --broken-variants)
+  echo "==> conformance self-test: broken variants of one real image must fail the right checks"
+  first=$("$PY" -c 'import json; print(next(c["image"] for c in json.load(open("reports/build.json"))["cells"] if c["status"] in ("built", "cached")))')
+  "$PY" -m pytest tests/conformance/test_broken_variants.py --image "$first" -q \
+      --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
+  pytest_args+=(tests/build tests/conformance --report reports/build.json)
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"

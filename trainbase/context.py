@@ -159,6 +159,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
 def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:
     """What the image claims: component -> version. Written into the image as JSON and as
     OCI labels; the conformance suite checks the image against it (name == content)."""
+    mpir = m.spec.mpi[cell.mpi]
     components: dict[str, Any] = {
         "os": {"id": cell.os, "base": d["os"]["base"]},
         "cuda": {"version": d["cuda"]["key"], "toolkit": d["cuda"]["toolkit"], "from": d["cuda"]["from"]},
@@ -166,7 +167,9 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "nccl": {"version": d["nccl"]["version"], "from": "wheel", "package": d["nccl"]["package"]},
         "mpi": {"kind": d["mpi"]["kind"], "version": d["mpi"]["version"], "install": d["mpi"]["install"],
                 "prefix": d["mpi"]["prefix"]},
-        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"]},
+        "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}"} if mpir.bundled_ucx
+                else {"version": d["ucx"]["version"], "from": d["ucx"]["from"]}),
+        "launch": {"tool": "tb-launch", "module": "trainbase_launch", "path": "/opt/trainbase/lib"},
         "ib": {"kind": d["ib"]["kind"], "version": d["ib"]["version"], "providers": d["ib"]["providers"]},
         "python": {"version": d["python"]["version"], "manager": d["python"]["manager"],
                    "prefix": d["python"]["prefix"], "mpi4py": _pin_version(m.spec.python.packages, "mpi4py")},

@@ -155,6 +155,9 @@ class MpiRow(Strict):
     install: Literal["source", "pypi"]
     artifact: str | None = None
     packages: Pins = []
+    # A UCX the MPI package bundles and loads instead of the image's (the PyPI Open MPI wheel):
+    # the manifest then names this one, since it is the UCX the MPI really uses.
+    bundled_ucx: str | None = None
 
     @model_validator(mode="after")
     def _how(self) -> "MpiRow":

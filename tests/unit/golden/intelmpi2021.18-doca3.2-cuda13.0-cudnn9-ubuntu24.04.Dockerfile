@@ -91,13 +91,17 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/intelmpi2021.18-py3.12.txt \
  && mpiexec --version
+# The PyPI wrappers (mpicc, mpicxx) find mpi.h and libmpi through I_MPI_ROOT: without it they
+# carry an unsubstituted install-dir placeholder and cannot compile anything.
+ENV I_MPI_ROOT=/opt/conda
 
 # --- block: python/mpi4py (linked to this image's own MPI; checked at build time) ---
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/python-py3.12.txt \
- && python -c "from mpi4py import MPI; v = MPI.Get_library_version(); print(v); assert 'Intel(R) MPI' in v, 'mpi4py is not linked to intelmpi'"
+ && python -c "from mpi4py import MPI; v = MPI.Get_library_version(); print(v); assert 'Intel(R) MPI' in v, 'mpi4py is not linked to intelmpi'" \
+ && rm -rf /tmp/ompi.* /tmp/prte.* /tmp/openmpi-sessions-*
 
 # --- block: launch (the launch contract: `tb-launch` and `import trainbase_launch` map the
 # launcher's variables -- Open MPI, Intel MPI/MPICH, Slurm, torchrun, Azure ML -- to RANK,

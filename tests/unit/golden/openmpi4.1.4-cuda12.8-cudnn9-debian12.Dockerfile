@@ -120,7 +120,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/python-py3.11.txt \
- && python -c "from mpi4py import MPI; v = MPI.Get_library_version(); print(v); assert 'Open MPI' in v, 'mpi4py is not linked to openmpi'"
+ && python -c "from mpi4py import MPI; v = MPI.Get_library_version(); print(v); assert 'Open MPI' in v, 'mpi4py is not linked to openmpi'" \
+ && rm -rf /tmp/ompi.* /tmp/prte.* /tmp/openmpi-sessions-*
 
 # --- block: launch (the launch contract: `tb-launch` and `import trainbase_launch` map the
 # launcher's variables -- Open MPI, Intel MPI/MPICH, Slurm, torchrun, Azure ML -- to RANK,

@@ -1,0 +1,198 @@
+"""Frameworks: what the manifest claims about PyTorch, TensorFlow, Horovod and DeepSpeed, and
+distributed runs that check their own values, launched per process (mpirun + tb-launch, two
+containers) and per node (torchrun in each container). The scripts are examples/*.py."""
+from __future__ import annotations
+
+import concurrent.futures
+import re
+import shlex
+import textwrap
+
+import pytest
+
+from .conftest import ROOT
+
+EX = "/tmp/tbconf/ex"
+
+
+def frameworks(target) -> dict[str, str]:
+    return target.manifest.get("frameworks") or {}
+
+
+def need(target, fw: str) -> str:
+    version = frameworks(target).get(fw)
+    if not version:
+        pytest.skip(f"{target.name} has no {fw} (its manifest lists: {', '.join(frameworks(target)) or 'none'})")
+    return version
+
+
+def put_examples(*containers) -> None:
+    for c in containers:
+        c.exec(f"mkdir -p {EX}", timeout=60)
+        c.put(f"{ROOT}/examples/.", EX)
+
+
+def py_json(target, code: str, timeout: int = 240):
+    """Run a Python snippet with the image's Python; its last stdout line is JSON."""
+    code = "import json\n" + textwrap.dedent(code)
+    return target.json_probe(f"{target.python} -c {shlex.quote(code)}", timeout=timeout)
+
+
+def ok_lines(stdout: str) -> list[dict[str, str]]:
+    return [dict(kv.split("=", 1) for kv in ln.split()[1:]) for ln in stdout.splitlines() if ln.startswith("OK ")]
+
+
+# ----------------------------------------------------------------------------- PyTorch
+
+@pytest.mark.static
+def test_pytorch_build_matches_manifest(target):
+    version = need(target, "pytorch")
+    c = target.components
+    info = py_json(target, """
+        import torch, torch.distributed as d
+        print(json.dumps({"version": torch.__version__.split("+")[0], "cuda": torch.version.cuda,
+                          "cudnn": torch.backends.cudnn.version(), "nccl": list(torch.cuda.nccl.version()),
+                          "nccl_ok": d.is_nccl_available(), "gloo_ok": d.is_gloo_available()}))
+    """)
+    assert info["version"] == version
+    assert info["cuda"].split(".")[:2] == c["cuda"]["version"].split(".")[:2]
+    major, minor, patch = (int(x) for x in c["cudnn"]["version"].split(".")[:3])
+    assert info["cudnn"] == major * 10000 + minor * 100 + patch
+    assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"]
+    assert info["nccl_ok"] and info["gloo_ok"], info
+
+
+@pytest.mark.static
+def test_one_nccl_the_framework_really_uses(target):
+    """torch loads exactly the image's NCCL: the only libnccl.so.2 on disk, at the manifest's version."""
+    need(target, "pytorch")
+    found = target.sh("find / -xdev -name 'libnccl.so.2*' -type f 2>/dev/null").stdout.split()
+    assert len(found) == 1, f"more than one NCCL in the image: {found}"
+    info = py_json(target, """
+        import torch
+        torch.cuda.nccl.version()          # loads libnccl
+        maps = open("/proc/self/maps").read().splitlines()
+        print(json.dumps(sorted({l.split()[-1] for l in maps if "libnccl" in l})))
+    """)
+    assert [p for p in info] and all(p.startswith(found[0].rsplit("/", 1)[0]) for p in info), (info, found)
+
+
+@pytest.mark.multinode
+def test_pytorch_per_process_mpirun_across_two_containers(cluster, target):
+    need(target, "pytorch")
+    put_examples(*cluster.nodes)
+    r = cluster.launch(2, f"env MASTER_ADDR=a MASTER_PORT=29511 tb-launch {cluster.python} {EX}/pytorch_ddp.py --backend gloo",
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = ok_lines(r.stdout)
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3]
+    assert {x["world"] for x in ranks} == {"4"} and {x["allreduce"] for x in ranks} == {"10"}
+    assert len({x["params"] for x in ranks}) == 1
+    assert {(x["rank"], x["node_rank"]) for x in ranks} == {("0", "0"), ("1", "0"), ("2", "1"), ("3", "1")}
+
+
+@pytest.mark.multinode
+def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
+    need(target, "pytorch")
+    put_examples(*cluster.nodes)
+
+    def node(i):
+        return cluster.nodes[i].exec(
+            f"timeout 300 {target.components['python']['prefix']}/bin/torchrun --nnodes 2 --nproc-per-node 2 "
+            f"--node-rank {i} --master-addr a --master-port 29512 {EX}/pytorch_ddp.py --backend gloo", timeout=330)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(node, [0, 1]))
+    for i, r in enumerate(results):
+        assert r.returncode == 0, f"node {i}: " + r.stdout[-1500:] + r.stderr[-1500:]
+    ranks = [x for r in results for x in ok_lines(r.stdout)]
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3]
+    assert len({x["params"] for x in ranks}) == 1 and {x["allreduce"] for x in ranks} == {"10"}
+
+
+# ----------------------------------------------------------------------------- TensorFlow
+
+@pytest.mark.static
+def test_tensorflow_build_matches_manifest(target):
+    version = need(target, "tensorflow")
+    info = py_json(target, """
+        import tensorflow as tf
+        b = tf.sysconfig.get_build_info()
+        print(json.dumps({"version": tf.__version__, "cuda": b.get("cuda_version"),
+                          "cudnn": b.get("cudnn_version"), "gpu_build": tf.test.is_built_with_cuda()}))
+    """)
+    assert info["version"] == version
+    assert info["gpu_build"] is True
+    # TF's wheels are built against an older CUDA 12 and run on the image's newer 12.x runtime
+    assert info["cuda"].split(".")[0] == target.components["cuda"]["version"].split(".")[0]
+    assert str(info["cudnn"]).split(".")[0] == target.components["cudnn"]["version"].split(".")[0]
+
+
+@pytest.mark.multinode
+def test_tensorflow_multiworker_across_two_containers(cluster, target):
+    need(target, "tensorflow")
+    put_examples(*cluster.nodes)
+    r = cluster.launch(1, f"env TRAINBASE_HOSTS=a,b TF_CPP_MIN_LOG_LEVEL=2 tb-launch --tf {cluster.python} "
+                          f"{EX}/tf_multiworker.py", timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    workers = ok_lines(r.stdout)
+    assert sorted(int(x["worker"]) for x in workers) == [0, 1]
+    assert {x["allreduce"] for x in workers} == {"3"}
+
+
+# ----------------------------------------------------------------------------- Horovod
+
+@pytest.mark.static
+def test_horovod_check_build_shows_claimed_frameworks_and_controllers(target):
+    version = need(target, "horovod")
+    r = target.sh("horovodrun --check-build", timeout=120)
+    assert r.rc == 0, r.stderr
+    assert f"Horovod v{version}" in r.stdout
+    checked = {m.group(1).strip() for m in re.finditer(r"\[X\]\s+(\S[^\n]*)", r.stdout)}
+    assert {"PyTorch", "MPI", "Gloo"} <= checked, r.stdout
+
+
+@pytest.mark.multinode
+def test_horovod_allreduce_four_ranks_across_two_containers(cluster, target):
+    need(target, "horovod")
+    put_examples(*cluster.nodes)
+    r = cluster.launch(2, f"{cluster.python} {EX}/horovod_allreduce.py", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = ok_lines(r.stdout)
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3] and {x["allreduce"] for x in ranks} == {"10"}
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+
+@pytest.mark.static
+def test_deepspeed_report_runs_and_shm_op_is_prebuilt(target):
+    version = need(target, "deepspeed")
+    r = target.sh("ds_report", timeout=240)
+    assert r.rc == 0, r.stderr[-1500:]
+    assert re.search(rf"deepspeed info \.+ {re.escape(version)}", r.stdout), r.stdout[-1500:]
+    # built at install time (DS_BUILD_SHM_COMM=1): a fresh container does not compile it
+    found = target.sh(f"find {target.components['python']['prefix']} -name '*shm_comm*.so'").stdout.split()
+    assert found, "deepspeed's shm_comm op was not built at install time"
+
+
+@pytest.mark.multinode
+def test_deepspeed_init_distributed_under_mpirun(cluster, target):
+    need(target, "deepspeed")
+    put_examples(*cluster.nodes)
+    r = cluster.launch(2, f"env MASTER_ADDR=a MASTER_PORT=29513 {cluster.python} {EX}/deepspeed_init.py", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = ok_lines(r.stdout)
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3] and {x["world"] for x in ranks} == {"4"}
+
+
+# ----------------------------------------------------------------------------- GPU tier
+
+@pytest.mark.gpu
+def test_pytorch_nccl_allreduce_on_all_local_gpus(target):
+    need(target, "pytorch")
+    put_examples(target.container)
+    n = target.sh(f"{target.python} -c 'import torch; print(torch.cuda.device_count())'").stdout.strip()
+    r = target.sh(f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {n} {EX}/pytorch_ddp.py "
+                  f"--backend nccl", timeout=600)
+    assert r.rc == 0, r.stderr[-2000:]
+    assert len(ok_lines(r.stdout)) == int(n)
