@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--lock", action="store_true", help="resolve stale pip lock sets (needs PyPI), then render")
     act.add_argument("--lint", action="store_true", help="run hadolint on the selected rendered Dockerfiles")
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
+    act.add_argument("--prune", action="store_true",
+                     help="remove this namespace's local images whose recipe tag no cell renders any more")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
     p.add_argument("--select", action="append", metavar="KEY=VALUE",
                    help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         return lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
     if args.matrix:
         return build_matrix(m, root, selected, args)
+    if args.prune:
+        return prune(m, root)
     return 0
 
 
@@ -265,3 +269,25 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         elif args.push:
             print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
     return code
+
+
+def prune(m: Matrix, root: Path) -> int:
+    """Old recipes pile up (a CUDA framework image is 5-8 GB): remove every local
+    NAMESPACE/<cell>:r<hash> that is not the current recipe of its cell."""
+    import re
+    import subprocess
+
+    from . import engine
+
+    rendered = rendermod.render_all(m, root=root)
+    ns = m.spec.naming.namespace
+    current = {f"{ns}/{name}:{r.tag}" for name, r in rendered.items()}
+    docker = engine.docker_cli()
+    out = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}", f"{ns}/*"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    stale = [ref for ref in out if re.search(r":r[0-9a-f]{12}$", ref) and ref not in current]
+    for ref in stale:
+        subprocess.run([docker, "rmi", ref], capture_output=True)
+        print(f"removed  {ref}")
+    print(f"pruned {len(stale)} stale image tag(s); {len(out) - len(stale)} kept")
+    return 0
