@@ -63,24 +63,26 @@ def steps(log: str | None) -> tuple[int, int]:
 
 
 def sizes(images: list[str]) -> tuple[int, int]:
-    out = subprocess.run([engine.docker_cli(), "system", "df", "-v", "--format", "{{json .}}"],
-                         capture_output=True, text=True, check=True).stdout
-    rows = json.loads(out)["Images"]
+    """(sum of the images' sizes, bytes their layers really take): every layer counted once,
+    read from the engine's layer store (layerdb/<chain id>/size; needs a local engine, root)."""
+    import hashlib
 
-    def num(s: str) -> float:
-        m = re.match(r"([\d.]+)\s*([kMG]?B)", s)
-        return float(m.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m.group(2)] if m else 0.0
-
-    want = {i.rsplit(":", 1)[0] for i in images}
-    seen_ids, total, unique, shared_max = set(), 0.0, 0.0, 0.0
-    for r in rows:
-        if r["Repository"] in want and r["ID"] not in seen_ids:
-            seen_ids.add(r["ID"])
-            total += num(r["Size"])
-            unique += num(r["UniqueSize"])
-            shared_max = max(shared_max, num(r["SharedSize"]))
-    # Shared layers are counted once: an upper bound is unique + the largest shared part.
-    return int(total), int(unique + shared_max)
+    docker = engine.docker_cli()
+    root = subprocess.run([docker, "info", "--format", "{{.DockerRootDir}}{{\"|\"}}{{.Driver}}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    docker_root, driver = root.split("|")
+    layerdb = Path(docker_root) / "image" / driver / "layerdb" / "sha256"
+    total, chains = 0, {}
+    for ref in images:
+        info = json.loads(subprocess.run([docker, "image", "inspect", ref], capture_output=True, text=True,
+                                         check=True).stdout)[0]
+        total += info["Size"]
+        chain = None
+        for diff in info["RootFS"]["Layers"]:
+            chain = diff if chain is None else "sha256:" + hashlib.sha256(f"{chain} {diff}".encode()).hexdigest()
+            size_file = layerdb / chain.split(":", 1)[1] / "size"
+            chains[chain] = int(size_file.read_text()) if size_file.exists() else 0
+    return total, sum(chains.values())
 
 
 def main() -> int:
