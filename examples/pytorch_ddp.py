@@ -53,8 +53,13 @@ def main() -> int:
     digests = [None] * world
     dist.all_gather_object(digests, digest)
     assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
-    print(f"OK rank={rank} world={world} local_rank={local_rank} node_rank={os.environ.get('NODE_RANK', os.environ.get('GROUP_RANK'))} "
-          f"backend={a.backend} allreduce={t.item():g} params={digest[:12]}", flush=True)
+    line = (f"OK rank={rank} world={world} local_rank={local_rank} "
+            f"node_rank={os.environ.get('NODE_RANK', os.environ.get('GROUP_RANK'))} "
+            f"backend={a.backend} allreduce={t.item():g} params={digest[:12]}\n")
+    os.write(1, line.encode())   # one write: ranks sharing a pipe cannot interleave mid-line
+    # Leave together: a rank that exits while rank 0 still serves the rendezvous store makes
+    # rank 0 abort at shutdown ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

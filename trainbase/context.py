@@ -165,10 +165,13 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "cuda": {"version": d["cuda"]["key"], "toolkit": d["cuda"]["toolkit"], "from": d["cuda"]["from"]},
         "cudnn": {"version": d["cuda"]["cudnn"]},
         "nccl": {"version": d["nccl"]["version"], "from": "wheel", "package": d["nccl"]["package"]},
+        # mpi.ucx: the UCX the MPI really loads -- its own copy for wheels that bundle one
+        # (then the image's UCX, with its tools, is a second one), else the image's.
         "mpi": {"kind": d["mpi"]["kind"], "version": d["mpi"]["version"], "install": d["mpi"]["install"],
-                "prefix": d["mpi"]["prefix"]},
-        "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}"} if mpir.bundled_ucx
-                else {"version": d["ucx"]["version"], "from": d["ucx"]["from"]}),
+                "prefix": d["mpi"]["prefix"],
+                "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}"} if mpir.bundled_ucx
+                        else {"version": d["ucx"]["version"], "from": d["ucx"]["from"]})},
+        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"]},
         "launch": {"tool": "tb-launch", "module": "trainbase_launch", "path": "/opt/trainbase/lib"},
         "ib": {"kind": d["ib"]["kind"], "version": d["ib"]["version"], "providers": d["ib"]["providers"]},
         "python": {"version": d["python"]["version"], "manager": d["python"]["manager"],

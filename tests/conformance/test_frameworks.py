@@ -39,7 +39,10 @@ def py_json(target, code: str, timeout: int = 240):
 
 
 def ok_lines(stdout: str) -> list[dict[str, str]]:
-    return [dict(kv.split("=", 1) for kv in ln.split()[1:]) for ln in stdout.splitlines() if ln.startswith("OK ")]
+    """The `OK key=value ...` line each rank of an example prints (found anywhere in a line:
+    launchers may prefix their children's output)."""
+    return [dict(kv.split("=", 1) for kv in m.group(1).split())
+            for m in re.finditer(r"\bOK ((?:\w+=\S+ ?)+)", stdout)]
 
 
 # ----------------------------------------------------------------------------- PyTorch

@@ -90,9 +90,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/intelmpi2021.18-py3.12.txt \
+ && echo /opt/conda/lib > /etc/ld.so.conf.d/trainbase-intelmpi.conf \
+ && ldconfig \
  && mpiexec --version
-# The PyPI wrappers (mpicc, mpicxx) find mpi.h and libmpi through I_MPI_ROOT: without it they
-# carry an unsubstituted install-dir placeholder and cannot compile anything.
+# libmpi loads libfabric.so.1 by name: its folder goes into the linker cache (programs built
+# with mpicc otherwise fail MPI_Init across nodes). The PyPI wrappers (mpicc, mpicxx) find
+# mpi.h and libmpi through I_MPI_ROOT: without it they keep an unsubstituted placeholder.
 ENV I_MPI_ROOT=/opt/conda
 
 # --- block: python/mpi4py (linked to this image's own MPI; checked at build time) ---
