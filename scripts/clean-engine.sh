@@ -18,6 +18,11 @@ set -euo pipefail
 
 BRIDGE="${TRAINBASE_CLEAN_BRIDGE:-br-fresh}"
 BRIDGE_ADDR="${TRAINBASE_CLEAN_BRIDGE_ADDR:-192.168.213.1/24}"
+# Address pool for the networks tests create on this engine (multi-node conformance). The main
+# engine's iptables set FORWARD to DROP and br_netfilter sends bridged frames through it, so
+# without a rule container-to-container traffic on this engine's bridges is dropped; the rule
+# accepts exactly this pool (our own test containers), nothing else.
+POOL="${TRAINBASE_CLEAN_POOL:-192.168.216.0/21}"
 WAIT_SECONDS="${TRAINBASE_CLEAN_WAIT:-60}"
 
 say() { echo "clean-engine: $*" >&2; }
@@ -102,6 +107,11 @@ start() {
   fi
   ip link set "$BRIDGE" up
 
+  if command -v iptables >/dev/null && iptables -S FORWARD >/dev/null 2>&1 \
+      && ! iptables -C FORWARD -s "$POOL" -d "$POOL" -j ACCEPT 2>/dev/null; then
+    iptables -I FORWARD 1 -s "$POOL" -d "$POOL" -j ACCEPT
+    say "iptables: FORWARD accepts $POOL <-> $POOL (this engine's test networks)"
+  fi
   say "starting dockerd (data root $DATA, log $LOG)"
   # setsid: the daemon outlives this shell. Its own containerd namespace keeps it
   # apart from the main engine even if both end up on one system containerd.
@@ -112,6 +122,7 @@ start() {
     -H "$HOST" \
     -b "$BRIDGE" \
     --iptables=false \
+    --default-address-pool "base=$POOL,size=24" \
     --containerd-namespace trainbase-clean \
     --containerd-plugins-namespace trainbase-clean-plugins \
     </dev/null >>"$LOG" 2>&1 &
@@ -149,6 +160,9 @@ stop() {
     say "no dockerd running from $DIR"
   fi
   rm -f "$PIDFILE" "$SOCK"
+  if command -v iptables >/dev/null && iptables -C FORWARD -s "$POOL" -d "$POOL" -j ACCEPT 2>/dev/null; then
+    iptables -D FORWARD -s "$POOL" -d "$POOL" -j ACCEPT
+  fi
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     say "removing bridge $BRIDGE"
     ip link del "$BRIDGE"
