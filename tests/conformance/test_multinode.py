@@ -33,3 +33,15 @@ def test_multinode_mpi4py_allreduce(target, cluster):
     """The image's mpi4py allreduce across 2 containers x 2 ranks."""
     _check(cluster, cluster.launch(PER_HOST, f"{cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"),
            "mpi4py allreduce")
+
+
+@pytest.mark.multinode
+def test_multinode_mpi_exits_cleanly_under_heap_checks(target, cluster):
+    """The mpi4py allreduce again, with glibc's heap checker preloaded into every rank: MPI
+    finalize and the library destructors that run at exit must not free anything twice or free
+    a pointer they do not own. Without the checker such a bug corrupts the heap silently and
+    aborts only when a big library (torch) is loaded too; Intel MPI's libfabric once loaded its
+    verbs provider twice (ldconfig had added a second name for it) and aborted every multi-node
+    PyTorch/DeepSpeed job at exit, after the work had succeeded."""
+    checked = f"env LD_PRELOAD=libc_malloc_debug.so.0 MALLOC_CHECK_=3 {cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"
+    _check(cluster, cluster.launch(PER_HOST, checked), "mpi4py allreduce under MALLOC_CHECK_=3")

@@ -90,13 +90,27 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/intelmpi2021.18-py3.12.txt \
- && echo /opt/conda/lib > /etc/ld.so.conf.d/trainbase-intelmpi.conf \
+ && mkdir -p /opt/trainbase/ld/intelmpi \
+ && for so in libmpi.so.12 libmpicxx.so.12 libmpifort.so.12 libmpi_ilp64.so.4 libfabric.so.1; do \
+        test -e /opt/conda/lib/$so \
+     && ln -s /opt/conda/lib/$so /opt/trainbase/ld/intelmpi/$so || exit 1; \
+    done \
+ && echo /opt/trainbase/ld/intelmpi > /etc/ld.so.conf.d/trainbase-intelmpi.conf \
  && ldconfig \
+ && test ! -e /opt/conda/lib/libverbs-fi.so \
  && mpiexec --version
-# libmpi loads libfabric.so.1 by name: its folder goes into the linker cache (programs built
-# with mpicc otherwise fail MPI_Init across nodes). The PyPI wrappers (mpicc, mpicxx) find
-# mpi.h and libmpi through I_MPI_ROOT: without it they keep an unsubstituted placeholder.
-ENV I_MPI_ROOT=/opt/conda
+# libmpi loads libfabric.so.1 by name, so the linker cache must know it (programs built with
+# mpicc otherwise fail MPI_Init across nodes). The cache gets a folder of links to the MPI
+# and libfabric libraries, NOT /opt/conda/lib itself: ldconfig would add a
+# libverbs-fi.so link there (both verbs provider builds have that soname), libfabric would
+# then load the verbs provider twice and free it twice at exit, aborting every multi-node
+# job with "malloc_consolidate(): unaligned fastbin chunk detected".
+# libfabric looks for its providers next to itself; loaded through the link folder it needs
+# to be told where they are (Intel's own setvars.sh sets the same variable).
+# The PyPI wrappers (mpicc, mpicxx) find mpi.h and libmpi through I_MPI_ROOT: without it they
+# keep an unsubstituted placeholder.
+ENV I_MPI_ROOT=/opt/conda \
+    FI_PROVIDER_PATH=/opt/conda/lib
 
 # --- block: python/mpi4py (linked to this image's own MPI; checked at build time) ---
 RUN --mount=type=cache,target=/root/.cache/pip \
