@@ -178,6 +178,9 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
                    "prefix": d["python"]["prefix"], "mpi4py": _pin_version(m.spec.python.packages, "mpi4py")},
     }
     frameworks = {c.framework: c.framework_version for c in chain}
+    # What matrix.yaml pins per framework (e.g. lightning with pytorch): checked in the image.
+    framework_packages = {c.framework: dict(p.split("==", 1) for p in c.release.packages)
+                          for c in chain if c.release is not None}
     return {
         "schema": 1,
         "name": cell.name,
@@ -185,6 +188,7 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "parent": cell.parent,
         "components": components,
         "frameworks": frameworks,
+        "framework_packages": framework_packages,
         "size_budget_gb": m.spec.os[cell.os].size_budget_gb,
     }
 

@@ -38,6 +38,11 @@ def py_json(target, code: str, timeout: int = 240):
     return target.json_probe(f"{target.python} -c {shlex.quote(code)}", timeout=timeout)
 
 
+def pinned(target, fw: str) -> dict[str, str]:
+    """The packages matrix.yaml pins for framework ``fw`` (from the manifest): name -> version."""
+    return (target.manifest.get("framework_packages") or {}).get(fw) or {}
+
+
 def ok_lines(stdout: str) -> list[dict[str, str]]:
     """The `OK key=value ...` line each rank of an example prints (found anywhere in a line:
     launchers may prefix their children's output)."""
@@ -111,6 +116,64 @@ def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
     ranks = [x for r in results for x in ok_lines(r.stdout)]
     assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3]
     assert len({x["params"] for x in ranks}) == 1 and {x["allreduce"] for x in ranks} == {"10"}
+
+
+@pytest.mark.static
+def test_framework_packages_are_the_pinned_versions(target):
+    """Every package matrix.yaml pins for the image's frameworks is installed at that version."""
+    pins = {name: ver for fw in frameworks(target) for name, ver in pinned(target, fw).items()}
+    if not pins:
+        pytest.skip(f"{target.name} pins no framework packages")
+    found = py_json(target, f"""
+        import importlib.metadata as md
+        out = {{}}
+        for name in {sorted(pins)!r}:
+            try:
+                out[name] = md.version(name)
+            except md.PackageNotFoundError:
+                out[name] = None
+        print(json.dumps(out))
+    """)
+    wrong = {n: (found.get(n), v) for n, v in pins.items() if found.get(n) != v}
+    assert not wrong, f"installed vs pinned: {wrong}"
+
+
+def need_lightning(target) -> str:
+    need(target, "pytorch")
+    version = pinned(target, "pytorch").get("lightning")
+    if not version:
+        pytest.skip(f"{target.name} has no Lightning")
+    return version
+
+
+@pytest.mark.multinode
+def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
+    """Lightning DDP, 2 processes on 2 containers under mpirun + tb-launch: Lightning sees the
+    launcher's world through the contract (not 2 independent jobs) and the parameters agree."""
+    need_lightning(target)
+    put_examples(*cluster.nodes)
+    r = cluster.launch(1, f"env MASTER_ADDR=a MASTER_PORT=29514 tb-launch {cluster.python} {EX}/lightning_ddp.py",
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ranks = ok_lines(r.stdout)
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1], ranks
+    assert {x["world"] for x in ranks} == {"2"} and len({x["params"] for x in ranks}) == 1, ranks
+    assert {(x["rank"], x["node_rank"]) for x in ranks} == {("0", "0"), ("1", "1")}, ranks
+    assert {x["env"] for x in ranks} == {"TorchElasticEnvironment"}, ranks
+
+
+@pytest.mark.multinode
+def test_lightning_devices_mismatch_fails_loudly_on_every_rank(cluster, target):
+    """The trap: `devices` that differs from the ranks per node left one rank failing and rank 0
+    hanging. Under the contract every rank must stop, fast, with Lightning's reason."""
+    need_lightning(target)
+    put_examples(*cluster.nodes)
+    r = cluster.launch(1, f"env MASTER_ADDR=a MASTER_PORT=29515 tb-launch {cluster.python} {EX}/lightning_ddp.py "
+                          f"--devices 2", timeout=150)
+    assert r.returncode not in (0, 124), f"exit {r.returncode} (124: hung until killed)\n" + r.stdout[-1500:]
+    out = r.stdout + r.stderr
+    assert "does not match the world size" in out, out[-2000:]
+    assert not ok_lines(r.stdout), "a rank trained although devices did not match the launch"
 
 
 # ----------------------------------------------------------------------------- TensorFlow
