@@ -181,16 +181,18 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     # What matrix.yaml pins per framework (e.g. lightning with pytorch): checked in the image.
     framework_packages = {c.framework: dict(p.split("==", 1) for p in c.release.packages)
                           for c in chain if c.release is not None}
-    return {
+    out = {
         "schema": 1,
         "name": cell.name,
         "axes": cell.axes,
         "parent": cell.parent,
         "components": components,
         "frameworks": frameworks,
-        "framework_packages": framework_packages,
         "size_budget_gb": m.spec.os[cell.os].size_budget_gb,
     }
+    if framework_packages:
+        out["framework_packages"] = framework_packages
+    return out
 
 
 def _pin_version(pins: list[str], name: str) -> str | None:
