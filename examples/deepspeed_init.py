@@ -30,8 +30,8 @@ def main() -> int:
     dist.all_reduce(t)
     assert t.item() == world * (world + 1) / 2, t.item()
     os.write(1, (f"OK rank={rank} world={world} local_rank={os.environ.get('LOCAL_RANK')} allreduce={t.item():g}" + "\n").encode())
-    # Leave together, then tear down torch before MPI: ranks racing out of a gloo group (and
-    # mpi4py's MPI_Finalize at exit) corrupted the heap at shutdown under Intel MPI.
+    # Leave together, then tear down torch before MPI finalizes at exit: a rank that leaves
+    # while others still use the gloo group makes them fail at shutdown.
     dist.barrier()
     dist.destroy_process_group()
     return 0
