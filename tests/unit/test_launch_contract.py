@@ -130,7 +130,24 @@ def test_tf_config_needs_all_node_addresses():
 def test_lightning_defaults_match_the_launch():
     env = tl.resolve(ompi(0, MASTER_ADDR="h0")).env()
     assert env["PL_TRAINER_DEVICES"] == "2" and env["PL_TRAINER_NUM_NODES"] == "2"
-    assert env["LOCAL_WORLD_SIZE"] == "2"   # with GROUP_RANK, Lightning sees a torchelastic world
+    # what Lightning's TorchElasticEnvironment needs to detect the launch and read the world
+    assert env["TORCHELASTIC_RUN_ID"] and env["GROUP_RANK"] == "0" and env["LOCAL_WORLD_SIZE"] == "2"
+
+
+@pytest.mark.parametrize("launch", [ompi(3, MASTER_ADDR="h0"),
+                                    {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+                                    {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+                                     "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "2"}], ids=["openmpi", "pmi", "slurm"])
+def test_every_mpi_launch_is_marked_as_torchelastic_for_lightning(launch):
+    assert tl.resolve(launch).env()["TORCHELASTIC_RUN_ID"] == "trainbase"
+
+
+def test_torchrun_run_id_is_kept_and_a_lone_process_gets_none():
+    torchrun = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+                "TORCHELASTIC_RUN_ID": "job-42"}
+    assert tl.resolve(torchrun).env()["TORCHELASTIC_RUN_ID"] == "job-42"
+    # alone, Lightning may spawn its own workers: marking it torchelastic would forbid that
+    assert "TORCHELASTIC_RUN_ID" not in tl.resolve({}).env()
 
 
 def test_non_integer_values_are_named():

@@ -12,7 +12,9 @@ Launchers and what they set (read here):
 What it sets (for PyTorch, DeepSpeed, Lightning, TensorFlow):
   RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK (the node index) GROUP_RANK NNODES
   MASTER_ADDR MASTER_PORT, PL_TRAINER_NUM_NODES/PL_TRAINER_DEVICES (so Lightning's Trainer
-  defaults match the launch), and TF_CONFIG with --tf.
+  defaults match the launch), TORCHELASTIC_RUN_ID (kept from torchrun; for other launchers of
+  more than one process it makes Lightning read the world above and refuse a mismatched
+  `devices`), and TF_CONFIG with --tf.
 
 Use:  mpirun ... tb-launch python train.py        (wrapper: exec with the mapped env)
       eval "$(tb-launch --export)"                (shell)
@@ -49,6 +51,7 @@ class World:
     master_addr: str
     master_port: int
     hosts: tuple[str, ...] = ()
+    run_id: str = "trainbase"
 
     def env(self, tf: bool = False, tf_port: int = DEFAULT_TF_PORT) -> dict[str, str]:
         out = {
@@ -60,6 +63,15 @@ class World:
             "PL_TRAINER_NUM_NODES": self.nnodes, "PL_TRAINER_DEVICES": self.local_world_size,
             "TRAINBASE_LAUNCHER": self.launcher,
         }
+        if self.launcher != "single":
+            # Lightning (like accelerate) takes the world from RANK/GROUP_RANK/LOCAL_WORLD_SIZE
+            # only when torch says "launched by torchelastic", i.e. TORCHELASTIC_RUN_ID is set.
+            # Without it, under mpirun it falls back to MPIEnvironment (or, without mpi4py, runs
+            # one independent job per rank) and silently ignores a `devices` x `num_nodes` that
+            # differs from the launch; with it, that mismatch stops every rank with Lightning's
+            # "does not match the world size". Not for a lone process: Lightning may spawn its
+            # own workers there.
+            out["TORCHELASTIC_RUN_ID"] = self.run_id
         if tf:
             out["TF_CONFIG"] = json.dumps(self.tf_config(tf_port), separators=(",", ":"))
         return {k: str(v) for k, v in out.items()}
@@ -187,7 +199,8 @@ def resolve(env: dict | None = None) -> World:
     addr, az_port = _master(env, nnodes, hosts)
     port = env.get("MASTER_PORT")
     master_port = int(port) if port and port.isdigit() else (az_port or DEFAULT_MASTER_PORT)
-    return World(launcher, rank, size, local_rank, local_size, node, nnodes, addr, master_port, tuple(hosts))
+    return World(launcher, rank, size, local_rank, local_size, node, nnodes, addr, master_port, tuple(hosts),
+                 run_id=env.get("TORCHELASTIC_RUN_ID") or "trainbase")
 
 
 def apply(tf: bool = False, env: dict | None = None) -> World:
