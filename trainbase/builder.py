@@ -260,7 +260,9 @@ class Builder:
                 j.status, j.reason = "interrupted", "not started: interrupted"
                 return
             j.status, j.started = "building", time.monotonic()
-        with open(j.log, "w") as log:
+        # line-buffered: `tail -f` on a running build's log (and anything waiting for a step's
+        # output) sees each line as BuildKit prints it, not in 8 KiB chunks
+        with open(j.log, "w", buffering=1) as log:
             log.write("$ " + " ".join(cmd) + "\n\n")
             log.flush()
             proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

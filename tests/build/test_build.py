@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 
 import pytest
 import yaml
@@ -136,7 +137,13 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     """SIGINT during a real build: exit 130, the build process is gone, no tag was written."""
     block = scratch / "templates" / "blocks" / "intelmpi.j2"
     # a new recipe for the Intel MPI cell (one more RUN), so it really has to build
-    block.write_text(block.read_text().replace(" && mpiexec --version", " && mpiexec --version \\\n && sleep 120"))
+    # the step prints a marker before it sleeps: BuildKit's step title is cut short for long
+    # RUN lines, so the command text itself may never reach the log
+    # (a nonce keeps the step out of the build cache: a step that once ran to the end would be
+    # cached and never print its marker again)
+    marker = f"tb-ctrl-c-point-{uuid.uuid4().hex[:12]}"
+    block.write_text(block.read_text().replace(" && mpiexec --version",
+                                               f" && mpiexec --version \\\n && echo {marker} && sleep 600"))
     r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -149,12 +156,18 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
                              "--file", str(scratch / "matrix.yaml"), "--log-dir", str(scratch / "logs")],
                             cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log_dir = scratch / "logs"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:      # interrupt once the sleep step is running
         logs = list(log_dir.rglob("*.log"))
-        if logs and "sleep 120" in logs[0].read_text():
+        if logs and marker in logs[0].read_text():
             break
+        if proc.poll() is not None:
+            pytest.fail(f"the build ended (exit {proc.returncode}) before its sleep step: {proc.stdout.read()[-1500:]}")
         time.sleep(1)
+    else:
+        proc.send_signal(signal.SIGINT)     # build.py stops its docker build; kill() would orphan it
+        proc.communicate(timeout=120)
+        pytest.fail("the build's sleep step never started within 300 s")
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
