@@ -154,7 +154,10 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     assert _docker(docker, "image", "inspect", image).returncode != 0
     proc = subprocess.Popen([PY, str(ROOT / "build.py"), "--matrix", "--select", f"name={name}",
                              "--file", str(scratch / "matrix.yaml"), "--log-dir", str(scratch / "logs")],
-                            cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # a shell's background job inherits SIGINT ignored, and Python then
+                            # never raises KeyboardInterrupt: give the build a Ctrl-C it can hear
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log_dir = scratch / "logs"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:      # interrupt once the sleep step is running
