@@ -39,6 +39,16 @@ from typing import Any
 MANIFEST_PATH = "/etc/trainbase/manifest.json"
 LABEL = "io.trainbase.conformance"  # put on every container/network/image the suite makes
 TIERS = ("static", "cpu", "multinode", "gpu", "fabric")
+# What a check proves, declared by each test with ``@pytest.mark.evidence(KIND)``. A check that
+# could load or run the thing but only looks for it ("presence") lets through images whose file
+# is there and broken (UCX's IB module deleted, a truncated provider, a tool missing its
+# library): the report prints their share so it only goes down.
+EVIDENCE = {
+    "run": "runs the thing and checks what it computed or printed",
+    "load": "loads the thing (dlopen, import, component open) and queries it",
+    "content": "reads what the image carries (layers, labels, manifest, environment) where nothing runs",
+    "presence": "only looks for a file, a path, a listing or build-time configuration",
+}
 
 
 def docker() -> str:
@@ -442,6 +452,17 @@ class Results:
     host: dict[str, str] = field(default_factory=dict)
     images: dict[str, dict[str, str]] = field(default_factory=dict)  # image -> facts (id, size, ...)
     rows: dict[tuple[str, str, str], Outcome] = field(default_factory=dict)
+    evidence: dict[tuple[str, str], str] = field(default_factory=dict)  # (module, check) -> EVIDENCE kind
+
+    def evidence_summary(self) -> str:
+        """One line: how many distinct checks prove what, and the presence-only share."""
+        if not self.evidence:
+            return ""
+        n = len(self.evidence)
+        kinds = {k: sum(1 for v in self.evidence.values() if v == k) for k in EVIDENCE}
+        share = 100.0 * kinds["presence"] / n
+        parts = ", ".join(f"{k} {kinds[k]}" for k in EVIDENCE)
+        return f"Evidence: {n} checks: {parts}; presence-only share {share:.1f} %"
 
     def add(self, image: str, module: str, check: str, when: str, outcome: str, message: str,
             seconds: float, longrepr: str = "", order: tuple = ()) -> None:
@@ -471,6 +492,11 @@ class Results:
         checks = sorted(firsts, key=firsts.__getitem__)
         lines = ["# Conformance summary", ""]
         lines += ["Host: " + "; ".join(f"{k}: {v}" for k, v in self.host.items()), ""]
+        if self.evidence:
+            lines += [self.evidence_summary(), ""]
+            presence = sorted(f"{m}::{c}" for (m, c), k in self.evidence.items() if k == "presence")
+            if presence:
+                lines += ["Presence-only checks: " + ", ".join(presence), ""]
         lines += ["| image | passed | failed | error | skipped | time (s) | facts |", "|---|---|---|---|---|---|---|"]
         for im in images:
             c = self.counts(im)

@@ -33,7 +33,8 @@ def _artifact(m: Matrix, key: str | None) -> dict[str, str] | None:
     if key is None:
         return None
     a = m.spec.artifacts[key]
-    return {"key": key, "url": a.url, "sha256": a.sha256, "file": a.url.rsplit("/", 1)[-1]}
+    return {"key": key, "url": a.url, "sha256": a.sha256, "openpgp_fingerprint": a.openpgp_fingerprint,
+            "file": a.url.rsplit("/", 1)[-1]}
 
 
 def _os_version(os_key: str) -> str:

@@ -127,9 +127,12 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     if "none" not in s.axes.framework:
         fail("axes.framework must include 'none' (the base images every framework image builds on)")
 
-    def artifact(key: str | None, at: str) -> None:
+    def artifact(key: str | None, at: str, signing_key: bool = False) -> None:
         if key is not None and key not in s.artifacts:
             fail(f"{at}: unknown artifact {key!r}")
+        if key is not None and s.artifacts[key].openpgp_fingerprint and not signing_key:
+            fail(f"{at}: artifact {key!r} is pinned by an OpenPGP fingerprint, which only a repository "
+                 "signing key (ib.*.key) may be; pin this file by sha256")
 
     for k, row in s.os.items():
         artifact(row.python.installer, f"os.{k}.python.installer")
@@ -138,7 +141,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     for k, row in s.mpi.items():
         artifact(row.artifact, f"mpi.{k}.artifact")
     for k, row in s.ib.items():
-        artifact(row.key, f"ib.{k}.key")
+        artifact(row.key, f"ib.{k}.key", signing_key=True)
         for fam, u in row.ucx.items():
             artifact(u.artifact, f"ib.{k}.ucx.{fam}.artifact")
     for k, fw in s.frameworks.items():

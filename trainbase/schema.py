@@ -29,9 +29,18 @@ def _pinned(packages: list[str]) -> list[str]:
 Pins = Annotated[list[str], AfterValidator(_pinned)]
 
 
+OPENPGP_ID = re.compile(r"^([0-9A-F]{16}|[0-9A-F]{40})$")
+
+
 class Artifact(Strict):
+    """A downloaded file, pinned by its bytes (sha256) -- or, for a repository signing key only,
+    by its OpenPGP identity: a key file is re-exported whenever its signatures or expiry change,
+    so its bytes are not stable, but its fingerprint is; the build imports the key, checks the
+    fingerprint with gpg and refuses anything else (tb-fetch-openpgp-key)."""
+
     url: str
-    sha256: str
+    sha256: str | None = None
+    openpgp_fingerprint: str | None = None
     pending_reason: str | None = None
 
     @field_validator("url")
@@ -45,10 +54,17 @@ class Artifact(Strict):
 
     @model_validator(mode="after")
     def _checksum(self) -> "Artifact":
-        if self.sha256 == "pending":
+        if (self.sha256 is None) == (self.openpgp_fingerprint is None):
+            raise ValueError("pin an artifact by exactly one of sha256 (its bytes) or openpgp_fingerprint "
+                             "(a signing key's identity)")
+        if self.openpgp_fingerprint is not None:
+            if not OPENPGP_ID.match(self.openpgp_fingerprint):
+                raise ValueError(f"openpgp_fingerprint {self.openpgp_fingerprint!r} is not a 40-digit fingerprint "
+                                 "or a 16-digit long key ID (uppercase hex, no spaces)")
+        elif self.sha256 == "pending":
             if not self.pending_reason:
                 raise ValueError("sha256 is 'pending' without a pending_reason")
-        elif not SHA256.match(self.sha256):
+        elif not SHA256.match(self.sha256 or ""):
             raise ValueError(f"sha256 {self.sha256!r} is not 64 lowercase hex digits")
         return self
 

@@ -101,6 +101,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if len(tiers) != 1:
             raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one tier marker "
                                     f"({', '.join(tc.TIERS)}), found {tiers or 'none'}")
+        kinds = [m.args[0] if m.args else None for m in item.iter_markers("evidence")]
+        if len(kinds) != 1 or kinds[0] not in tc.EVIDENCE:
+            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one "
+                                    f"@pytest.mark.evidence(KIND), KIND in {', '.join(tc.EVIDENCE)}; found {kinds}")
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        config.stash[_RESULTS].evidence[(module, _check_name(item))] = kinds[0]
         if tiers[0] in ("gpu", "fabric"):
             caps = caps or _caps(config)
             if tiers[0] == "gpu" and not caps.gpu:
@@ -351,5 +357,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     md, junit_dir = written
     terminalreporter.section("trainbase conformance")
     terminalreporter.write(config.stash[_RESULTS].markdown())
+    if config.stash[_RESULTS].evidence:
+        terminalreporter.write_line(config.stash[_RESULTS].evidence_summary())
     terminalreporter.write_line(f"summary: {md}")
     terminalreporter.write_line(f"per-image JUnit: {junit_dir}/")

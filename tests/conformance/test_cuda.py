@@ -32,6 +32,7 @@ def _loaded(target, name: str) -> dict:
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_cuda_runtime_version(target):
     """cudaRuntimeGetVersion equals the manifest's CUDA (12.8 -> 12080)."""
     want = target.components["cuda"]["version"]
@@ -41,6 +42,7 @@ def test_cuda_runtime_version(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_cublas_version(target):
     """cuBLAS belongs to the manifest's CUDA major release and is not older than its minor."""
     want = tuple(int(x) for x in target.components["cuda"]["version"].split(".")[:2])
@@ -51,6 +53,7 @@ def test_cublas_version(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_cudnn_version(target):
     """cudnnGetVersion equals the manifest's cuDNN (9.10.2.21 -> 91002)."""
     want = target.components["cudnn"]["version"]
@@ -60,6 +63,7 @@ def test_cudnn_version(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_nvidia_require_cuda(target):
     """NVIDIA_REQUIRE_CUDA lets the container runtime refuse a driver too old for this CUDA."""
     want = target.components["cuda"]["version"]
@@ -69,6 +73,7 @@ def test_nvidia_require_cuda(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("run")
 def test_nvcc_in_devel_image(target):
     """Devel images (CUDA from the NVIDIA devel base) have nvcc of the manifest's CUDA."""
     cuda = target.components["cuda"]
@@ -77,9 +82,15 @@ def test_nvcc_in_devel_image(target):
     r = target.sh("nvcc --version || /usr/local/cuda/bin/nvcc --version")
     assert r.rc == 0, f"nvcc missing in a devel image: {r.stderr.strip()}"
     assert f"release {cuda['version']}," in r.stdout, f"nvcc is not CUDA {cuda['version']}: {r.stdout.strip()[-200:]}"
+    # It compiles and links a kernel with the image's host compiler (no GPU needed to build or
+    # to run a main() that never calls CUDA): headers, cudart and the gcc it accepts all agree.
+    src = "__global__ void k(int *x) { x[threadIdx.x] = threadIdx.x; }\\nint main() { return 0; }\\n"
+    r = target.sh(f"d=$(mktemp -d) && printf '{src}' > $d/k.cu && cd $d && nvcc -o k k.cu && ./k", timeout=300)
+    assert r.rc == 0, f"nvcc could not build and run a kernel program: {(r.stderr or r.stdout).strip()[-800:]}"
 
 
 @pytest.mark.gpu
+@pytest.mark.evidence("run")
 def test_cuda_device_query(target):
     """The driver and runtime see every GPU (name, compute capability)."""
     r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py devices {_sonames(target)['cudart']}")
@@ -89,6 +100,7 @@ def test_cuda_device_query(target):
 
 
 @pytest.mark.gpu
+@pytest.mark.evidence("run")
 def test_cuda_kernel(target):
     """A kernel (PTX, JIT-compiled by the driver) runs and writes the right values."""
     r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py kernel {_sonames(target)['cudart']}")

@@ -53,6 +53,7 @@ def ok_lines(stdout: str) -> list[dict[str, str]]:
 # ----------------------------------------------------------------------------- PyTorch
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_pytorch_build_matches_manifest(target):
     version = need(target, "pytorch")
     c = target.components
@@ -71,6 +72,7 @@ def test_pytorch_build_matches_manifest(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_one_nccl_the_framework_really_uses(target):
     """torch loads exactly the image's NCCL: the only libnccl.so.2 on disk, at the manifest's version."""
     need(target, "pytorch")
@@ -86,6 +88,7 @@ def test_one_nccl_the_framework_really_uses(target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_pytorch_per_process_mpirun_across_two_containers(cluster, target):
     need(target, "pytorch")
     put_examples(*cluster.nodes)
@@ -100,6 +103,7 @@ def test_pytorch_per_process_mpirun_across_two_containers(cluster, target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
     need(target, "pytorch")
     put_examples(*cluster.nodes)
@@ -119,6 +123,7 @@ def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_framework_packages_are_the_pinned_versions(target):
     """Every package matrix.yaml pins for the image's frameworks is installed at that version."""
     pins = {name: ver for fw in frameworks(target) for name, ver in pinned(target, fw).items()}
@@ -147,6 +152,7 @@ def need_lightning(target) -> str:
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
     """Lightning DDP, 2 processes on 2 containers under mpirun + tb-launch: Lightning sees the
     launcher's world through the contract (not 2 independent jobs) and the parameters agree."""
@@ -163,6 +169,7 @@ def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_lightning_devices_mismatch_fails_loudly_on_every_rank(cluster, target):
     """The trap: `devices` that differs from the ranks per node left one rank failing and rank 0
     hanging. Under the contract every rank must stop, fast, with Lightning's reason."""
@@ -176,9 +183,60 @@ def test_lightning_devices_mismatch_fails_loudly_on_every_rank(cluster, target):
     assert not ok_lines(r.stdout), "a rank trained although devices did not match the launch"
 
 
+def _azureml_recipe(cluster, per_host: int, args: str, port: int):
+    """examples/lightning_azureml.py across the 2 containers, as the Azure ML walkthrough runs
+    it: plain mpirun, no tb-launch; AZ_BATCHAI_MPI_MASTER_NODE as Azure ML sets it."""
+    put_examples(*cluster.nodes)
+    r = cluster.launch(per_host, f"env AZ_BATCHAI_MPI_MASTER_NODE=a {cluster.python} {EX}/lightning_azureml.py "
+                                 f"{args} --master-port {port}", timeout=300)
+    fails = [m.group(1) for m in re.finditer(r"\bFAIL rank=\S+ reason=(.*)", r.stdout)]
+    return r, ok_lines(r.stdout), fails
+
+
+@pytest.mark.multinode
+@pytest.mark.evidence("run")
+def test_lightning_azureml_per_node_recipe_trains_the_full_world(cluster, target):
+    """Per node (process_count_per_node=1; the script sets MASTER_ADDR, MASTER_PORT and NODE_RANK,
+    then Trainer(devices=2, num_nodes=2)): 4 processes train, identical parameters. Unpatched,
+    Lightning took MPI's world of 2 (mpi4py is in the image) and exited 0 with half the devices."""
+    need_lightning(target)
+    r, ranks, fails = _azureml_recipe(cluster, 1, "per-node --devices 2 --num-nodes 2", 29516)
+    assert r.returncode == 0 and not fails, f"exit {r.returncode}, {fails}\n" + r.stdout[-2000:] + r.stderr[-1500:]
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3], f"processes that trained: {ranks}"
+    assert {x["world"] for x in ranks} == {"4"} and len({x["params"] for x in ranks}) == 1, ranks
+    assert sorted((x["node_rank"], x["local_rank"]) for x in ranks) == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+
+
+@pytest.mark.multinode
+@pytest.mark.evidence("run")
+def test_lightning_azureml_per_process_recipe_without_tb_launch(cluster, target):
+    """Per process without tb-launch (process_count_per_node=devices): Lightning's MPI
+    environment sees the launcher's world of 4, identical parameters."""
+    need_lightning(target)
+    r, ranks, fails = _azureml_recipe(cluster, 2, "per-process --devices 2 --num-nodes 2", 29517)
+    assert r.returncode == 0 and not fails, f"exit {r.returncode}, {fails}\n" + r.stdout[-2000:] + r.stderr[-1500:]
+    assert sorted(int(x["rank"]) for x in ranks) == [0, 1, 2, 3] and {x["world"] for x in ranks} == {"4"}, ranks
+    assert len({x["params"] for x in ranks}) == 1 and {x["env"] for x in ranks} == {"MPIEnvironment"}, ranks
+
+
+@pytest.mark.multinode
+@pytest.mark.evidence("run")
+def test_lightning_azureml_per_process_mismatch_stops_with_the_fix(cluster, target):
+    """Per process without tb-launch but one rank a node for devices=2: the MPI world (2) cannot
+    be devices x num_nodes (4). Every rank must stop before training, fast, naming the fix;
+    unpatched, one rank raised and the other hung until killed."""
+    need_lightning(target)
+    r, ranks, fails = _azureml_recipe(cluster, 1, "per-process --devices 2 --num-nodes 2", 29518)
+    assert r.returncode not in (0, 124), f"exit {r.returncode} (124: hung until killed)\n" + r.stdout[-1500:]
+    assert not ranks, f"processes trained on a world that is not devices x num_nodes: {ranks}"
+    assert fails and all("process_count_per_node=2" in f and "NODE_RANK" in f for f in fails), \
+        f"no rank named the fix: {fails or (r.stdout + r.stderr)[-2000:]}"
+
+
 # ----------------------------------------------------------------------------- TensorFlow
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_tensorflow_build_matches_manifest(target):
     version = need(target, "tensorflow")
     info = py_json(target, """
@@ -195,6 +253,7 @@ def test_tensorflow_build_matches_manifest(target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_tensorflow_multiworker_across_two_containers(cluster, target):
     need(target, "tensorflow")
     put_examples(*cluster.nodes)
@@ -209,6 +268,7 @@ def test_tensorflow_multiworker_across_two_containers(cluster, target):
 # ----------------------------------------------------------------------------- Horovod
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_horovod_check_build_shows_claimed_frameworks_and_controllers(target):
     version = need(target, "horovod")
     r = target.sh("horovodrun --check-build", timeout=120)
@@ -219,6 +279,7 @@ def test_horovod_check_build_shows_claimed_frameworks_and_controllers(target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_horovod_allreduce_four_ranks_across_two_containers(cluster, target):
     need(target, "horovod")
     put_examples(*cluster.nodes)
@@ -231,6 +292,7 @@ def test_horovod_allreduce_four_ranks_across_two_containers(cluster, target):
 # ----------------------------------------------------------------------------- DeepSpeed
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_deepspeed_report_runs_and_shm_op_is_prebuilt(target):
     version = need(target, "deepspeed")
     r = target.sh("ds_report", timeout=240)
@@ -242,6 +304,7 @@ def test_deepspeed_report_runs_and_shm_op_is_prebuilt(target):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_deepspeed_init_distributed_under_mpirun(cluster, target):
     need(target, "deepspeed")
     put_examples(*cluster.nodes)
@@ -254,6 +317,7 @@ def test_deepspeed_init_distributed_under_mpirun(cluster, target):
 # ----------------------------------------------------------------------------- GPU tier
 
 @pytest.mark.gpu
+@pytest.mark.evidence("run")
 def test_pytorch_nccl_allreduce_on_all_local_gpus(target):
     need(target, "pytorch")
     put_examples(target.container)

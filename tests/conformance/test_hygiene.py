@@ -55,6 +55,7 @@ def _host_local_cas() -> set[str]:
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_no_foreign_ca_certificates(target, layers):
     """Every certificate in any layer is one of ca-certificates' own, or sits in a file
     exactly as an installed wheel shipped it (its RECORD hash, e.g. pip's vendored certifi);
@@ -86,6 +87,7 @@ def test_no_foreign_ca_certificates(target, layers):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_no_run_secrets(target, layers):
     """Nothing under /run/secrets in any layer (build secrets are mounts, never files)."""
     bad = [f for f in _real(layers.files) if f.path.startswith("run/secrets/") and f.path != "run/secrets/"]
@@ -93,6 +95,7 @@ def test_no_run_secrets(target, layers):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_no_private_keys(target, layers):
     """No SSH host key, no client key, no PEM private key in any layer."""
     bad = [f for f in _real(layers.files)
@@ -102,6 +105,7 @@ def test_no_private_keys(target, layers):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_no_pip_cache(target, layers):
     """No pip cache (/root/.cache/pip) or conda package tarballs in any layer."""
     bad = [f for f in _real(layers.files) if PIP_CACHE.search(f.path)]
@@ -109,6 +113,7 @@ def test_no_pip_cache(target, layers):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_no_apt_lists(target, layers):
     """No apt package lists or downloaded .debs in any layer."""
     bad = [f for f in _real(layers.files) if APT_LISTS.search(f.path) and f.kind != "dir"]
@@ -116,6 +121,7 @@ def test_no_apt_lists(target, layers):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_labels_match_manifest(target):
     """The io.trainbase.* labels are present and say what the image's manifest says."""
     from trainbase.context import labels as labels_from_manifest
@@ -128,6 +134,7 @@ def test_labels_match_manifest(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_manifest_names_this_image(target):
     """The manifest's name is the image's name (its repository and its title label)."""
     name = target.manifest.get("name")
@@ -138,6 +145,7 @@ def test_manifest_names_this_image(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
 def test_size_within_budget(target):
     """The image is no larger than the manifest's size_budget_gb (decimal GB, like docker)."""
     budget = float(target.manifest["size_budget_gb"])

@@ -5,8 +5,6 @@ import re
 
 import pytest
 
-from trainbase import conformance as tc
-
 from .conftest import PROBE_DIR, tbconf_lines
 
 # Lines that must never appear on a healthy run's stderr (CMA without SYS_PTRACE, transport
@@ -32,8 +30,10 @@ def _check_ranks(ranks: list[dict], n: int, what: str) -> None:
 
 @pytest.mark.static
 @pytest.mark.parametrize("shell", ["non-login", "login"])
-def test_launcher_on_path(target, shell):
-    """mpirun/mpiexec resolve, in `sh -c` and in `bash -lc`, to the manifest's MPI prefix."""
+@pytest.mark.evidence("run")
+def test_launcher_runs_from_path(target, shell):
+    """mpirun/mpiexec resolve, in `sh -c` and in `bash -lc`, to the manifest's MPI prefix, and
+    the one found there runs and reports the manifest's version."""
     mpi = target.need_mpi()
     run = target.login if shell == "login" else target.sh
     for launcher in mpi.launchers:
@@ -42,9 +42,14 @@ def test_launcher_on_path(target, shell):
         path = r.stdout.split()[0]
         assert path.startswith(mpi.prefix.rstrip("/") + "/"), \
             f"{launcher} in a {shell} shell is {path}, not under the manifest's MPI prefix {mpi.prefix}"
+        v = run(f"{launcher} --version", timeout=60)
+        m = re.search(mpi.version_regex, v.stdout)
+        assert v.rc == 0 and m and m.group(1) == mpi.version, \
+            f"`{launcher} --version` in a {shell} shell exited {v.rc}: {(v.stdout + v.stderr).strip()[-300:]}"
 
 
 @pytest.mark.static
+@pytest.mark.evidence("run")
 def test_launcher_version(target):
     """The launcher reports the version the manifest names."""
     mpi = target.need_mpi()
@@ -56,6 +61,7 @@ def test_launcher_version(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_ompi_info_version(target):
     """Open MPI: ompi_info's machine-readable version equals the manifest."""
     mpi = target.need_mpi()
@@ -67,27 +73,28 @@ def test_ompi_info_version(target):
     assert versions.get("full") == mpi.version, f"ompi_info says {versions or r.stdout[:200]}, manifest {mpi.version}"
 
 
-def _mca_components(target) -> dict[str, set[str]]:
-    if "mca" not in target.cache:
-        r = target.sh("ompi_info --parsable")
-        assert r.rc == 0, f"ompi_info --parsable exited {r.rc}: {r.stderr.strip()}"
-        comps: dict[str, set[str]] = {}
-        for ln in r.stdout.splitlines():
-            parts = ln.split(":")
-            if len(parts) > 3 and parts[0] == "mca" and parts[3] == "version":
-                comps.setdefault(parts[1], set()).add(parts[2])
-        target.cache["mca"] = comps
-    return target.cache["mca"]
-
-
 @pytest.mark.static
-def test_ompi_pml_ucx(target):
-    """Open MPI was built with the UCX PML (the RDMA path)."""
+@pytest.mark.evidence("load")
+def test_ompi_ucx_and_verbs_components_load(target):
+    """Open MPI opens its RDMA components without a load error: pml ucx and osc ucx, and on 4.x
+    btl openib (verbs). ompi_info dlopens every component; with show_load_errors a component
+    whose library (libucp, libibverbs, ...) is missing is named, not silently left out."""
     mpi = target.need_mpi()
     if mpi.kind != "openmpi":
         pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
-    pml = _mca_components(target).get("pml", set())
-    assert "ucx" in pml, f"ompi_info lists pml {sorted(pml)}: no ucx"
+    r = target.sh("OMPI_MCA_mca_base_component_show_load_errors=1 ompi_info --parsable")
+    assert r.rc == 0, f"ompi_info --parsable exited {r.rc}: {r.stderr.strip()[-800:]}"
+    comps: dict[str, set[str]] = {}
+    for ln in r.stdout.splitlines():
+        parts = ln.split(":")
+        if len(parts) > 3 and parts[0] == "mca" and parts[3] == "version":
+            comps.setdefault(parts[1], set()).add(parts[2])
+    want = {("pml", "ucx"), ("osc", "ucx")} | ({("btl", "openib")} if mpi.major < 5 else set())
+    missing = sorted(f"{f} {c}" for f, c in want if c not in comps.get(f, set()))
+    errors = [ln.strip() for ln in (r.stderr + r.stdout).splitlines()
+              if re.search(r"(?i)unable to open|cannot open shared object|undefined symbol|component was not found", ln)]
+    assert not missing, f"Open MPI components that did not open: {missing}; load errors: {errors[:6]}"
+    assert not errors, "component load errors: " + " | ".join(errors[:6])
 
 
 def _ompi_ucx(target) -> dict:
@@ -107,29 +114,12 @@ def _ompi_ucx(target) -> dict:
         assert ucp and uct, f"this Open MPI's pml ucx links no libucp/libuct: {libs}"
         v = target.sh(f"{target.python} -c 'import ctypes; l = ctypes.CDLL(\"{ucp}\"); "
                       "l.ucp_get_version_string.restype = ctypes.c_char_p; print(l.ucp_get_version_string().decode())'")
-        mods = target.sh(f"ls \"$(dirname \"$(readlink -f {uct})\")/ucx\"")
-        target.cache["ompi_ucx"] = {"libucp": ucp, "version": v.stdout.strip() or v.stderr.strip(),
-                                    "modules": mods.stdout.split()}
+        target.cache["ompi_ucx"] = {"libucp": ucp, "version": v.stdout.strip() or v.stderr.strip()}
     return target.cache["ompi_ucx"]
 
 
 @pytest.mark.static
-def test_ompi_verbs_support(target):
-    """Open MPI can drive verbs: btl openib (4.x), or -- 5.x removed openib -- the UCX its
-    pml ucx loads carries the IB transport module."""
-    mpi = target.need_mpi()
-    if mpi.kind != "openmpi":
-        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
-    if mpi.major < 5:
-        btl = _mca_components(target).get("btl", set())
-        assert "openib" in btl, f"ompi_info lists btl {sorted(btl)}: no openib"
-        return
-    ucx = _ompi_ucx(target)
-    assert any(m.startswith("libuct_ib.so") for m in ucx["modules"]), \
-        f"the UCX Open MPI loads ({ucx['libucp']}) has no IB transport module: {ucx['modules']}"
-
-
-@pytest.mark.static
+@pytest.mark.evidence("load")
 def test_ompi_ucx_is_manifest_ucx(target):
     """The UCX that Open MPI's pml ucx really loads is the one the manifest names for the MPI
     (components.mpi.ucx: the wheel's own copy where the MPI bundles one, else the image's)."""
@@ -143,6 +133,7 @@ def test_ompi_ucx_is_manifest_ucx(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("load")
 def test_mpi4py_linked_to_image_mpi(target):
     """mpi4py reports the image's MPI and version (MPI_Get_library_version)."""
     mpi = target.need_mpi()
@@ -154,6 +145,7 @@ def test_mpi4py_linked_to_image_mpi(target):
 
 
 @pytest.mark.cpu
+@pytest.mark.evidence("run")
 def test_root_without_flags(target):
     """As root, a 1-rank job starts with no --allow-run-as-root style flags."""
     mpi = target.need_mpi()
@@ -164,6 +156,7 @@ def test_root_without_flags(target):
 
 
 @pytest.mark.cpu
+@pytest.mark.evidence("run")
 def test_mpicc_allreduce_4_ranks(target):
     """A C program built with the image's mpicc computes a value-checked 4-rank allreduce."""
     mpi = target.need_mpi()
@@ -174,6 +167,7 @@ def test_mpicc_allreduce_4_ranks(target):
 
 
 @pytest.mark.cpu
+@pytest.mark.evidence("run")
 def test_mpi4py_allreduce_4_ranks(target):
     """The image's mpi4py computes a value-checked 4-rank allreduce on the image's MPI."""
     mpi = target.need_mpi()
@@ -187,6 +181,7 @@ def test_mpi4py_allreduce_4_ranks(target):
 
 
 @pytest.mark.cpu
+@pytest.mark.evidence("run")
 def test_shared_memory_without_warnings(target):
     """4 ranks in one default container (no SYS_PTRACE, no tuning flags): 8 MiB allreduce
     and a sendrecv ring through shared memory give right values and a clean stderr."""
@@ -199,6 +194,7 @@ def test_shared_memory_without_warnings(target):
 
 
 @pytest.mark.cpu
+@pytest.mark.evidence("run")
 def test_ompi_ucx_pml_runs(target):
     """Open MPI: the UCX PML is selectable and computes in a container without RDMA devices."""
     mpi = target.need_mpi()
@@ -210,8 +206,26 @@ def test_ompi_ucx_pml_runs(target):
     _check_ranks(tbconf_lines(r.stdout), 2, "pml ucx allreduce")
 
 
-@pytest.mark.static
-def test_manifest_names_known_mpi(target):
-    """The manifest's MPI is one this suite can check (else every MPI check would be moot)."""
-    assert target.mpi is not None, target.mpi_error
-    assert tc.MpiFlavor.from_manifest(target.manifest).kind == target.components["mpi"]["kind"]
+@pytest.mark.cpu
+@pytest.mark.evidence("load")
+def test_ompi_ucx_loads_ib_transports(target):
+    """Open MPI's pml ucx, in a real 2-rank job, loads UCX's InfiniBand transports: UCX's own
+    module log (UCX_MODULE_LOG_LEVEL=info) in every rank names ib and rdmacm -- and every other
+    libuct_* module shipped beside them -- as loaded from the UCX the manifest names. Open MPI 5
+    has no verbs BTL: this is its only RDMA path, and an image without it runs over TCP."""
+    from .test_ib import UCX_MODULE_LOG, expected_ucx_modules, parse_ucx_module_log
+
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    exe = _compile_allreduce(target)
+    r = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {exe}", timeout=120)
+    assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    loaded, failures, libucs = parse_ucx_module_log(r.stdout + r.stderr)
+    assert libucs, f"UCX printed no module log (is pml ucx really used?): {(r.stdout + r.stderr)[-600:]}"
+    shipped = target.sh(f"ls \"$(dirname \"$(readlink -f {libucs})\")/ucx\"").stdout.split()
+    want = expected_ucx_modules(target) | {m.group(1) for f in shipped if (m := re.match(r"libuct_(\w+?)\.so", f))}
+    missing = sorted(want - set(loaded))
+    assert not missing, (f"the UCX Open MPI runs on ({libucs}) did not load {missing} (loaded {sorted(loaded)}); "
+                         f"loader said: {failures[:5]}")
+    assert not failures, f"UCX module loads that failed under Open MPI: {failures[:5]}"

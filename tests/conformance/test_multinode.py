@@ -20,6 +20,7 @@ def _check(cluster, r, what: str) -> None:
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_multinode_mpicc_allreduce(target, cluster):
     """The C allreduce (mpicc in each container) across 2 containers x 2 ranks."""
     for node in cluster.nodes:
@@ -29,6 +30,7 @@ def test_multinode_mpicc_allreduce(target, cluster):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_multinode_mpi4py_allreduce(target, cluster):
     """The image's mpi4py allreduce across 2 containers x 2 ranks."""
     _check(cluster, cluster.launch(PER_HOST, f"{cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"),
@@ -36,6 +38,7 @@ def test_multinode_mpi4py_allreduce(target, cluster):
 
 
 @pytest.mark.multinode
+@pytest.mark.evidence("run")
 def test_multinode_mpi_exits_cleanly_under_heap_checks(target, cluster):
     """The mpi4py allreduce again, with glibc's heap checker preloaded into every rank: MPI
     finalize and the library destructors that run at exit must not free anything twice or free

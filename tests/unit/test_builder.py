@@ -2,6 +2,7 @@
 refusals, the plan, and the registry rules (against a fake registry on loopback)."""
 import http.server
 import io
+import re
 import threading
 import time
 
@@ -81,23 +82,55 @@ def test_a_failure_skips_dependents_only(m, monkeypatch):
     assert report["counts"] == {"built": 2, "failed": 1, "skipped": 2}
 
 
-def test_pending_artifact_refuses_the_cell_before_building(m, monkeypatch):
-    b, log = make(m, ["pytorch2.9.1-openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"], monkeypatch=monkeypatch)
+@pytest.fixture(scope="module")
+def m_pending(tmp_path_factory):
+    """matrix.yaml with Open MPI 4.1.8's tarball checksum not yet verified ('pending')."""
+    d = tmp_path_factory.mktemp("pending")
+    text = (ROOT / "matrix.yaml").read_text()
+    pinned = "    sha256: 466f68e3132a1dc02710cc2011fafced8336d98359fa2dae4dddcfd5719f12a9"
+    assert pinned in text
+    (d / "matrix.yaml").write_text(text.replace(pinned, "    sha256: pending\n    pending_reason: not yet verified", 1))
+    (d / "patches").symlink_to(ROOT / "patches")
+    return load(d / "matrix.yaml")
+
+
+def test_pending_artifact_refuses_the_cell_before_building(m_pending, monkeypatch):
+    b, log = make(m_pending, ["pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"], monkeypatch=monkeypatch)
     assert b.run() == 1
-    base = b.jobs["openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"]
-    assert base.status == "refused" and "doca-gpg-key has no verified sha256" in base.reason
-    assert b.jobs["pytorch2.9.1-openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04"].status == "skipped"
+    base = b.jobs["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
+    assert base.status == "refused" and "openmpi-4.1.8 has no verified sha256 (not yet verified)" in base.reason
+    assert b.jobs["pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"].status == "skipped"
     assert log == []
 
 
-def test_dry_run_plan_shows_levels_sharing_and_refusals(m, monkeypatch):
-    cells = m.select(parse_selects(["os=debian12", "cuda=12.8", "mpi=openmpi4.1.4"]))
+def test_doca_cells_are_not_refused_their_key_is_pinned_by_fingerprint(m, monkeypatch):
+    cells = m.select(parse_selects(["ib=doca"]))
     b, log = make(m, [c.name for c in cells], dry_run=True, monkeypatch=monkeypatch)
     monkeypatch.setattr(engine, "engine_available", lambda timeout=5: False)
     assert b.run() == 0 and log == []
+    assert not [j.name for j in b.jobs.values() if j.status == "refused"]
+    assert "REFUSED" not in b.out.getvalue()
+
+
+def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
+    """The plan a person reads before an hour of builds: FROM levels, the os/ib stage the base
+    cells share (built once), and each refused cell with its reason; nothing is built."""
+    cells = m_pending.select(parse_selects(["os=debian12", "cuda=12.8", "mpi=openmpi4.1.4"]))
+    names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12",
+                                       "pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
+    b, log = make(m_pending, names, dry_run=True, monkeypatch=monkeypatch)
+    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: False)
+    assert b.run() == 0 and log == []          # a plan builds nothing, refused cells included
     out = b.out.getvalue()
     assert "step 1:" in out and "step 2:" in out and "step 3:" in out
     assert "FROM openmpi4.1.4-cuda12.8-cudnn9-debian12" in out
+    shared = [ln for ln in out.splitlines() if ln.strip().startswith("shared os/ib stage (built once):")]
+    assert len(shared) == 1 and "openmpi4.1.4-cuda12.8-cudnn9-debian12" in shared[0] \
+        and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in shared[0], out
+    assert re.search(r"REFUSED\s+\S+openmpi4\.1\.8-cuda12\.8-cudnn9-ubuntu24\.04:\S+[^\n]*\n\s+artifact openmpi-4\.1\.8 "
+                     r"has no verified sha256", out), out
+    assert re.search(r"skip\s+\S+pytorch2\.9\.1-openmpi4\.1\.8-cuda12\.8\S+[^\n]*\n\s+its parent openmpi4\.1\.8-\S+ refused",
+                     out), out
 
 
 def test_stage_groups_share_the_os_stage(m, monkeypatch):

@@ -30,15 +30,15 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && mkdir -p /run/sshd
 
 # --- block: ib (NVIDIA DOCA-OFED 3.2.3 userspace) ---
-# The repo key is pinned by sha256 (tb-fetch refuses a mismatch); packages by exact version.
+# The repo key is pinned by its OpenPGP identity (CAE649B3B3929F8470D4D33BA024F6F0E6D6A281):
+# tb-fetch-openpgp-key imports it, checks the fingerprint with gpg and refuses any other key.
+# Packages are pinned by exact version.
 RUN --mount=type=secret,id=ca_bundle \
     --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    tb-fetch https://linux.mellanox.com/public/repo/doca/3.2.3/ubuntu24.04/x86_64/GPG-KEY-Mellanox.pub pending /tmp/doca.pub \
- && apt-get update \
+    apt-get update \
  && apt-get install -y --no-install-recommends gnupg \
- && gpg --dearmor < /tmp/doca.pub > /usr/share/keyrings/doca.gpg \
- && rm /tmp/doca.pub \
+ && tb-fetch-openpgp-key https://linux.mellanox.com/public/repo/doca/3.2.3/ubuntu24.04/x86_64/GPG-KEY-Mellanox.pub CAE649B3B3929F8470D4D33BA024F6F0E6D6A281 /usr/share/keyrings/doca.gpg \
  && echo "deb [signed-by=/usr/share/keyrings/doca.gpg] https://linux.mellanox.com/public/repo/doca/3.2.3/ubuntu24.04/x86_64/ ./" > /etc/apt/sources.list.d/doca.list \
  && apt-get update \
  && apt-get install -y --no-install-recommends \
