@@ -233,7 +233,7 @@ class MpiFlavor:
         if kind == "openmpi":
             return MpiFlavor(
                 kind, version, prefix, ("mpirun", "mpiexec"), "mpirun --version",
-                r"\(Open MPI\)\s+(\d[\w.]*)", r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
+                r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)", r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
                 {"rank": "OMPI_COMM_WORLD_RANK", "size": "OMPI_COMM_WORLD_SIZE",
                  "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK", "local_size": "OMPI_COMM_WORLD_LOCAL_SIZE"})
         if kind == "intelmpi":
