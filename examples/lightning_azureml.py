@@ -15,28 +15,14 @@ process prints `FAIL rank=.. reason=..` and exits 1 (the image's patched Lightni
 fix). Never a smaller world with exit 0.
 """
 import argparse
-import hashlib
 import os
 import sys
 import warnings
 
 import lightning as L
 import torch
-import torch.distributed as dist
 
-
-class TinyRegression(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)          # same initial parameters on every rank
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-
-    def training_step(self, batch, _):
-        (x,) = batch
-        return self.net(x).pow(2).mean()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+from lightning_ddp import TinyRegression, parameters_agree   # the same model and check, beside this file
 
 
 def mpi_rank() -> str:
@@ -76,14 +62,10 @@ def main() -> int:
         os.write(1, f"FAIL rank={mpi_rank()} reason=Lightning trained a world of {world}, "
                     f"devices x num_nodes = {want} ({env})\n".encode())
         return 1
-    flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-    digest = hashlib.sha256(repr(flat.tolist()).encode()).hexdigest()
-    digests = [None] * world
-    dist.all_gather_object(digests, digest)
-    assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
+    digest = parameters_agree(model, world, rank)
     os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
                  f"env={env} params={digest[:12]}\n").encode())
-    dist.barrier()
+    torch.distributed.barrier()
     return 0
 
 

@@ -36,6 +36,16 @@ class TinyRegression(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+def parameters_agree(model: torch.nn.Module, world: int, rank: int) -> str:
+    """The digest of this rank's parameters, after checking every rank has the same one."""
+    flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+    digest = hashlib.sha256(repr(flat.tolist()).encode()).hexdigest()
+    digests = [None] * world
+    dist.all_gather_object(digests, digest)
+    assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
+    return digest
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", default=None, help="override Lightning's devices (default: from the launch)")
@@ -55,11 +65,7 @@ def main() -> int:
     world, rank = trainer.world_size, trainer.global_rank
     want = int(os.environ.get("WORLD_SIZE", "0"))
     assert world == want, f"Lightning sees a world of {world}, the launcher's is {want} ({env})"
-    flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
-    digest = hashlib.sha256(repr(flat.tolist()).encode()).hexdigest()
-    digests = [None] * world
-    dist.all_gather_object(digests, digest)
-    assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
+    digest = parameters_agree(model, world, rank)
     os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
                  f"env={env} params={digest[:12]}\n").encode())
     dist.barrier()

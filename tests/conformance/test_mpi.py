@@ -193,17 +193,27 @@ def test_shared_memory_without_warnings(target):
     assert not noise, "stderr of a default shared-memory run:\n" + "\n".join(noise[:20])
 
 
+def _pml_ucx_job(target):
+    """One 2-rank `--mca pml ucx` run of the C allreduce, with UCX's module log on (its lines go
+    to stdout/stderr beside the ranks' TBCONF lines), shared by the checks below."""
+    from .test_ib import UCX_MODULE_LOG
+
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    if "pml_ucx_job" not in target.cache:
+        exe = _compile_allreduce(target)
+        target.cache["pml_ucx_job"] = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {exe}", timeout=120)
+    r = target.cache["pml_ucx_job"]
+    assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    return r
+
+
 @pytest.mark.cpu
 @pytest.mark.evidence("run")
 def test_ompi_ucx_pml_runs(target):
     """Open MPI: the UCX PML is selectable and computes in a container without RDMA devices."""
-    mpi = target.need_mpi()
-    if mpi.kind != "openmpi":
-        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
-    exe = _compile_allreduce(target)
-    r = target.sh(f"{mpi.local(2)} --mca pml ucx {exe}", timeout=120)
-    assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
-    _check_ranks(tbconf_lines(r.stdout), 2, "pml ucx allreduce")
+    _check_ranks(tbconf_lines(_pml_ucx_job(target).stdout), 2, "pml ucx allreduce")
 
 
 @pytest.mark.cpu
@@ -213,14 +223,9 @@ def test_ompi_ucx_loads_ib_transports(target):
     module log (UCX_MODULE_LOG_LEVEL=info) in every rank names ib and rdmacm -- and every other
     libuct_* module shipped beside them -- as loaded from the UCX the manifest names. Open MPI 5
     has no verbs BTL: this is its only RDMA path, and an image without it runs over TCP."""
-    from .test_ib import UCX_MODULE_LOG, expected_ucx_modules, parse_ucx_module_log
+    from .test_ib import expected_ucx_modules, parse_ucx_module_log
 
-    mpi = target.need_mpi()
-    if mpi.kind != "openmpi":
-        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
-    exe = _compile_allreduce(target)
-    r = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {exe}", timeout=120)
-    assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    r = _pml_ucx_job(target)
     loaded, failures, libucs = parse_ucx_module_log(r.stdout + r.stderr)
     assert libucs, f"UCX printed no module log (is pml ucx really used?): {(r.stdout + r.stderr)[-600:]}"
     shipped = target.sh(f"ls \"$(dirname \"$(readlink -f {libucs})\")/ucx\"").stdout.split()
