@@ -27,7 +27,7 @@ if "$PY" -m trainbase.engine ping >/dev/null 2>&1; then
   echo "==> build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
   echo "==> conformance self-test: broken variants of one real image must fail the right checks"
-  first=$("$PY" -c 'import json; print(next(c["image"] for c in json.load(open("reports/build.json"))["cells"] if c["status"] in ("built", "cached")))')
+  first=$("$PY" -c 'from trainbase.states import usable_images; print(usable_images("reports/build.json")[0])')
   "$PY" -m pytest tests/conformance/test_broken_variants.py --image "$first" -q \
       --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
   pytest_args+=(tests/build tests/conformance --report reports/build.json)

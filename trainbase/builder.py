@@ -23,17 +23,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import engine
+from . import engine, publish, registry
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .render import Rendered
+from .publish import ALIAS
+from .states import JobState
 
-ALIAS = "latest"          # the moving alias next to each immutable tag (what Azure ML users expect)
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
 
-# Terminal states and what they mean for dependents / the exit code.
-OK_STATES = ("built", "cached")
-BAD_STATES = ("failed", "refused", "skipped", "interrupted")
 
 
 @dataclass
@@ -41,7 +39,7 @@ class Job:
     rendered: Rendered
     image: str                          # namespace/name:immutable-tag
     selected: bool                      # False: built only because a selected cell needs it
-    status: str = "queued"
+    status: JobState = JobState.QUEUED
     reason: str | None = None
     started: float | None = None
     ended: float | None = None
@@ -63,6 +61,10 @@ class Job:
     @property
     def tag(self) -> str:
         return self.rendered.tag
+
+    @property
+    def parent(self) -> str | None:
+        return self.cell.parent
 
     @property
     def duration(self) -> float | None:
@@ -124,6 +126,7 @@ class Builder:
         self.interrupted = False
         self.ca = _ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.publish_error: str | None = None
 
     # -- plan -----------------------------------------------------------------------------
     def children(self, name: str) -> list[Job]:
@@ -148,28 +151,27 @@ class Builder:
             pending = [a for a in j.rendered.context.artifacts if self.m.spec.artifacts[a].pending]
             if pending:
                 a = self.m.spec.artifacts[pending[0]]
-                j.status, j.reason = "refused", (f"artifact {pending[0]} has no verified sha256 "
+                j.status, j.reason = JobState.REFUSED, (f"artifact {pending[0]} has no verified sha256 "
                                                  f"({' '.join(a.pending_reason.split())})")
             elif not self.opts.no_cache and not self.opts.dry_run and engine.image_exists(j.image):
-                j.status, j.reason = "cached", "this recipe's immutable tag is already in the engine"
+                j.status, j.reason = JobState.CACHED, "this recipe's immutable tag is already in the engine"
             elif self.opts.dry_run and engine.engine_available(timeout=3) and engine.image_exists(j.image):
-                j.status, j.reason = "cached", "this recipe's immutable tag is already in the engine"
+                j.status, j.reason = JobState.CACHED, "this recipe's immutable tag is already in the engine"
             elif self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
                 self._pull_from_registry(j)
         self._propagate()
 
     def _pull_from_registry(self, j: Job) -> None:
         """The same recipe already published (e.g. by another CI runner): pull it instead of
-        rebuilding. This is how a fan-out job gets the parent its cell is built FROM."""
-        from . import publish
-
-        host, ns = publish.split_registry(self.opts.registry or "")
-        if publish.remote_tag(host, f"{ns}/{j.name}", j.tag) != "present":
+        rebuilding. This is how a fan-out job gets the parent its cell is built FROM. Asked
+        with the stored credentials; a refusal stops the run (registry.RegistryAuthError)."""
+        host, ns = registry.split_registry(self.opts.registry or "")
+        if registry.tag_state(host, f"{ns}/{j.name}", j.tag) != "present":
             return
         remote = f"{host}/{ns}/{j.name}:{j.tag}"
-        r = subprocess.run([engine.docker_cli(), "pull", remote], capture_output=True, text=True)
-        if r.returncode == 0 and subprocess.run([engine.docker_cli(), "tag", remote, j.image]).returncode == 0:
-            j.status, j.reason = "cached", f"pulled {remote} (same recipe)"
+        registry.pull(host, remote)
+        if subprocess.run([engine.docker_cli(), "tag", remote, j.image]).returncode == 0:
+            j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
 
     def _propagate(self) -> None:
         changed = True
@@ -177,8 +179,8 @@ class Builder:
             changed = False
             for j in self.jobs.values():
                 p = self.jobs.get(j.cell.parent) if j.cell.parent else None
-                if j.status == "queued" and p is not None and p.status in BAD_STATES:
-                    j.status, j.reason = "skipped", f"its parent {p.name} {p.status}"
+                if j.status == JobState.QUEUED and p is not None and p.status.bad:
+                    j.status, j.reason = JobState.SKIPPED, f"its parent {p.name} {p.status}"
                     j.ended = j.ended or time.monotonic()
                     changed = True
 
@@ -193,11 +195,12 @@ class Builder:
             w(f"  step {lv + 1}:\n")
             for n in [n for n in self.jobs if level[n] == lv]:
                 j = self.jobs[n]
-                what = {"queued": "build", "cached": "cached", "refused": "REFUSED", "skipped": "skip"}.get(j.status, j.status)
+                what = {JobState.QUEUED: "build", JobState.CACHED: "cached", JobState.REFUSED: "REFUSED",
+                        JobState.SKIPPED: "skip"}.get(j.status, str(j.status))
                 extra = f"  FROM {j.cell.parent}" if j.cell.parent else ""
                 dep = "" if j.selected else "  (needed by a selected cell)"
                 w(f"    {what:<8} {j.image}{extra}{dep}\n")
-                if j.reason and j.status != "cached":
+                if j.reason and j.status != JobState.CACHED:
                     w(f"             {j.reason}\n")
         groups = [g for g in self.stage_groups().values() if len(g) > 1]
         for g in groups:
@@ -207,7 +210,7 @@ class Builder:
     def ensure_bases(self) -> None:
         bases: dict[str, list[Job]] = {}
         for j in self.jobs.values():
-            if j.status == "queued" and not j.cell.parent:
+            if j.status == JobState.QUEUED and not j.cell.parent:
                 bases.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
         for ref, jobs in bases.items():
             row = self.m.spec.os[jobs[0].cell.os]
@@ -217,12 +220,12 @@ class Builder:
                                          log=lambda s: self.out.write(f"base: {s}\n"))
             except engine.EngineError as e:
                 for j in jobs:
-                    j.status, j.reason = "failed", f"base image {ref} unavailable: {str(e).splitlines()[0]}"
+                    j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
                     j.ended = time.monotonic()
         self._propagate()
 
     def check_space(self) -> None:
-        todo = [j for j in self.jobs.values() if j.status == "queued"]
+        todo = [j for j in self.jobs.values() if j.status == JobState.QUEUED]
         if not todo:
             return
         root = _docker_root()
@@ -257,9 +260,9 @@ class Builder:
         env = dict(os.environ, DOCKER_BUILDKIT="1")
         with self.lock:
             if self.interrupted:
-                j.status, j.reason = "interrupted", "not started: interrupted"
+                j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
                 return
-            j.status, j.started = "building", time.monotonic()
+            j.status, j.started = JobState.BUILDING, time.monotonic()
         # line-buffered: `tail -f` on a running build's log (and anything waiting for a step's
         # output) sees each line as BuildKit prints it, not in 8 KiB chunks
         with open(j.log, "w", buffering=1) as log:
@@ -282,12 +285,12 @@ class Builder:
             self.procs.pop(j.name, None)
             j.ended = time.monotonic()
             if self.interrupted:
-                j.status, j.reason = "interrupted", "build stopped by Ctrl-C (no tag was written)"
+                j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
             elif rc != 0:
-                j.status, j.reason = "failed", _failure_reason(tail, rc)
+                j.status, j.reason = JobState.FAILED, _failure_reason(tail, rc)
             else:
-                j.status = "built"
-        if j.status == "built":
+                j.status = JobState.BUILT
+        if j.status == JobState.BUILT:
             self._inspect(j)
             subprocess.run([engine.docker_cli(), "tag", j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS],
                            capture_output=True)
@@ -311,7 +314,7 @@ class Builder:
         self.check_space()
         self.ensure_bases()
         for j in self.jobs.values():
-            if j.status == "cached":
+            if j.status == JobState.CACHED:
                 self._inspect(j)
         progress = Progress(self)
         progress.start()
@@ -322,11 +325,11 @@ class Builder:
         try:
             while True:
                 for j in self.jobs.values():
-                    if j.status != "queued" or len(running) >= self.opts.jobs:
+                    if j.status != JobState.QUEUED or len(running) >= self.opts.jobs:
                         continue
                     p = self.jobs.get(j.cell.parent) if j.cell.parent else None
-                    if p is None or p.status in OK_STATES:
-                        j.status = "starting"
+                    if p is None or p.status.usable:
+                        j.status = JobState.STARTING
                         running[pool.submit(self.build_one, j)] = j
                 if not running:
                     break
@@ -334,7 +337,7 @@ class Builder:
                 for f in done:
                     job = running.pop(f)
                     if f.exception() is not None:
-                        job.status, job.reason = "failed", f"internal error: {f.exception()}"
+                        job.status, job.reason = JobState.FAILED, f"internal error: {f.exception()}"
                         job.ended = time.monotonic()
                     progress.event(job)
                 self._propagate()
@@ -347,15 +350,17 @@ class Builder:
                 except Exception:
                     pass
             for j in self.jobs.values():
-                if j.status in ("queued", "starting"):
-                    j.status, j.reason = "interrupted", "not started: interrupted"
+                if j.status in (JobState.QUEUED, JobState.STARTING):
+                    j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
         finally:
             signal.signal(signal.SIGTERM, old)
             pool.shutdown(wait=True, cancel_futures=True)
             progress.stop()
         if self.opts.push and not self.interrupted:
             self.push()
-        return 130 if self.interrupted else (1 if any(j.status in BAD_STATES for j in self.jobs.values()) else 0)
+        if self.interrupted:
+            return 130
+        return 1 if self.publish_error or any(j.status.bad for j in self.jobs.values()) else 0
 
     def stop(self) -> None:
         """Ctrl-C: stop every running build (SIGINT to its process group, then SIGKILL).
@@ -377,9 +382,14 @@ class Builder:
 
     # -- publish --------------------------------------------------------------------------------
     def push(self) -> None:
-        from . import publish
+        def tag_local(src: str, dst: str) -> None:
+            subprocess.run([engine.docker_cli(), "tag", src, dst], check=True, capture_output=True)
 
-        publish.push_jobs(self, self.opts.registry or "", out=self.out)
+        try:
+            publish.publish(self.jobs.values(), self.opts.registry or "", tag_local, out=self.out)
+        except registry.RegistryError as e:
+            self.publish_error = str(e)
+            self.out.write(f"publish: STOPPED: {e}\n")
 
     # -- report --------------------------------------------------------------------------------
     def report(self) -> dict:
@@ -398,6 +408,7 @@ class Builder:
             "engine": {"docker_host": os.environ.get("DOCKER_HOST", ""), "server_version": engine_version},
             "namespace": self.m.spec.naming.namespace,
             "registry": self.opts.registry if self.opts.push else None,
+            "publish_error": self.publish_error,
             "counts": counts,
             "cells": [
                 {
@@ -470,7 +481,7 @@ class Progress:
             t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=70 if col != "time" else 8)
         for j in self.b.jobs.values():
             t.add_row(j.name, j.status, _fmt(j.duration) if j.duration else "",
-                      j.last_line if j.status == "building" else (j.reason or ""))
+                      j.last_line if j.status == JobState.BUILDING else (j.reason or ""))
         return t
 
     def start(self) -> None:
@@ -490,14 +501,14 @@ class Progress:
         elif time.monotonic() - self.last_beat > self.HEARTBEAT:
             self.last_beat = time.monotonic()
             for j in self.b.jobs.values():
-                if j.status == "building":
+                if j.status == JobState.BUILDING:
                     self.b.out.write(f"  ... {j.name}: building {_fmt(j.duration)} | {j.last_line[:100]}\n")
             self.b.out.flush()
 
     def event(self, j: Job) -> None:
         if not self.live:
-            done = sum(x.status not in ("queued", "starting", "building") for x in self.b.jobs.values())
-            why = f" ({j.reason})" if j.reason and j.status != "built" else ""
+            done = sum(not x.status.pending for x in self.b.jobs.values())
+            why = f" ({j.reason})" if j.reason and j.status != JobState.BUILT else ""
             self.b.out.write(f"[{done}/{len(self.b.jobs)}] {j.name}: {j.status} in {_fmt(j.duration)}{why}\n")
             self.b.out.flush()
 
@@ -527,7 +538,7 @@ def summary(b: Builder, out=None) -> None:
         digest = j.repo_digest or (j.image_id[:19] if j.image_id else "")
         size = f"{j.size / 1e9:.2f} GB" if j.size else ""
         t.add_row(j.name + ("" if j.selected else " (dep)"), j.tag, j.status, _fmt(j.duration), size, digest,
-                  j.reason if j.status != "cached" else "")
+                  j.reason if j.status != JobState.CACHED else "")
     console.print(t)
     counts: dict[str, int] = {}
     for j in b.jobs.values():

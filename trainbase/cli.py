@@ -225,10 +225,10 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import builder, publish
+    from . import builder, registry
 
     if args.push:
-        publish.split_registry(args.registry or "")
+        registry.split_registry(args.registry or "")
     rendered = rendermod.render_all(m, selected, root=root)   # the selection and its parents
     stale = rendermod.check(m, rendered, root, orphans=False)
     if stale:

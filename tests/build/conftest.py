@@ -8,6 +8,8 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,20 +46,72 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class Registry:
+    """A loopback registry that wants a login, and a docker config directory logged in to it."""
+
+    host: str
+    user: str
+    password: str
+    config: Path          # DOCKER_CONFIG with the login (the CLI's credential store)
+
+    def env(self, logged_in: bool = True, anonymous_config: Path | None = None) -> dict[str, str]:
+        """The environment of a build.py run: with the stored login, or with an empty config."""
+        return {**os.environ, "DOCKER_CONFIG": str(self.config if logged_in else anonymous_config)}
+
+    def status(self, repo: str, tag: str) -> int:
+        """HTTP status of HEAD /v2/REPO/manifests/TAG, asked with the registry's credentials."""
+        import base64
+        import urllib.error
+        import urllib.request
+
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json",
+                                              "Authorization": f"Basic {auth}"})
+        try:
+            return urllib.request.urlopen(req, timeout=10).status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def tags(self, repo: str) -> list[str]:
+        import base64
+        import urllib.request
+
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/tags/list", headers={"Authorization": f"Basic {auth}"})
+        return json.load(urllib.request.urlopen(req, timeout=10))["tags"]
+
+
+def _htpasswd_line(user: str, password: str) -> str:
+    """user:bcrypt(password), what distribution's htpasswd auth reads (glibc's libxcrypt does bcrypt)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n"
+
+
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory, docker) -> str:
-    """A real registry (Debian's docker-registry, distribution v2) on 127.0.0.1, for this session."""
+def registry(tmp_path_factory, docker) -> Registry:
+    """A real registry (Debian's docker-registry, distribution v2) on 127.0.0.1 WITH htpasswd
+    authentication, as GHCR/ACR/ECR are: every anonymous request gets 401. The session logs in
+    with `docker login` into a DOCKER_CONFIG of its own (never the user's)."""
     exe = shutil.which("docker-registry")
     if not exe:
         pytest.skip("docker-registry is not installed (scripts/setup.sh installs it)")
     d = tmp_path_factory.mktemp("registry")
     port = _free_port()
+    user, password = "trainbase-ci", uuid.uuid4().hex
+    (d / "htpasswd").write_text(_htpasswd_line(user, password))
     cfg = d / "config.yml"
     cfg.write_text(
         "version: 0.1\n"
         "log: {level: warn}\n"
         f"storage: {{filesystem: {{rootdirectory: {d / 'data'}}}, delete: {{enabled: false}}}}\n"
         f"http: {{addr: '127.0.0.1:{port}'}}\n"
+        f"auth: {{htpasswd: {{realm: trainbase-test, path: {d / 'htpasswd'}}}}}\n"
     )
     proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=open(d / "registry.log", "w"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -69,6 +123,12 @@ def registry(tmp_path_factory, docker) -> str:
             if proc.poll() is not None:
                 pytest.fail(f"docker-registry exited: {(d / 'registry.log').read_text()[-500:]}")
             time.sleep(0.2)
-    yield f"127.0.0.1:{port}"
+    host = f"127.0.0.1:{port}"
+    config = d / "docker-config"
+    config.mkdir()
+    login = subprocess.run([docker, "--config", str(config), "login", host, "-u", user, "--password-stdin"],
+                           input=password, capture_output=True, text=True, timeout=60)
+    assert login.returncode == 0, f"docker login {host} failed: {login.stderr.strip()}"
+    yield Registry(host=host, user=user, password=password, config=config)
     proc.terminate()
     proc.wait(timeout=10)

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 
 import pytest
@@ -24,9 +23,9 @@ def _docker(docker, *args, check=False):
     return subprocess.run([docker, *args], capture_output=True, text=True, check=check)
 
 
-def _build(cwd, *args, timeout=3600):
+def _build(cwd, *args, timeout=3600, env=None):
     return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docker):
@@ -97,7 +96,7 @@ def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docke
     good = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
     report = scratch / "report.json"
     r = _build(scratch, "--select", f"name={bad},{child},{good}", "--report", str(report),
-               "--push", "--registry", f"{registry}/trainbase")
+               "--push", "--registry", f"{registry.host}/trainbase", env=registry.env())
     assert r.returncode == 1, r.stdout + r.stderr
     rep = {c["name"]: c for c in json.loads(report.read_text())["cells"]}
     assert rep[bad]["status"] == "failed" and "sha256 mismatch" in rep[bad]["reason"]
@@ -106,26 +105,65 @@ def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docke
     # nothing half-tagged locally, nothing published for the failed cell or its child
     assert _docker(docker, "image", "inspect", cells[bad]["image"]).returncode != 0
     for name, state in ((bad, 404), (child, 404), (good, 200)):
-        tag = cells[name]["tag"]
-        req = urllib.request.Request(f"http://{registry}/v2/trainbase/{name}/manifests/{tag}", method="HEAD",
-                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
-        try:
-            code = urllib.request.urlopen(req, timeout=10).status
-        except urllib.error.HTTPError as e:
-            code = e.code
-        assert code == state, (name, code)
+        assert registry.status(f"trainbase/{name}", cells[name]["tag"]) == state, name
+
+
+def _base_cell(build_report):
+    return next(c for c in build_report["cells"] if c["selected"] and c["parent"] is None)
+
+
+def test_anonymous_existence_check_is_an_auth_error(registry, docker, build_report, tmp_path):
+    """Without a login the registry answers 401, as GHCR/ACR/ECR do: that is an error that says
+    how to log in, exit 1, and nothing is pushed -- never "unknown" and a silent skip."""
+    c = _base_cell(build_report)
+    anonymous = tmp_path / "docker-config"
+    anonymous.mkdir()
+    r = _build(ROOT, "--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase",
+               "--report", str(tmp_path / "r.json"), env=registry.env(logged_in=False, anonymous_config=anonymous))
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert f"registry {registry.host} refused to say whether" in out and f"docker login {registry.host}" in out, out
+    assert json.loads((tmp_path / "r.json").read_text())["publish_error"]
+    assert registry.status(f"trainbase/{c['name']}", c["tag"]) == 404
 
 
 def test_push_is_immutable_and_alias_follows(registry, docker, build_report):
-    c = next(c for c in build_report["cells"] if c["selected"] and c["parent"] is None)
-    args = ["--select", f"name={c['name']}", "--push", "--registry", f"{registry}/trainbase", "--report", "/dev/null"]
-    first = _build(ROOT, *args)
+    """Logged in (`docker login`, the CLI's credential store): the immutable tag and the alias
+    are pushed; a second push leaves the immutable tag alone."""
+    c = _base_cell(build_report)
+    args = ["--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase", "--report", "/dev/null"]
+    first = _build(ROOT, *args, env=registry.env())
     assert first.returncode == 0, first.stdout + first.stderr
-    second = _build(ROOT, *args)
-    assert second.returncode == 0
+    assert f"pushed {registry.host}/trainbase/{c['name']}:{c['tag']} sha256:" in first.stdout
+    digest = registry.status(f"trainbase/{c['name']}", c["tag"])
+    second = _build(ROOT, *args, env=registry.env())
+    assert second.returncode == 0, second.stdout + second.stderr
     assert "already published (immutable; left as is)" in second.stdout
-    tags = json.load(urllib.request.urlopen(f"http://{registry}/v2/trainbase/{c['name']}/tags/list", timeout=10))["tags"]
-    assert sorted(tags) == sorted([c["tag"], "latest"])
+    assert sorted(registry.tags(f"trainbase/{c['name']}")) == sorted([c["tag"], "latest"]) and digest == 200
+
+
+def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, docker, build_report, tmp_path):
+    """What a CI fan-out job does for the parent it builds FROM: the engine does not have the
+    recipe's tag, the registry does (pushed above): it is pulled with the stored login, not
+    rebuilt."""
+    c = _base_cell(build_report)
+    if registry.status(f"trainbase/{c['name']}", c["tag"]) != 200:
+        pushed = _build(ROOT, "--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase",
+                        "--report", "/dev/null", env=registry.env())
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    remote = f"{registry.host}/trainbase/{c['name']}:{c['tag']}"
+    _docker(docker, "rmi", remote)
+    assert _docker(docker, "rmi", c["image"]).returncode == 0      # the alias keeps the layers
+    try:
+        r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",
+                   "--report", str(tmp_path / "r.json"), env=registry.env())
+        assert r.returncode == 0, r.stdout + r.stderr
+        cell = next(x for x in json.loads((tmp_path / "r.json").read_text())["cells"] if x["name"] == c["name"])
+        assert cell["status"] == "cached" and cell["reason"] == f"pulled {remote} (same recipe)", cell
+        assert _docker(docker, "image", "inspect", c["image"]).returncode == 0
+    finally:
+        if _docker(docker, "image", "inspect", c["image"]).returncode != 0:
+            _docker(docker, "tag", c["alias"], c["image"])
 
 
 def test_push_without_a_registry_argument_is_bad_input(scratch):

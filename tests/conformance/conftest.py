@@ -28,10 +28,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from trainbase import conformance as tc  # noqa: E402
+from trainbase.states import usable_images  # noqa: E402
 
 PROBES = Path(__file__).resolve().parent / "probes"
 PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
-BUILT_STATES = ("built", "cached")
 _RESULTS = pytest.StashKey[tc.Results]()
 _CAPS = pytest.StashKey[tc.HostCaps]()
 _IMAGE_FACTS = pytest.StashKey[dict]()
@@ -55,10 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _image_refs(config: pytest.Config) -> list[str]:
     refs: list[str] = list(config.getoption("--image") or [])
     for path in config.getoption("--report") or []:
-        data = json.loads(Path(path).read_text())
-        for cell in data.get("cells", []):
-            if cell.get("status") in BUILT_STATES and cell.get("image"):
-                refs.append(cell["image"])
+        refs += usable_images(path)
     seen: list[str] = []
     for r in refs:
         if r not in seen:

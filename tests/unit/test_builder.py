@@ -1,16 +1,15 @@
 """The build scheduler without an engine: dependency order, parallelism, failure isolation,
-refusals, the plan, and the registry rules (against a fake registry on loopback)."""
-import http.server
+refusals, the plan, and how registry answers are read (present, absent, or an error)."""
 import io
 import re
-import threading
 import time
 
 import pytest
 
-from trainbase import builder, engine, publish, render
+from trainbase import builder, engine, registry, render
 from trainbase.errors import TrainbaseError
 from trainbase.matrix import load, parse_selects
+from trainbase.states import JobState
 
 from .conftest import ROOT
 
@@ -31,7 +30,7 @@ def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
         job.started = time.monotonic()
         time.sleep(0.05)
         job.ended = time.monotonic()
-        job.status, job.reason = ("failed", "boom") if job.name in fail else ("built", None)
+        job.status, job.reason = (JobState.FAILED, "boom") if job.name in fail else (JobState.BUILT, None)
         log.append(("end", job.name, time.monotonic()))
 
     monkeypatch.setattr(engine, "engine_available", lambda timeout=5: True)
@@ -173,28 +172,44 @@ def test_failure_reason_picks_the_telling_line(tail, expected):
 @pytest.mark.parametrize("bad", ["127.0.0.1:5000", "/trainbase", "host:5000/Upper"])
 def test_registry_argument_is_checked(bad):
     with pytest.raises(TrainbaseError, match="HOST"):
-        publish.split_registry(bad)
+        registry.split_registry(bad)
 
 
-class _Registry(http.server.BaseHTTPRequestHandler):
-    present = {"/v2/trainbase/a/manifests/r1"}
+class _FakeApi:
+    """What the engine answers for inspect_distribution, as the docker SDK raises it."""
 
-    def do_HEAD(self):
-        self.send_response(200 if self.path in self.present else (401 if "secret" in self.path else 404))
-        self.end_headers()
+    def __init__(self, answers):
+        self.answers = answers
 
-    def log_message(self, *a):
-        pass
+    def inspect_distribution(self, ref):
+        status, text = self.answers[ref]
+        if status == 200:
+            return {"Descriptor": {"digest": "sha256:" + "0" * 64}}
+        import docker
+
+        raise docker.errors.APIError(text, response=type("R", (), {"status_code": status, "reason": text})(),
+                                     explanation=text)
 
 
-def test_remote_tag_states_against_a_fake_registry():
-    srv = http.server.HTTPServer(("127.0.0.1", 0), _Registry)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    host = f"127.0.0.1:{srv.server_address[1]}"
-    try:
-        assert publish.remote_tag(host, "trainbase/a", "r1") == "present"
-        assert publish.remote_tag(host, "trainbase/a", "r2") == "absent"
-        assert publish.remote_tag(host, "trainbase/secret", "r1").startswith("unknown: HTTP 401")
-    finally:
-        srv.shutdown()
-    assert publish.remote_tag("127.0.0.1:9", "x/y", "z").startswith("unknown:")
+@pytest.mark.parametrize("status, text, expected", [
+    (200, "", "present"),
+    (404, "manifest unknown: manifest unknown", "absent"),
+    # what the engine says for an anonymous request to a registry that wants a login (seen
+    # against distribution with htpasswd), for wrong credentials, and for a read-only token
+    (500, 'Head "https://ghcr.io/v2/o/x/manifests/r1": no basic auth credentials', registry.RegistryAuthError),
+    (401, "unauthorized: authentication required", registry.RegistryAuthError),
+    (403, "denied: permission_denied: write_package", registry.RegistryAuthError),
+    (500, 'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io: no such host', registry.RegistryError),
+])
+def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypatch, status, text, expected):
+    ref = "ghcr.io/o/x:r1"
+    monkeypatch.setattr(registry, "_client", lambda: type("C", (), {"api": _FakeApi({ref: (status, text)})})())
+    if isinstance(expected, str):
+        assert registry.tag_state("ghcr.io", "o/x", "r1") == expected
+        return
+    with pytest.raises(expected) as e:
+        registry.tag_state("ghcr.io", "o/x", "r1")
+    if expected is registry.RegistryAuthError:
+        assert "docker login ghcr.io" in str(e.value) and "write:packages" in str(e.value)
+    else:
+        assert not isinstance(e.value, registry.RegistryAuthError) and "could not say whether" in str(e.value)

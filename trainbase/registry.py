@@ -1,0 +1,107 @@
+"""Registry access WITH the user's credentials: existence checks, pushes and pulls go through
+the engine (the docker SDK), which authenticates with what `docker login` stored (the CLI's
+config.json or its credential helper; DOCKER_CONFIG is honoured). GHCR, ACR and ECR answer
+every anonymous request with 401: a check that read that as "unknown" pushed nothing and
+pulled no parent in CI. Here 401/403 are errors that say how to log in; a registry that cannot
+be reached is an error too. Nothing is ever guessed."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from .errors import TrainbaseError
+
+# How the engine words a refused request (distribution and the engine's own token client).
+_AUTH = re.compile(r"(?i)(unauthorized|authentication required|no basic auth credentials|denied|forbidden|"
+                   r"incorrect username or password|401|403)")
+_ABSENT = re.compile(r"(?i)(manifest unknown|not found|no such manifest|name unknown)")
+
+
+class RegistryError(TrainbaseError):
+    """The registry could not answer (unreachable, or a server error)."""
+
+    code = 1
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused these credentials (or their absence)."""
+
+
+def split_registry(registry: str) -> tuple[str, str]:
+    """`HOST[:PORT]/NAMESPACE` -> (host, namespace)."""
+    host, sep, ns = registry.partition("/")
+    if not sep or not host or not ns or not re.fullmatch(r"[a-z0-9]+([._/-][a-z0-9]+)*", ns):
+        raise TrainbaseError(f"--registry {registry!r}: expected HOST[:PORT]/NAMESPACE (e.g. 127.0.0.1:5000/trainbase)")
+    return host, ns
+
+
+def login_hint(host: str) -> str:
+    if host == "ghcr.io":
+        return "`echo $GITHUB_TOKEN | docker login ghcr.io -u USER --password-stdin` (a token with write:packages)"
+    if host.endswith(".azurecr.io"):
+        return f"`az acr login --name {host.split('.')[0]}`"
+    if ".ecr." in host and host.endswith(".amazonaws.com"):
+        return f"`aws ecr get-login-password | docker login --username AWS --password-stdin {host}`"
+    return f"`docker login {host}`"
+
+
+def _client():
+    import docker  # the pinned SDK; imported here so that commands without a registry never need an engine
+
+    return docker.from_env(timeout=120)
+
+
+def _classify(host: str, what: str, message: str) -> RegistryError:
+    message = " ".join(str(message).split())[:300]
+    if _AUTH.search(message):
+        return RegistryAuthError(f"registry {host} refused to {what} ({message}): log in first with "
+                                 f"{login_hint(host)}; trainbase uses the credentials `docker login` stored")
+    return RegistryError(f"registry {host} could not {what}: {message}")
+
+
+def tag_state(host: str, repo: str, tag: str) -> Literal["present", "absent"]:
+    """Whether HOST/REPO:TAG exists, asked with the stored credentials. Raises RegistryAuthError
+    on 401/403 and RegistryError when the registry cannot say: never a third answer."""
+    import docker
+
+    ref = f"{host}/{repo}:{tag}"
+    try:
+        _client().api.inspect_distribution(ref)
+        return "present"
+    except docker.errors.APIError as e:
+        text = f"{e.status_code} {e.explanation or e}"
+        if _ABSENT.search(text) and not _AUTH.search(text):
+            return "absent"
+        raise _classify(host, f"say whether {ref} exists", text) from None
+    except docker.errors.DockerException as e:
+        raise RegistryError(f"no engine to ask registry {host} about {ref}: {e}") from None
+
+
+def push(host: str, ref: str) -> str:
+    """Push ``ref`` (already tagged locally); its digest. Raises RegistryError/RegistryAuthError."""
+    import docker
+
+    repo, _, tag = ref.rpartition(":")
+    digest = ""
+    try:
+        for line in _client().images.push(repo, tag=tag, stream=True, decode=True):
+            if "error" in line or "errorDetail" in line:
+                raise _classify(host, f"accept {ref}", (line.get("errorDetail") or {}).get("message") or line.get("error"))
+            digest = (line.get("aux") or {}).get("Digest", digest)
+    except docker.errors.APIError as e:
+        raise _classify(host, f"accept {ref}", f"{e.status_code} {e.explanation or e}") from None
+    if not digest:
+        raise RegistryError(f"registry {host}: pushing {ref} reported no digest")
+    return digest
+
+
+def pull(host: str, ref: str) -> None:
+    """Pull ``ref`` with the stored credentials. Raises RegistryError/RegistryAuthError."""
+    import docker
+
+    repo, _, tag = ref.rpartition(":")
+    try:
+        _client().images.pull(repo, tag=tag)
+    except docker.errors.APIError as e:
+        raise _classify(host, f"serve {ref}", f"{e.status_code} {e.explanation or e}") from None
