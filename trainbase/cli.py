@@ -225,7 +225,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import builder, registry
+    from . import executor, registry, report
 
     if args.push:
         registry.split_registry(args.registry or "")
@@ -237,7 +237,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         for p in stale[:10]:
             print(f"  {p}", file=sys.stderr)
         return 2
-    opts = builder.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
+    opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
                            dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
                            min_free_gb=args.min_free_gb)
@@ -246,13 +246,13 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         opts.push = False
     if args.test and not args.report:
         args.report = str(root / "reports" / "build.json")
-    b = builder.Builder(m, rendered, selected, opts, root)
+    b = executor.Executor(m, rendered, selected, opts, root)
     code = b.run()
     if args.dry_run:
         return code
-    builder.summary(b)
+    report.summary(b)
     if args.report:
-        builder.write_report(b, args.report)
+        report.write_report(b, args.report)
         print(f"report: {args.report}")
     if args.test and code != 130:
         import subprocess
@@ -263,9 +263,9 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         code = code or (1 if tested.returncode else 0)
         if args.push and code == 0:
             opts.push, opts.dry_run = True, False
-            b2 = builder.Builder(m, rendered, selected, opts, root)
+            b2 = executor.Executor(m, rendered, selected, opts, root)
             code = b2.run()
-            builder.summary(b2)
+            report.summary(b2)
         elif args.push:
             print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
     return code

@@ -32,6 +32,7 @@ class Rendered:
     files: dict[str, str]          # repo-relative path -> content
     recipe: str                    # sha256 over everything the build reads: the immutable tag's source
     context: ctxmod.CellContext
+    os_stage: str | None = None    # digest of a base cell's first (os/ib) stage: equal digests share its layers
 
     @property
     def dockerfile(self) -> str:
@@ -109,7 +110,11 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             h.update(f"{rel}\n{_file_digest(root, rel)}\n".encode())
         if parent:
             h.update(f"parent {parent.recipe}\n".encode())
-        r = Rendered(cell=cell, files=files, recipe=h.hexdigest(), context=cc)
+        os_stage = None
+        if not cell.parent:
+            stage = env.get_template("os-stage.Dockerfile.j2").render(**data)
+            os_stage = hashlib.sha256(stage.encode()).hexdigest()
+        r = Rendered(cell=cell, files=files, recipe=h.hexdigest(), context=cc, os_stage=os_stage)
         out[cell.name] = r
         return r
 

@@ -1,16 +1,14 @@
-"""`build.py --matrix`: build the selected cells through the Docker engine.
+"""`build.py --matrix`: run a build plan through the Docker engine.
 
-A plan is a dependency graph: framework cells are built FROM their parent cell's immutable
-tag, so parents are built first (and once); cells that share a stage prefix share its
-layers through BuildKit's cache. Builds run in parallel (-j), each writes its own log, and
-an image is tagged only when its build completed (`docker build -t` tags at the very end),
-so an interrupted or failed build leaves no tag behind.
+The plan (plan.py) says what to build and in which order; this module runs it: base images
+first (pulled, or bootstrapped where no registry answers), then `docker build` per job, in
+parallel up to -j, each job's output in its own log, a parent's failure skipping its children,
+Ctrl-C / SIGTERM stopping every build. An image is tagged only when its build completed
+(`docker build -t` tags at the very end), so an interrupted or failed build leaves no tag.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -20,57 +18,19 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import engine, publish, registry
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
-from .render import Rendered
+from .plan import Job, Plan
+from .progress import Progress
 from .publish import ALIAS
+from .render import Rendered
 from .states import JobState
 
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
-
-
-
-@dataclass
-class Job:
-    rendered: Rendered
-    image: str                          # namespace/name:immutable-tag
-    selected: bool                      # False: built only because a selected cell needs it
-    status: JobState = JobState.QUEUED
-    reason: str | None = None
-    started: float | None = None
-    ended: float | None = None
-    log: str | None = None
-    size: int | None = None
-    image_id: str | None = None
-    last_line: str = ""
-    pushed: list[str] = field(default_factory=list)
-    repo_digest: str | None = None
-
-    @property
-    def cell(self) -> Cell:
-        return self.rendered.cell
-
-    @property
-    def name(self) -> str:
-        return self.cell.name
-
-    @property
-    def tag(self) -> str:
-        return self.rendered.tag
-
-    @property
-    def parent(self) -> str | None:
-        return self.cell.parent
-
-    @property
-    def duration(self) -> float | None:
-        if self.started is None:
-            return None
-        return (self.ended or time.monotonic()) - self.started
 
 
 @dataclass
@@ -99,28 +59,13 @@ def _ca_bundle(value: str | None) -> str | None:
     return value
 
 
-class Builder:
+class Executor:
     def __init__(self, m: Matrix, rendered: dict[str, Rendered], selected: list[Cell], opts: Options, root: Path,
                  out=None):
         self.m, self.rendered, self.opts, self.root = m, rendered, opts, root
         self.out = out or sys.stdout
-        ns = m.spec.naming.namespace
-        names = {c.name for c in selected}
-        order: list[str] = []
-
-        def visit(name: str) -> None:
-            if name in order:
-                return
-            parent = rendered[name].cell.parent
-            if parent:
-                visit(parent)
-            order.append(name)
-
-        for c in selected:
-            visit(c.name)
-        self.jobs: dict[str, Job] = {
-            n: Job(rendered=rendered[n], image=f"{ns}/{n}:{rendered[n].tag}", selected=n in names) for n in order
-        }
+        self.plan = Plan(m, rendered, selected)
+        self.jobs: dict[str, Job] = self.plan.jobs
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
         self.interrupted = False
@@ -128,38 +73,20 @@ class Builder:
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
 
-    # -- plan -----------------------------------------------------------------------------
-    def children(self, name: str) -> list[Job]:
-        return [j for j in self.jobs.values() if j.cell.parent == name]
-
-    def stage_groups(self) -> dict[str, list[str]]:
-        """Base cells whose first stage (OS, compilers, IB userspace) is byte-identical:
-        BuildKit builds those layers once and every cell of the group reuses them."""
-        groups: dict[str, list[str]] = {}
-        for j in self.jobs.values():
-            if j.cell.parent:
-                continue
-            text = j.rendered.files[j.rendered.dockerfile]
-            head = text.split("\n# ---- stage", 2)
-            key = hashlib.sha256((head[1] if len(head) > 1 else text).encode()).hexdigest()[:8]
-            groups.setdefault(key, []).append(j.name)
-        return groups
-
     def preflight(self) -> None:
-        """Mark what needs no build (cached) or cannot be built (refused), before starting."""
-        for j in self.jobs.values():
-            pending = [a for a in j.rendered.context.artifacts if self.m.spec.artifacts[a].pending]
-            if pending:
-                a = self.m.spec.artifacts[pending[0]]
-                j.status, j.reason = JobState.REFUSED, (f"artifact {pending[0]} has no verified sha256 "
-                                                 f"({' '.join(a.pending_reason.split())})")
-            elif not self.opts.no_cache and not self.opts.dry_run and engine.image_exists(j.image):
-                j.status, j.reason = JobState.CACHED, "this recipe's immutable tag is already in the engine"
-            elif self.opts.dry_run and engine.engine_available(timeout=3) and engine.image_exists(j.image):
-                j.status, j.reason = JobState.CACHED, "this recipe's immutable tag is already in the engine"
-            elif self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
-                self._pull_from_registry(j)
-        self._propagate()
+        """Mark what needs no build (cached, or pulled from --registry) and what cannot be
+        built (refused), before starting anything."""
+        self.plan.refuse_unverified()
+        if not self.opts.no_cache:
+            if not self.opts.dry_run:
+                self.plan.mark_cached(engine.image_exists)
+            elif engine.engine_available(timeout=3):
+                self.plan.mark_cached(engine.image_exists)
+        if self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
+            for j in self.jobs.values():
+                if j.status == JobState.QUEUED:
+                    self._pull_from_registry(j)
+        self.plan.propagate()
 
     def _pull_from_registry(self, j: Job) -> None:
         """The same recipe already published (e.g. by another CI runner): pull it instead of
@@ -172,39 +99,6 @@ class Builder:
         registry.pull(host, remote)
         if subprocess.run([engine.docker_cli(), "tag", remote, j.image]).returncode == 0:
             j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
-
-    def _propagate(self) -> None:
-        changed = True
-        while changed:
-            changed = False
-            for j in self.jobs.values():
-                p = self.jobs.get(j.cell.parent) if j.cell.parent else None
-                if j.status == JobState.QUEUED and p is not None and p.status.bad:
-                    j.status, j.reason = JobState.SKIPPED, f"its parent {p.name} {p.status}"
-                    j.ended = j.ended or time.monotonic()
-                    changed = True
-
-    def print_plan(self) -> None:
-        w = self.out.write
-        w(f"plan: {len(self.jobs)} image(s), {sum(j.selected for j in self.jobs.values())} selected, "
-          f"-j {self.opts.jobs}\n")
-        level: dict[str, int] = {}
-        for n, j in self.jobs.items():
-            level[n] = level[j.cell.parent] + 1 if j.cell.parent in level else 0
-        for lv in sorted(set(level.values())):
-            w(f"  step {lv + 1}:\n")
-            for n in [n for n in self.jobs if level[n] == lv]:
-                j = self.jobs[n]
-                what = {JobState.QUEUED: "build", JobState.CACHED: "cached", JobState.REFUSED: "REFUSED",
-                        JobState.SKIPPED: "skip"}.get(j.status, str(j.status))
-                extra = f"  FROM {j.cell.parent}" if j.cell.parent else ""
-                dep = "" if j.selected else "  (needed by a selected cell)"
-                w(f"    {what:<8} {j.image}{extra}{dep}\n")
-                if j.reason and j.status != JobState.CACHED:
-                    w(f"             {j.reason}\n")
-        groups = [g for g in self.stage_groups().values() if len(g) > 1]
-        for g in groups:
-            w(f"  shared os/ib stage (built once): {', '.join(g)}\n")
 
     # -- base images --------------------------------------------------------------------------
     def ensure_bases(self) -> None:
@@ -222,7 +116,7 @@ class Builder:
                 for j in jobs:
                     j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
                     j.ended = time.monotonic()
-        self._propagate()
+        self.plan.propagate()
 
     def check_space(self) -> None:
         todo = [j for j in self.jobs.values() if j.status == JobState.QUEUED]
@@ -305,7 +199,7 @@ class Builder:
     def run(self) -> int:
         self.preflight()
         if self.opts.dry_run:
-            self.print_plan()
+            self.plan.describe(self.out, self.opts.jobs)
             return 0
         if not engine.engine_available():
             raise TrainbaseError("no Docker engine answers"
@@ -324,13 +218,11 @@ class Builder:
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:
             while True:
-                for j in self.jobs.values():
-                    if j.status != JobState.QUEUED or len(running) >= self.opts.jobs:
-                        continue
-                    p = self.jobs.get(j.cell.parent) if j.cell.parent else None
-                    if p is None or p.status.usable:
-                        j.status = JobState.STARTING
-                        running[pool.submit(self.build_one, j)] = j
+                for j in self.plan.ready():
+                    if len(running) >= self.opts.jobs:
+                        break
+                    j.status = JobState.STARTING
+                    running[pool.submit(self.build_one, j)] = j
                 if not running:
                     break
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -340,7 +232,7 @@ class Builder:
                         job.status, job.reason = JobState.FAILED, f"internal error: {f.exception()}"
                         job.ended = time.monotonic()
                     progress.event(job)
-                self._propagate()
+                self.plan.propagate()
                 progress.tick()
         except KeyboardInterrupt:
             self.stop()
@@ -392,49 +284,6 @@ class Builder:
             self.out.write(f"publish: STOPPED: {e}\n")
 
     # -- report --------------------------------------------------------------------------------
-    def report(self) -> dict:
-        engine_version = ""
-        try:
-            engine_version = subprocess.run([engine.docker_cli(), "version", "--format", "{{.Server.Version}}"],
-                                            capture_output=True, text=True, timeout=10).stdout.strip()
-        except Exception:
-            pass
-        counts: dict[str, int] = {}
-        for j in self.jobs.values():
-            counts[j.status] = counts.get(j.status, 0) + 1
-        return {
-            "schema": 1,
-            "run_id": self.run_id,
-            "engine": {"docker_host": os.environ.get("DOCKER_HOST", ""), "server_version": engine_version},
-            "namespace": self.m.spec.naming.namespace,
-            "registry": self.opts.registry if self.opts.push else None,
-            "publish_error": self.publish_error,
-            "counts": counts,
-            "cells": [
-                {
-                    "name": j.name,
-                    "selected": j.selected,
-                    "image": j.image,
-                    "tag": j.tag,
-                    "alias": j.image.rsplit(":", 1)[0] + ":" + ALIAS,
-                    "recipe": j.rendered.recipe,
-                    "parent": j.cell.parent,
-                    "axes": j.cell.axes,
-                    "status": j.status,
-                    "reason": j.reason,
-                    "duration_s": round(j.duration, 1) if j.duration is not None else None,
-                    "size_bytes": j.size,
-                    "image_id": j.image_id,
-                    "pushed": j.pushed,
-                    "repo_digest": j.repo_digest,
-                    "log": j.log,
-                    "manifest": j.rendered.context.manifest,
-                }
-                for j in self.jobs.values()
-            ],
-        }
-
-
 def _docker_root() -> str | None:
     try:
         r = subprocess.run([engine.docker_cli(), "info", "--format", "{{.DockerRootDir}}"],
@@ -442,6 +291,8 @@ def _docker_root() -> str | None:
         return r.stdout.strip() or None
     except Exception:
         return None
+
+
 
 
 _ERROR_LINE = re.compile(r"(?i)(error|failed|no space left|denied|not found|mismatch|refusing|assert)")
@@ -461,91 +312,3 @@ def _failure_reason(tail: list[str], rc: int) -> str:
     return f"docker build exited {rc}" + (f": {tail[-1][:200]}" if tail else "")
 
 
-class Progress:
-    """Live progress: a rich table on a terminal, one line per event (plus a heartbeat) in CI."""
-
-    HEARTBEAT = 60.0
-
-    def __init__(self, b: Builder):
-        self.b = b
-        self.live = None
-        self.t0 = time.monotonic()
-        self.last_beat = self.t0
-        self.tty = b.out.isatty() if hasattr(b.out, "isatty") else False
-
-    def _table(self):
-        from rich.table import Table
-
-        t = Table(title=f"trainbase build ({_fmt(time.monotonic() - self.t0)})", expand=False)
-        for col in ("cell", "status", "time", "last log line"):
-            t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=70 if col != "time" else 8)
-        for j in self.b.jobs.values():
-            t.add_row(j.name, j.status, _fmt(j.duration) if j.duration else "",
-                      j.last_line if j.status == JobState.BUILDING else (j.reason or ""))
-        return t
-
-    def start(self) -> None:
-        counts = {}
-        for j in self.b.jobs.values():
-            counts[j.status] = counts.get(j.status, 0) + 1
-        self.b.out.write("build: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
-        if self.tty:
-            from rich.live import Live
-
-            self.live = Live(self._table(), refresh_per_second=2, transient=False)
-            self.live.start()
-
-    def tick(self) -> None:
-        if self.live:
-            self.live.update(self._table())
-        elif time.monotonic() - self.last_beat > self.HEARTBEAT:
-            self.last_beat = time.monotonic()
-            for j in self.b.jobs.values():
-                if j.status == JobState.BUILDING:
-                    self.b.out.write(f"  ... {j.name}: building {_fmt(j.duration)} | {j.last_line[:100]}\n")
-            self.b.out.flush()
-
-    def event(self, j: Job) -> None:
-        if not self.live:
-            done = sum(not x.status.pending for x in self.b.jobs.values())
-            why = f" ({j.reason})" if j.reason and j.status != JobState.BUILT else ""
-            self.b.out.write(f"[{done}/{len(self.b.jobs)}] {j.name}: {j.status} in {_fmt(j.duration)}{why}\n")
-            self.b.out.flush()
-
-    def stop(self) -> None:
-        if self.live:
-            self.live.update(self._table())
-            self.live.stop()
-
-
-def _fmt(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
-
-
-def summary(b: Builder, out=None) -> None:
-    """The table a person reads at the end: cell, tag, status, duration, size, digest."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(file=out or sys.stdout, width=200)
-    t = Table(title="trainbase build summary")
-    for col in ("cell", "tag", "status", "time", "size", "image id / digest", "reason"):
-        t.add_column(col, overflow="fold")
-    for j in b.jobs.values():
-        digest = j.repo_digest or (j.image_id[:19] if j.image_id else "")
-        size = f"{j.size / 1e9:.2f} GB" if j.size else ""
-        t.add_row(j.name + ("" if j.selected else " (dep)"), j.tag, j.status, _fmt(j.duration), size, digest,
-                  j.reason if j.status != JobState.CACHED else "")
-    console.print(t)
-    counts: dict[str, int] = {}
-    for j in b.jobs.values():
-        counts[j.status] = counts.get(j.status, 0) + 1
-    console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-
-
-def write_report(b: Builder, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(b.report(), indent=2) + "\n")

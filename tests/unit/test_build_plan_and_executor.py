@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from trainbase import builder, engine, registry, render
+from trainbase import engine, executor, plan, registry, render
+from trainbase.report import build_report
 from trainbase.errors import TrainbaseError
 from trainbase.matrix import load, parse_selects
 from trainbase.states import JobState
@@ -22,7 +23,7 @@ def m():
 def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     cells = [m.cell(n) for n in names]
     rendered = render.render_all(m, cells, root=ROOT)
-    b = builder.Builder(m, rendered, cells, builder.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
+    b = executor.Executor(m, rendered, cells, executor.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
     log: list[tuple[str, str, float]] = []
 
     def fake_build(job):
@@ -49,7 +50,9 @@ LOCAL = ["horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
 
 def test_parents_are_added_and_built_first(m, monkeypatch):
     b, log = make(m, LOCAL, monkeypatch=monkeypatch)
-    assert list(b.jobs)[:2] == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    order = list(b.jobs)
+    assert order[0] == "openmpi4.1.4-cuda12.8-cudnn9-debian12"        # what the first selected cell needs
+    assert len(order) == 5 and order.index("pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12") < order.index(LOCAL[0])
     assert not b.jobs["openmpi4.1.4-cuda12.8-cudnn9-debian12"].selected
     assert b.run() == 0
     ends = {n: t for ev, n, t in log if ev == "end"}
@@ -77,7 +80,7 @@ def test_a_failure_skips_dependents_only(m, monkeypatch):
     for child in LOCAL[:2]:
         assert st[child][0] == "skipped" and "pytorch2.9.1-openmpi4.1.4" in st[child][1]
     assert st["intelmpi2021.18-cuda12.8-cudnn9-debian12"][0] == "built"
-    report = b.report()
+    report = build_report(b)
     assert report["counts"] == {"built": 2, "failed": 1, "skipped": 2}
 
 
@@ -132,12 +135,29 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
                      out), out
 
 
-def test_stage_groups_share_the_os_stage(m, monkeypatch):
+def test_stage_groups_share_the_os_stage(m):
+    """Pure plan: base cells with the same OS, CUDA base and IB row render the same os stage."""
     names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "intelmpi2021.18-cuda12.8-cudnn9-debian12",
              "openmpi5.0.11-cuda13.0-cudnn9-debian12", "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
-    b, _ = make(m, names, monkeypatch=monkeypatch)
-    groups = sorted(sorted(g) for g in b.stage_groups().values())
+    cells = [m.cell(n) for n in names]
+    p = plan.Plan(m, render.render_all(m, cells, root=ROOT), cells)
+    groups = sorted(sorted(g) for g in p.stage_groups().values())
     assert sorted(names[:3]) in groups and ["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"] in groups
+
+
+def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m):
+    """Pure plan: graph order (graphlib), a cached predicate, and skip propagation down two levels."""
+    top = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
+    p = plan.Plan(m, render.render_all(m, [top], root=ROOT), [top])
+    assert list(p.jobs) == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+                            top.name]
+    assert p.levels() == {n: i for i, n in enumerate(p.jobs)}
+    p.mark_cached(lambda ref: ref.startswith("trainbase/openmpi4.1.4-"))
+    assert [j.status for j in p.jobs.values()] == [JobState.CACHED, JobState.QUEUED, JobState.QUEUED]
+    assert [j.name for j in p.ready()] == ["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    p.jobs["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"].status = JobState.FAILED
+    p.propagate()
+    assert p.jobs[top.name].status == JobState.SKIPPED and "pytorch2.9.1" in p.jobs[top.name].reason
 
 
 def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkeypatch, tmp_path):
@@ -145,8 +165,8 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
     ca.write_text("x")
     monkeypatch.setattr(engine, "docker_cli", lambda: "/usr/bin/docker")
     cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
-    b = builder.Builder(m, render.render_all(m, cells, root=ROOT), cells,
-                        builder.Options(ca_bundle=str(ca), network="host"), ROOT)
+    b = executor.Executor(m, render.render_all(m, cells, root=ROOT), cells,
+                        executor.Options(ca_bundle=str(ca), network="host"), ROOT)
     cmd = b.command(b.jobs[cells[0].name])
     assert ["--secret", f"id=ca_bundle,src={ca}"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
     assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "image"
@@ -156,7 +176,7 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
 
 def test_missing_ca_bundle_is_bad_input():
     with pytest.raises(TrainbaseError, match="no such file"):
-        builder._ca_bundle("/nonexistent/ca.pem")
+        executor._ca_bundle("/nonexistent/ca.pem")
 
 
 @pytest.mark.parametrize("tail, expected", [
@@ -166,7 +186,7 @@ def test_missing_ca_bundle_is_bad_input():
     ([], "docker build exited 1"),
 ])
 def test_failure_reason_picks_the_telling_line(tail, expected):
-    assert expected in builder._failure_reason(tail, 1)
+    assert expected in executor._failure_reason(tail, 1)
 
 
 @pytest.mark.parametrize("bad", ["127.0.0.1:5000", "/trainbase", "host:5000/Upper"])

@@ -1,0 +1,66 @@
+"""Live build progress: a rich table on a terminal, one line per event (plus a heartbeat)
+when the output is a log (CI)."""
+
+from __future__ import annotations
+
+import time
+
+from .report import fmt_seconds
+from .states import JobState
+
+
+class Progress:
+    """Live progress: a rich table on a terminal, one line per event (plus a heartbeat) in CI."""
+
+    HEARTBEAT = 60.0
+
+    def __init__(self, b):
+        self.b = b
+        self.live = None
+        self.t0 = time.monotonic()
+        self.last_beat = self.t0
+        self.tty = b.out.isatty() if hasattr(b.out, "isatty") else False
+
+    def _table(self):
+        from rich.table import Table
+
+        t = Table(title=f"trainbase build ({fmt_seconds(time.monotonic() - self.t0)})", expand=False)
+        for col in ("cell", "status", "time", "last log line"):
+            t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=70 if col != "time" else 8)
+        for j in self.b.jobs.values():
+            t.add_row(j.name, j.status, fmt_seconds(j.duration) if j.duration else "",
+                      j.last_line if j.status == JobState.BUILDING else (j.reason or ""))
+        return t
+
+    def start(self) -> None:
+        counts = {}
+        for j in self.b.jobs.values():
+            counts[j.status] = counts.get(j.status, 0) + 1
+        self.b.out.write("build: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
+        if self.tty:
+            from rich.live import Live
+
+            self.live = Live(self._table(), refresh_per_second=2, transient=False)
+            self.live.start()
+
+    def tick(self) -> None:
+        if self.live:
+            self.live.update(self._table())
+        elif time.monotonic() - self.last_beat > self.HEARTBEAT:
+            self.last_beat = time.monotonic()
+            for j in self.b.jobs.values():
+                if j.status == JobState.BUILDING:
+                    self.b.out.write(f"  ... {j.name}: building {fmt_seconds(j.duration)} | {j.last_line[:100]}\n")
+            self.b.out.flush()
+
+    def event(self, j) -> None:
+        if not self.live:
+            done = sum(not x.status.pending for x in self.b.jobs.values())
+            why = f" ({j.reason})" if j.reason and j.status != JobState.BUILT else ""
+            self.b.out.write(f"[{done}/{len(self.b.jobs)}] {j.name}: {j.status} in {fmt_seconds(j.duration)}{why}\n")
+            self.b.out.flush()
+
+    def stop(self) -> None:
+        if self.live:
+            self.live.update(self._table())
+            self.live.stop()
