@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainbase import engine  # noqa: E402
+from trainbase_common import engine  # noqa: E402
 
 PY = sys.executable
 COPY = ("matrix.yaml", "templates", "imagefs", "locks", "patches", "images", ".dockerignore")
@@ -67,15 +68,11 @@ def sizes(images: list[str]) -> tuple[int, int]:
     read from the engine's layer store (layerdb/<chain id>/size; needs a local engine, root)."""
     import hashlib
 
-    docker = engine.docker_cli()
-    root = subprocess.run([docker, "info", "--format", "{{.DockerRootDir}}{{\"|\"}}{{.Driver}}"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    docker_root, driver = root.split("|")
-    layerdb = Path(docker_root) / "image" / driver / "layerdb" / "sha256"
+    facts = engine.info()
+    layerdb = Path(facts.root_dir) / "image" / facts.driver / "layerdb" / "sha256"
     total, chains = 0, {}
     for ref in images:
-        info = json.loads(subprocess.run([docker, "image", "inspect", ref], capture_output=True, text=True,
-                                         check=True).stdout)[0]
+        info = engine.inspect_image(ref).raw
         total += info["Size"]
         chain = None
         for diff in info["RootFS"]["Layers"]:
@@ -97,7 +94,7 @@ def main() -> int:
     a = ap.parse_args()
     extra = ["--network", a.network] if a.network else []
     work = Path(tempfile.mkdtemp(prefix="trainbase-bench-"))
-    res: dict = {"profile": a.profile, "docker_host": engine.docker_host()}
+    res: dict = {"profile": a.profile, "docker_host": os.environ.get("DOCKER_HOST", "")}
     try:
         if not a.skip_cold:
             t, rep, out = build(ROOT, a.profile, work / "cold.json", extra)
@@ -136,7 +133,7 @@ def main() -> int:
             res["bump"]["cells"][c["name"]] = {"status": c["status"], "steps_ran": ran, "steps_cached": cached,
                                                "duration_s": c["duration_s"]}
         for c in rep.get("cells", []):   # the bumped images are not kept
-            subprocess.run([engine.docker_cli(), "rmi", c["image"]], capture_output=True)
+            engine.remove_image(c["image"])
     except _Done:
         pass
     finally:

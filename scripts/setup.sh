@@ -9,8 +9,11 @@
 #    container engine answers and no dockerd is installed);
 # 2. creates .venv in the repository with the host python3 (>= 3.11) and installs
 #    requirements-dev.txt into it;
-# 3. makes sure a container engine answers (`python -m trainbase.engine ensure`
-#    starts dockerd in the background when needed).
+# 3. makes sure a container engine answers: an engine that answers is left alone; for the
+#    default socket, dockerd is started in the background (setsid, log in
+#    /var/log/trainbase-dockerd.log) and waited for; a custom DOCKER_HOST is never replaced.
+#    This is the only place trainbase sets up the host: the Python package never installs
+#    packages or starts daemons.
 #
 # Environment: PYTHON (default python3), TRAINBASE_REQUIREMENTS (default
 # requirements-dev.txt in the repository), DOCKER_HOST (honoured; a custom one is
@@ -100,7 +103,45 @@ info "pip install -r $(basename "$REQUIREMENTS")"
 # --- 3. container engine ----------------------------------------------------
 step "container engine"
 cd "$REPO"
-"$VENV/bin/python" -m trainbase.engine ensure
-info "docker client for builds: $("$VENV/bin/python" -m trainbase.engine cli)"
+DOCKERD_LOG=/var/log/trainbase-dockerd.log
+DOCKERD_WAIT="${TRAINBASE_DOCKERD_WAIT:-60}"
+custom_host=0
+case "${DOCKER_HOST:-}" in
+  ""|unix:///var/run/docker.sock|unix:///run/docker.sock) ;;
+  *) custom_host=1 ;;
+esac
+if engine_answers; then
+  info "an engine answers${DOCKER_HOST:+ at $DOCKER_HOST} ($(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?'))"
+elif [ "$custom_host" = 1 ]; then
+  die "no engine answers at DOCKER_HOST=$DOCKER_HOST; trainbase only starts the default engine, not one behind a custom DOCKER_HOST (start it, e.g. scripts/clean-engine.sh, or unset DOCKER_HOST)"
+else
+  [ "$(id -u)" = 0 ] || die "no container engine answers and starting one needs root: run this as root, or start it yourself (sudo systemctl start docker)"
+  command -v dockerd >/dev/null 2>&1 || die "no dockerd on this host (docker.io should have been installed above)"
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+    info "dockerd (pid $pid) is running but not answering yet: waiting"
+  else
+    mkdir -p "$(dirname "$DOCKERD_LOG")"
+    offset=$(stat -c %s "$DOCKERD_LOG" 2>/dev/null || echo 0)
+    info "starting dockerd in the background (log: $DOCKERD_LOG)"
+    # setsid: the daemon outlives this shell and its terminal; DOCKER_HOST is not its business
+    env -u DOCKER_HOST setsid dockerd </dev/null >>"$DOCKERD_LOG" 2>&1 &
+    pid=$!
+  fi
+  t0=$SECONDS
+  until engine_answers; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -c +"$((${offset:-0} + 1))" "$DOCKERD_LOG" 2>/dev/null | tail -n 20 >&2
+      die "dockerd exited before answering (last lines of $DOCKERD_LOG above)"
+    fi
+    if [ $((SECONDS - t0)) -ge "$DOCKERD_WAIT" ]; then
+      tail -n 20 "$DOCKERD_LOG" >&2
+      die "dockerd (pid $pid) did not answer within ${DOCKERD_WAIT}s (last lines of $DOCKERD_LOG above)"
+    fi
+    sleep 0.5
+  done
+  info "dockerd (pid $pid) answers after $((SECONDS - t0)) s"
+fi
+info "docker client for builds: $("$VENV/bin/python" -c 'from trainbase_common import buildkit; print(buildkit.build_cli())')"
 
 step "done: activate with 'source .venv/bin/activate'"

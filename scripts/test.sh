@@ -23,11 +23,11 @@ echo "==> hadolint"
 tail -n 1 reports/hadolint.txt
 
 pytest_args=(tests/unit)
-if "$PY" -m trainbase.engine ping >/dev/null 2>&1; then
+if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engine.available() else 1)' >/dev/null 2>&1; then
   echo "==> build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
   echo "==> conformance self-test: broken variants of one real image must fail the right checks"
-  first=$("$PY" -c 'from trainbase.states import usable_images; print(usable_images("reports/build.json")[0])')
+  first=$("$PY" -c 'from trainbase_common.states import usable_images; print(usable_images("reports/build.json")[0])')
   "$PY" -m pytest tests/conformance/test_broken_variants.py --image "$first" -q \
       --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
   pytest_args+=(tests/build tests/conformance --report reports/build.json)

@@ -275,19 +275,16 @@ def prune(m: Matrix, root: Path) -> int:
     """Old recipes pile up (a CUDA framework image is 5-8 GB): remove every local
     NAMESPACE/<cell>:r<hash> that is not the current recipe of its cell."""
     import re
-    import subprocess
 
-    from . import engine
+    from trainbase_common import engine
 
     rendered = rendermod.render_all(m, root=root)
     ns = m.spec.naming.namespace
     current = {f"{ns}/{name}:{r.tag}" for name, r in rendered.items()}
-    docker = engine.docker_cli()
-    out = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}", f"{ns}/*"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = engine.list_tags(f"{ns}/*")
     stale = [ref for ref in out if re.search(r":r[0-9a-f]{12}$", ref) and ref not in current]
     for ref in stale:
-        subprocess.run([docker, "rmi", ref], capture_output=True)
+        engine.remove_image(ref)
         print(f"removed  {ref}")
     print(f"pruned {len(stale)} stale image tag(s); {len(out) - len(stale)} kept")
     return 0

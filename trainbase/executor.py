@@ -21,14 +21,16 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import engine, publish, registry
+from trainbase_common import buildkit, engine
+from trainbase_common.states import JobState
+
+from . import bootstrap, publish, registry
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS
 from .render import Rendered
-from .states import JobState
 
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -80,7 +82,7 @@ class Executor:
         if not self.opts.no_cache:
             if not self.opts.dry_run:
                 self.plan.mark_cached(engine.image_exists)
-            elif engine.engine_available(timeout=3):
+            elif engine.available():
                 self.plan.mark_cached(engine.image_exists)
         if self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
             for j in self.jobs.values():
@@ -97,8 +99,8 @@ class Executor:
             return
         remote = f"{host}/{ns}/{j.name}:{j.tag}"
         registry.pull(host, remote)
-        if subprocess.run([engine.docker_cli(), "tag", remote, j.image]).returncode == 0:
-            j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
+        engine.tag(remote, j.image)
+        j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
 
     # -- base images --------------------------------------------------------------------------
     def ensure_bases(self) -> None:
@@ -109,10 +111,10 @@ class Executor:
         for ref, jobs in bases.items():
             row = self.m.spec.os[jobs[0].cell.os]
             try:
-                engine.ensure_base_image(ref, row.bootstrap.suite if row.bootstrap else None,
-                                         row.bootstrap.mirror if row.bootstrap else engine.DEFAULT_MIRROR,
-                                         log=lambda s: self.out.write(f"base: {s}\n"))
-            except engine.EngineError as e:
+                bootstrap.ensure_base_image(ref, row.bootstrap.suite if row.bootstrap else None,
+                                            row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR,
+                                            log=lambda s: self.out.write(f"base: {s}\n"))
+            except bootstrap.BootstrapError as e:
                 for j in jobs:
                     j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
                     j.ended = time.monotonic()
@@ -130,28 +132,19 @@ class Executor:
                                  f"lower the bar with --min-free-gb)")
 
     # -- build ---------------------------------------------------------------------------------
-    def command(self, j: Job) -> list[str]:
-        cmd = [engine.docker_cli(), "build", "--progress=plain", "-f", j.rendered.dockerfile,
-               "-t", j.image,
-               "--label", f"io.trainbase.recipe={j.rendered.recipe}",
-               "--label", f"org.opencontainers.image.version={j.tag}",
-               "--build-arg", f"TRAINBASE_NAMESPACE={self.m.spec.naming.namespace}"]
-        if not j.cell.parent:
-            cmd += ["--target", "image"]
-        if self.ca:
-            cmd += ["--secret", f"id=ca_bundle,src={self.ca}"]
-        if self.opts.network:
-            cmd += ["--network", self.opts.network]
-        if self.opts.no_cache:
-            cmd += ["--no-cache"]
-        return cmd + ["."]
+    def command(self, j: Job) -> tuple[list[str], dict[str, str]]:
+        return buildkit.build_command(
+            j.rendered.dockerfile, j.image,
+            labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag},
+            build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace},
+            target=None if j.parent else "image", secrets={"ca_bundle": self.ca} if self.ca else None,
+            network=self.opts.network, no_cache=self.opts.no_cache)
 
     def build_one(self, j: Job) -> None:
         logdir = self.opts.log_dir / self.run_id
         logdir.mkdir(parents=True, exist_ok=True)
         j.log = str(logdir / f"{j.name}.log")
-        cmd = self.command(j)
-        env = dict(os.environ, DOCKER_BUILDKIT="1")
+        cmd, env = self.command(j)
         with self.lock:
             if self.interrupted:
                 j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
@@ -186,22 +179,19 @@ class Executor:
                 j.status = JobState.BUILT
         if j.status == JobState.BUILT:
             self._inspect(j)
-            subprocess.run([engine.docker_cli(), "tag", j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS],
-                           capture_output=True)
+            engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
 
     def _inspect(self, j: Job) -> None:
-        r = subprocess.run([engine.docker_cli(), "image", "inspect", "--format", "{{.Id}} {{.Size}}", j.image],
-                           capture_output=True, text=True)
-        if r.returncode == 0:
-            iid, size = r.stdout.split()
-            j.image_id, j.size = iid, int(size)
+        info = engine.inspect_image(j.image)
+        if info is not None:
+            j.image_id, j.size = info.id, info.size
 
     def run(self) -> int:
         self.preflight()
         if self.opts.dry_run:
             self.plan.describe(self.out, self.opts.jobs)
             return 0
-        if not engine.engine_available():
+        if not engine.available():
             raise TrainbaseError("no Docker engine answers"
                                  + (f" at DOCKER_HOST={os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else "")
                                  + ": run scripts/setup.sh (it starts one)")
@@ -274,11 +264,8 @@ class Executor:
 
     # -- publish --------------------------------------------------------------------------------
     def push(self) -> None:
-        def tag_local(src: str, dst: str) -> None:
-            subprocess.run([engine.docker_cli(), "tag", src, dst], check=True, capture_output=True)
-
         try:
-            publish.publish(self.jobs.values(), self.opts.registry or "", tag_local, out=self.out)
+            publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out)
         except registry.RegistryError as e:
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")
@@ -286,13 +273,9 @@ class Executor:
     # -- report --------------------------------------------------------------------------------
 def _docker_root() -> str | None:
     try:
-        r = subprocess.run([engine.docker_cli(), "info", "--format", "{{.DockerRootDir}}"],
-                           capture_output=True, text=True, timeout=10)
-        return r.stdout.strip() or None
-    except Exception:
+        return engine.info().root_dir or None
+    except engine.EngineError:
         return None
-
-
 
 
 _ERROR_LINE = re.compile(r"(?i)(error|failed|no space left|denied|not found|mismatch|refusing|assert)")

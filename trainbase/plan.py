@@ -17,7 +17,7 @@ from typing import TextIO
 
 from .matrix import Cell, Matrix
 from .render import Rendered
-from .states import JobState
+from trainbase_common.states import JobState
 
 
 @dataclass

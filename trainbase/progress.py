@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from .report import fmt_seconds
-from .states import JobState
+from trainbase_common.states import JobState
 
 
 class Progress:

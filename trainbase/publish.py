@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Protocol, TextIO
 
 from . import registry
-from .states import JobState
+from trainbase_common.states import JobState
 
 ALIAS = "latest"          # the moving alias next to each immutable tag (what Azure ML users expect)
 

@@ -1,5 +1,5 @@
 """Registry access WITH the user's credentials: existence checks, pushes and pulls go through
-the engine (the docker SDK), which authenticates with what `docker login` stored (the CLI's
+the engine (trainbase_common.engine, the docker SDK), which authenticates with what `docker login` stored (the CLI's
 config.json or its credential helper; DOCKER_CONFIG is honoured). GHCR, ACR and ECR answer
 every anonymous request with 401: a check that read that as "unknown" pushed nothing and
 pulled no parent in CI. Here 401/403 are errors that say how to log in; a registry that cannot
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from typing import Literal
+
+from trainbase_common import engine
 
 from .errors import TrainbaseError
 
@@ -46,12 +48,6 @@ def login_hint(host: str) -> str:
     return f"`docker login {host}`"
 
 
-def _client():
-    import docker  # the pinned SDK; imported here so that commands without a registry never need an engine
-
-    return docker.from_env(timeout=120)
-
-
 def _classify(host: str, what: str, message: str) -> RegistryError:
     message = " ".join(str(message).split())[:300]
     if _AUTH.search(message):
@@ -61,47 +57,32 @@ def _classify(host: str, what: str, message: str) -> RegistryError:
 
 
 def tag_state(host: str, repo: str, tag: str) -> Literal["present", "absent"]:
-    """Whether HOST/REPO:TAG exists, asked with the stored credentials. Raises RegistryAuthError
-    on 401/403 and RegistryError when the registry cannot say: never a third answer."""
-    import docker
-
+    """Whether HOST/REPO:TAG exists, asked through the engine with the stored credentials.
+    Raises RegistryAuthError on 401/403 and RegistryError when the registry cannot say:
+    never a third answer."""
     ref = f"{host}/{repo}:{tag}"
     try:
-        _client().api.inspect_distribution(ref)
+        engine.distribution_digest(ref)
         return "present"
-    except docker.errors.APIError as e:
-        text = f"{e.status_code} {e.explanation or e}"
-        if _ABSENT.search(text) and not _AUTH.search(text):
+    except engine.EngineAPIError as e:
+        if _ABSENT.search(str(e)) and not _AUTH.search(str(e)):
             return "absent"
-        raise _classify(host, f"say whether {ref} exists", text) from None
-    except docker.errors.DockerException as e:
+        raise _classify(host, f"say whether {ref} exists", str(e)) from None
+    except engine.EngineError as e:
         raise RegistryError(f"no engine to ask registry {host} about {ref}: {e}") from None
 
 
 def push(host: str, ref: str) -> str:
     """Push ``ref`` (already tagged locally); its digest. Raises RegistryError/RegistryAuthError."""
-    import docker
-
-    repo, _, tag = ref.rpartition(":")
-    digest = ""
     try:
-        for line in _client().images.push(repo, tag=tag, stream=True, decode=True):
-            if "error" in line or "errorDetail" in line:
-                raise _classify(host, f"accept {ref}", (line.get("errorDetail") or {}).get("message") or line.get("error"))
-            digest = (line.get("aux") or {}).get("Digest", digest)
-    except docker.errors.APIError as e:
-        raise _classify(host, f"accept {ref}", f"{e.status_code} {e.explanation or e}") from None
-    if not digest:
-        raise RegistryError(f"registry {host}: pushing {ref} reported no digest")
-    return digest
+        return engine.push(ref)
+    except engine.EngineError as e:
+        raise _classify(host, f"accept {ref}", str(e)) from None
 
 
 def pull(host: str, ref: str) -> None:
     """Pull ``ref`` with the stored credentials. Raises RegistryError/RegistryAuthError."""
-    import docker
-
-    repo, _, tag = ref.rpartition(":")
     try:
-        _client().images.pull(repo, tag=tag)
-    except docker.errors.APIError as e:
-        raise _classify(host, f"serve {ref}", f"{e.status_code} {e.explanation or e}") from None
+        engine.pull(ref)
+    except engine.EngineError as e:
+        raise _classify(host, f"serve {ref}", str(e)) from None

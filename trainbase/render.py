@@ -16,6 +16,8 @@ from pathlib import Path
 
 import jinja2
 
+from trainbase_common.manifest import labels as manifest_labels
+
 from . import context as ctxmod
 from . import locks as lockmod
 from .errors import TemplateError
@@ -91,7 +93,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         parent = render(m.cell(cell.parent)) if cell.parent else None
         cc = ctxmod.build(m, cell)
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
-        data = dict(cc.data, labels=ctxmod.labels(cc.manifest), namespace=m.spec.naming.namespace,
+        data = dict(cc.data, labels=manifest_labels(cc.manifest), namespace=m.spec.naming.namespace,
                     parent_tag=parent.tag if parent else None)
         try:
             text = env.get_template("Dockerfile.j2").render(**data)

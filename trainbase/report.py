@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from . import engine
+from trainbase_common import engine
+
 from .publish import ALIAS
-from .states import JobState
+from trainbase_common.states import JobState
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -23,12 +23,7 @@ def fmt_seconds(seconds: float | None) -> str:
 
 def build_report(x) -> dict:
     """The JSON report of an executor's run (schema 1): one record per job, plan order."""
-    engine_version = ""
-    try:
-        engine_version = subprocess.run([engine.docker_cli(), "version", "--format", "{{.Server.Version}}"],
-                                        capture_output=True, text=True, timeout=10).stdout.strip()
-    except Exception:
-        pass
+    engine_version = engine.server_version()
     counts: dict[str, int] = {}
     for j in x.jobs.values():
         counts[j.status] = counts.get(j.status, 0) + 1

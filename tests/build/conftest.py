@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from trainbase import engine
+from trainbase_common import buildkit, engine
 
 from ..conftest import ROOT, copy_inputs
 
 
 @pytest.fixture(scope="session")
 def docker() -> str:
-    if not engine.engine_available():
+    if not engine.available():
         pytest.skip("no Docker engine answers (scripts/setup.sh starts one)")
-    return engine.docker_cli()
+    return buildkit.build_cli()
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,8 @@ import uuid
 import pytest
 import yaml
 
+from trainbase_common import engine
+
 from .conftest import ROOT
 
 pytestmark = pytest.mark.engine
@@ -34,8 +36,8 @@ def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docke
     for c in cells:
         assert c["status"] in ("built", "cached"), (c["name"], c["status"], c["reason"])
         for ref in (c["image"], c["alias"]):
-            assert _docker(docker, "image", "inspect", ref).returncode == 0, f"{ref} missing"
-        labels = json.loads(_docker(docker, "image", "inspect", "--format", "{{json .Config.Labels}}", c["image"]).stdout)
+            assert engine.image_exists(ref), f"{ref} missing"
+        labels = engine.inspect_image(c["image"]).labels
         assert labels["io.trainbase.recipe"] == c["recipe"]
         assert labels["org.opencontainers.image.title"] == c["name"]
         assert labels["io.trainbase.nccl"] == c["manifest"]["components"]["nccl"]["version"]
@@ -103,7 +105,7 @@ def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docke
     assert rep[child]["status"] == "skipped" and bad in rep[child]["reason"]
     assert rep[good]["status"] in ("built", "cached")
     # nothing half-tagged locally, nothing published for the failed cell or its child
-    assert _docker(docker, "image", "inspect", cells[bad]["image"]).returncode != 0
+    assert not engine.image_exists(cells[bad]["image"])
     for name, state in ((bad, 404), (child, 404), (good, 200)):
         assert registry.status(f"trainbase/{name}", cells[name]["tag"]) == state, name
 
@@ -152,18 +154,18 @@ def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, d
                         "--report", "/dev/null", env=registry.env())
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     remote = f"{registry.host}/trainbase/{c['name']}:{c['tag']}"
-    _docker(docker, "rmi", remote)
-    assert _docker(docker, "rmi", c["image"]).returncode == 0      # the alias keeps the layers
+    engine.remove_image(remote)
+    assert engine.remove_image(c["image"])                       # the alias keeps the layers
     try:
         r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",
                    "--report", str(tmp_path / "r.json"), env=registry.env())
         assert r.returncode == 0, r.stdout + r.stderr
         cell = next(x for x in json.loads((tmp_path / "r.json").read_text())["cells"] if x["name"] == c["name"])
         assert cell["status"] == "cached" and cell["reason"] == f"pulled {remote} (same recipe)", cell
-        assert _docker(docker, "image", "inspect", c["image"]).returncode == 0
+        assert engine.image_exists(c["image"])
     finally:
-        if _docker(docker, "image", "inspect", c["image"]).returncode != 0:
-            _docker(docker, "tag", c["alias"], c["image"])
+        if not engine.image_exists(c["image"]):
+            engine.tag(c["alias"], c["image"])
 
 
 def test_push_without_a_registry_argument_is_bad_input(scratch):
@@ -189,7 +191,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--select", f"name={name}",
                                          "--file", str(scratch / "matrix.yaml")], capture_output=True, text=True).stdout)
     image = listing["cells"][0]["image"]
-    assert _docker(docker, "image", "inspect", image).returncode != 0
+    assert not engine.image_exists(image)
     proc = subprocess.Popen([PY, str(ROOT / "build.py"), "--matrix", "--select", f"name={name}",
                              "--file", str(scratch / "matrix.yaml"), "--log-dir", str(scratch / "logs")],
                             cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -214,6 +216,6 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "interrupted" in out
-    assert _docker(docker, "image", "inspect", image).returncode != 0
+    assert not engine.image_exists(image)
     ps = subprocess.run(["pgrep", "-f", f"docker build .*{name}"], capture_output=True, text=True)
     assert ps.stdout.strip() == "", "a docker build process survived Ctrl-C"

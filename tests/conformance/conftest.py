@@ -27,13 +27,17 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from trainbase import conformance as tc  # noqa: E402
-from trainbase.states import usable_images  # noqa: E402
+from conformance import EVIDENCE, MANIFEST_PATH, TIERS  # noqa: E402
+from conformance.containers import Container, create_network, inspect_image, remove_network, short_name  # noqa: E402
+from conformance.flavors import MpiFlavor  # noqa: E402
+from conformance.host import HostCaps, probe_host  # noqa: E402
+from conformance.results import Results  # noqa: E402
+from trainbase_common.states import usable_images  # noqa: E402
 
 PROBES = Path(__file__).resolve().parent / "probes"
 PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
-_RESULTS = pytest.StashKey[tc.Results]()
-_CAPS = pytest.StashKey[tc.HostCaps]()
+_RESULTS = pytest.StashKey[Results]()
+_CAPS = pytest.StashKey[HostCaps]()
 _IMAGE_FACTS = pytest.StashKey[dict]()
 
 
@@ -46,7 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--report", action="append", default=[], metavar="BUILD.json",
                 help="test every image with status built/cached in this build report (repeatable)")
     g.addoption("--conformance-report", default=str(ROOT / "reports" / "conformance.md"), metavar="PATH",
-                help="Markdown summary (image x check); per-image JUnit goes to PATH's stem + '-junit/'")
+                help="Markdown summary (image x check); for JUnit use pytest's --junitxml")
     g.addoption("--shm-size", default="1g", help="--shm-size for every container (default 1g)")
     g.addoption("--broken-variants", action="store_true",
                 help="also collect test_broken_variants.py (the suite's self-test) in a directory run")
@@ -64,7 +68,7 @@ def _image_refs(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_RESULTS] = tc.Results()
+    config.stash[_RESULTS] = Results()
     config.stash[_IMAGE_FACTS] = {}
 
 
@@ -81,7 +85,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     refs = _image_refs(metafunc.config)
     if refs:
-        metafunc.parametrize("image", refs, ids=[tc.short_name(r) for r in refs], scope="session")
+        metafunc.parametrize("image", refs, ids=[short_name(r) for r in refs], scope="session")
     else:
         metafunc.parametrize("image", [pytest.param(None, marks=pytest.mark.skip(
             reason="no image given: pass --image REF or --report BUILD.json"))], ids=["no-image"], scope="session")
@@ -94,14 +98,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "image" not in getattr(item, "fixturenames", ()):
             continue
-        tiers = [t for t in tc.TIERS if item.get_closest_marker(t)]
+        tiers = [t for t in TIERS if item.get_closest_marker(t)]
         if len(tiers) != 1:
             raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one tier marker "
-                                    f"({', '.join(tc.TIERS)}), found {tiers or 'none'}")
+                                    f"({', '.join(TIERS)}), found {tiers or 'none'}")
         kinds = [m.args[0] if m.args else None for m in item.iter_markers("evidence")]
-        if len(kinds) != 1 or kinds[0] not in tc.EVIDENCE:
+        if len(kinds) != 1 or kinds[0] not in EVIDENCE:
             raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one "
-                                    f"@pytest.mark.evidence(KIND), KIND in {', '.join(tc.EVIDENCE)}; found {kinds}")
+                                    f"@pytest.mark.evidence(KIND), KIND in {', '.join(EVIDENCE)}; found {kinds}")
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         config.stash[_RESULTS].evidence[(module, _check_name(item))] = kinds[0]
         if tiers[0] in ("gpu", "fabric"):
@@ -115,16 +119,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --------------------------------------------------------------------------- host and tiers
 
 @pytest.fixture(scope="session")
-def host_caps(pytestconfig: pytest.Config, record_testsuite_property) -> tc.HostCaps:
+def host_caps(pytestconfig: pytest.Config, record_testsuite_property) -> HostCaps:
     caps = _caps(pytestconfig)
     for k, v in caps.describe().items():
         record_testsuite_property(f"host.{k}", v)
     return caps
 
 
-def _caps(config: pytest.Config) -> tc.HostCaps:
+def _caps(config: pytest.Config) -> HostCaps:
     if _CAPS not in config.stash:
-        config.stash[_CAPS] = tc.probe_host(shm_size=config.getoption("--shm-size"))
+        config.stash[_CAPS] = probe_host(shm_size=config.getoption("--shm-size"))
     return config.stash[_CAPS]
 
 
@@ -139,16 +143,16 @@ class Target:
     ref: str
     inspect: dict[str, Any]
     manifest: dict[str, Any]
-    container: tc.Container
+    container: Container
     host: Any
-    caps: tc.HostCaps
-    mpi: tc.MpiFlavor | None
+    caps: HostCaps
+    mpi: MpiFlavor | None
     mpi_error: str = ""
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return self.manifest.get("name", tc.short_name(self.ref))
+        return self.manifest.get("name", short_name(self.ref))
 
     @property
     def components(self) -> dict[str, Any]:
@@ -170,7 +174,7 @@ class Target:
     def login(self, cmd: str, timeout: int = 120):
         return self.host.run(f"timeout {timeout} bash -lc {shlex.quote(cmd)}")
 
-    def need_mpi(self) -> tc.MpiFlavor:
+    def need_mpi(self) -> MpiFlavor:
         if self.mpi is None:
             pytest.fail(self.mpi_error)
         return self.mpi
@@ -186,8 +190,8 @@ def tbconf_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(ln.split("TBCONF ", 1)[1]) for ln in stdout.splitlines() if "TBCONF {" in ln]
 
 
-def _start(image: str, caps: tc.HostCaps, **kw: Any) -> tc.Container:
-    c = tc.Container.start(image, caps.run_flags(), **kw)
+def _start(image: str, caps: HostCaps, **kw: Any) -> Container:
+    c = Container.start(image, caps.run_options(), **kw)
     try:
         c.exec(f"mkdir -p {PROBE_DIR}", timeout=60)
         c.put(f"{PROBES}/.", PROBE_DIR)  # "/." copies the contents
@@ -198,20 +202,20 @@ def _start(image: str, caps: tc.HostCaps, **kw: Any) -> tc.Container:
 
 
 @pytest.fixture(scope="session")
-def target(image: str, host_caps: tc.HostCaps, pytestconfig: pytest.Config, record_testsuite_property):
+def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_testsuite_property):
     import testinfra
 
     t0 = time.monotonic()
-    inspect = tc.inspect_image(image)
+    inspect = inspect_image(image)
     container = _start(image, host_caps)
     try:
         try:
-            manifest = json.loads(container.read(tc.MANIFEST_PATH))
+            manifest = json.loads(container.read(MANIFEST_PATH))
         except FileNotFoundError as e:
             pytest.fail(f"the image carries no manifest: {e}")
         mpi, mpi_error = None, ""
         try:
-            mpi = tc.MpiFlavor.from_manifest(manifest)
+            mpi = MpiFlavor.from_manifest(manifest)
         except (KeyError, ValueError) as e:
             mpi_error = f"manifest names no MPI the suite knows: {e}"
         facts = {
@@ -220,9 +224,9 @@ def target(image: str, host_caps: tc.HostCaps, pytestconfig: pytest.Config, reco
             "manifest": manifest.get("name", "?"),
             "start_s": f"{time.monotonic() - t0:.1f}",
         }
-        pytestconfig.stash[_IMAGE_FACTS][tc.short_name(image)] = facts
+        pytestconfig.stash[_IMAGE_FACTS][short_name(image)] = facts
         for k, v in facts.items():
-            record_testsuite_property(f"image[{tc.short_name(image)}].{k}", v)
+            record_testsuite_property(f"image[{short_name(image)}].{k}", v)
         yield Target(ref=image, inspect=inspect, manifest=manifest, container=container,
                      host=testinfra.get_host("docker://" + container.cid), caps=host_caps,
                      mpi=mpi, mpi_error=mpi_error)
@@ -235,9 +239,9 @@ class Cluster:
     """Two containers of the image on a private network (hostnames ``a`` and ``b``), sshd
     started with host keys made now and a client key made for this test only."""
 
-    nodes: list[tc.Container]
+    nodes: list[Container]
     network: str
-    mpi: tc.MpiFlavor
+    mpi: MpiFlavor
     python: str
 
     @property
@@ -251,10 +255,10 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def cluster(target: Target, host_caps: tc.HostCaps):
+def cluster(target: Target, host_caps: HostCaps):
     mpi = target.need_mpi()
-    network = tc.create_network()
-    nodes: list[tc.Container] = []
+    network = create_network()
+    nodes: list[Container] = []
     try:
         for h in ("a", "b"):
             nodes.append(_start(target.ref, host_caps, hostname=h, network=network, prefix=f"tbconf-{h}"))
@@ -280,7 +284,7 @@ def cluster(target: Target, host_caps: tc.HostCaps):
     finally:
         for n in nodes:
             n.remove()
-        tc.remove_network(network)
+        remove_network(network)
 
 
 # --------------------------------------------------------------------------- results and reports
@@ -289,7 +293,7 @@ def _image_param(item: pytest.Item) -> str | None:
     cs = getattr(item, "callspec", None)
     if cs is None or "image" not in cs.params or cs.params["image"] is None:
         return None
-    return tc.short_name(cs.params["image"])
+    return short_name(cs.params["image"])
 
 
 def _check_name(item: pytest.Item) -> str:
@@ -308,7 +312,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     image = _image_param(item)
     if image is None:
         return
-    tier = next((t for t in tc.TIERS if item.get_closest_marker(t)), "")
+    tier = next((t for t in TIERS if item.get_closest_marker(t)), "")
     if rep.when == "setup":
         item.user_properties.append(("image", image))
         item.user_properties.append(("tier", tier))
@@ -329,7 +333,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                                     longrepr, order=(module, item.location[1] or 0))
 
 
-def _write_reports(config: pytest.Config) -> tuple[Path, Path] | None:
+def _write_report(config: pytest.Config) -> Path | None:
+    """The Markdown matrix (image x check, evidence share). JUnit is pytest's own --junitxml:
+    each test case carries its image and tier as properties, the host and image facts are
+    test-suite properties (record_testsuite_property)."""
     results = config.stash[_RESULTS]
     if not results.rows:
         return None
@@ -339,22 +346,15 @@ def _write_reports(config: pytest.Config) -> tuple[Path, Path] | None:
     md = Path(config.getoption("--conformance-report"))
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(results.markdown())
-    junit_dir = md.with_name(md.stem + "-junit")
-    junit_dir.mkdir(parents=True, exist_ok=True)
-    props = {f"host.{k}": v for k, v in results.host.items()}
-    for im in images:
-        (junit_dir / (tc.safe_filename(im) + ".xml")).write_bytes(results.junit(im, {"image": im, **props}))
-    return md, junit_dir
+    return md
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    written = _write_reports(config)
-    if written is None:
+    md = _write_report(config)
+    if md is None:
         return
-    md, junit_dir = written
     terminalreporter.section("trainbase conformance")
     terminalreporter.write(config.stash[_RESULTS].markdown())
     if config.stash[_RESULTS].evidence:
         terminalreporter.write_line(config.stash[_RESULTS].evidence_summary())
     terminalreporter.write_line(f"summary: {md}")
-    terminalreporter.write_line(f"per-image JUnit: {junit_dir}/")

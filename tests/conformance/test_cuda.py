@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainbase import conformance as tc
+from conformance.flavors import cuda_version_code, cudnn_version_code
 
 from .conftest import PROBE_DIR
 
@@ -37,8 +37,8 @@ def test_cuda_runtime_version(target):
     """cudaRuntimeGetVersion equals the manifest's CUDA (12.8 -> 12080)."""
     want = target.components["cuda"]["version"]
     info = _loaded(target, "cudart")
-    assert info["version"] == tc.cuda_version_code(want), \
-        f"cudart {info['version']} ({info['path']}), manifest says CUDA {want} = {tc.cuda_version_code(want)}"
+    assert info["version"] == cuda_version_code(want), \
+        f"cudart {info['version']} ({info['path']}), manifest says CUDA {want} = {cuda_version_code(want)}"
 
 
 @pytest.mark.static
@@ -58,8 +58,8 @@ def test_cudnn_version(target):
     """cudnnGetVersion equals the manifest's cuDNN (9.10.2.21 -> 91002)."""
     want = target.components["cudnn"]["version"]
     info = _loaded(target, "cudnn")
-    assert info["version"] == tc.cudnn_version_code(want), \
-        f"cudnnGetVersion = {info['version']} ({info['path']}), manifest says {want} = {tc.cudnn_version_code(want)}"
+    assert info["version"] == cudnn_version_code(want), \
+        f"cudnnGetVersion = {info['version']} ({info['path']}), manifest says {want} = {cudnn_version_code(want)}"
 
 
 @pytest.mark.static

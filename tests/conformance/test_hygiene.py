@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from trainbase import conformance as tc
+from conformance.containers import short_name
+from trainbase_common.manifest import labels as labels_from_manifest
+from conformance.layers import LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers, wheel_digest
 
 CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
                 "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")
@@ -24,9 +26,9 @@ def _want(path: str, size: int) -> bool:
 
 
 @pytest.fixture
-def layers(target) -> tc.LayerScan:
+def layers(target) -> LayerScan:
     if "layers" not in target.cache:
-        target.cache["layers"] = tc.scan_layers(target.ref, _want)
+        target.cache["layers"] = scan_layers(target.ref, _want)
     return target.cache["layers"]
 
 
@@ -35,7 +37,7 @@ def _real(files):
     return [f for f in files if ".wh." not in posixpath.basename(f.path)]
 
 
-def _report(scan: tc.LayerScan, bad, what: str) -> str:
+def _report(scan: LayerScan, bad, what: str) -> str:
     return f"{len(bad)} {what} in the image's layers:\n" + "\n".join(scan.where(f) for f in bad[:15])
 
 
@@ -44,13 +46,13 @@ def _host_local_cas() -> set[str]:
     proxy's CA, which builds use through a secret): they must never reach a layer."""
     local: set[str] = set()
     for p in Path("/usr/local/share/ca-certificates").rglob("*.crt"):
-        local |= tc.pem_certificates(p.read_bytes())
+        local |= pem_certificates(p.read_bytes())
     bundle = Path("/etc/ssl/certs/ca-certificates.crt")
     if bundle.exists():
         distro: set[str] = set()
         for p in Path("/usr/share/ca-certificates").rglob("*.crt"):
-            distro |= tc.pem_certificates(p.read_bytes())
-        local |= tc.pem_certificates(bundle.read_bytes()) - distro
+            distro |= pem_certificates(p.read_bytes())
+        local |= pem_certificates(bundle.read_bytes()) - distro
     return local
 
 
@@ -64,24 +66,24 @@ def test_no_foreign_ca_certificates(target, layers):
     own: set[str] = set()
     for f in files:
         if f.path.startswith("usr/share/ca-certificates/") and f.content:
-            own |= tc.pem_certificates(f.content)
+            own |= pem_certificates(f.content)
     records: dict[str, str] = {}
     for f in files:
         if f.path.endswith(".dist-info/RECORD") and f.content:
-            records.update(tc.record_hashes(f.content, posixpath.dirname(posixpath.dirname(f.path))))
+            records.update(record_hashes(f.content, posixpath.dirname(posixpath.dirname(f.path))))
     host_cas = _host_local_cas()
     bad = [f for f in files if f.path.startswith(LOCAL_ANCHORS) and f.kind == "file"]
     problems = [f"{layers.where(f)}: a local trust anchor" for f in bad]
     for f in files:
         if not f.content or f.path.startswith("usr/share/ca-certificates/"):
             continue
-        certs = tc.pem_certificates(f.content)
+        certs = pem_certificates(f.content)
         if certs & host_cas:
             problems.append(f"{layers.where(f)}: {len(certs & host_cas)} certificate(s) of this build host's "
                             "local CAs (the build's CA bundle leaked)")
             continue
         extra = certs - own
-        if extra and records.get(posixpath.normpath(f.path)) != tc.wheel_digest(f.content):
+        if extra and records.get(posixpath.normpath(f.path)) != wheel_digest(f.content):
             problems.append(f"{layers.where(f)}: {len(extra)} certificate(s) that ca-certificates does not ship")
     assert not problems, f"{len(problems)} CA problem(s):\n" + "\n".join(problems[:15])
 
@@ -100,7 +102,7 @@ def test_no_private_keys(target, layers):
     """No SSH host key, no client key, no PEM private key in any layer."""
     bad = [f for f in _real(layers.files)
            if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
-           or (f.content and tc.has_private_key(f.content))]
+           or (f.content and has_private_key(f.content))]
     assert not bad, _report(layers, bad, "private keys")
 
 
@@ -124,8 +126,6 @@ def test_no_apt_lists(target, layers):
 @pytest.mark.evidence("content")
 def test_labels_match_manifest(target):
     """The io.trainbase.* labels are present and say what the image's manifest says."""
-    from trainbase.context import labels as labels_from_manifest
-
     want = labels_from_manifest(target.manifest)
     have = target.labels
     wrong = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
@@ -138,7 +138,7 @@ def test_labels_match_manifest(target):
 def test_manifest_names_this_image(target):
     """The manifest's name is the image's name (its repository and its title label)."""
     name = target.manifest.get("name")
-    repo = tc.short_name(target.ref).split(":")[0].split("@")[0]
+    repo = short_name(target.ref).split(":")[0].split("@")[0]
     title = target.labels.get("org.opencontainers.image.title")
     assert title == name, f"title label {title!r}, manifest name {name!r}"
     assert repo == name, f"image {target.ref} carries the manifest of {name!r}"

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from trainbase import conformance as tc
+from conformance.flavors import nccl_version_code
 
 from .conftest import PROBE_DIR
 
@@ -35,8 +35,8 @@ def test_nccl_version(target):
     want = target.components["nccl"]["version"]
     info = _nccl(target)
     assert "error" not in info, f"{SONAME} does not load: {info['error']}"
-    assert info["version"] == tc.nccl_version_code(want), \
-        f"ncclGetVersion = {info['version']} ({info['path']}), manifest says {want} = {tc.nccl_version_code(want)}"
+    assert info["version"] == nccl_version_code(want), \
+        f"ncclGetVersion = {info['version']} ({info['path']}), manifest says {want} = {nccl_version_code(want)}"
 
 
 @pytest.mark.static

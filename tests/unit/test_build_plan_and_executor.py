@@ -6,11 +6,12 @@ import time
 
 import pytest
 
-from trainbase import engine, executor, plan, registry, render
+from trainbase import executor, plan, registry, render
+from trainbase_common import buildkit, engine
 from trainbase.report import build_report
 from trainbase.errors import TrainbaseError
 from trainbase.matrix import load, parse_selects
-from trainbase.states import JobState
+from trainbase_common.states import JobState
 
 from .conftest import ROOT
 
@@ -34,7 +35,7 @@ def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
         job.status, job.reason = (JobState.FAILED, "boom") if job.name in fail else (JobState.BUILT, None)
         log.append(("end", job.name, time.monotonic()))
 
-    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: True)
+    monkeypatch.setattr(engine, "available", lambda: True)
     monkeypatch.setattr(engine, "image_exists", lambda ref: False)
     monkeypatch.setattr(b, "ensure_bases", lambda: None)
     monkeypatch.setattr(b, "check_space", lambda: None)
@@ -108,7 +109,7 @@ def test_pending_artifact_refuses_the_cell_before_building(m_pending, monkeypatc
 def test_doca_cells_are_not_refused_their_key_is_pinned_by_fingerprint(m, monkeypatch):
     cells = m.select(parse_selects(["ib=doca"]))
     b, log = make(m, [c.name for c in cells], dry_run=True, monkeypatch=monkeypatch)
-    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: False)
+    monkeypatch.setattr(engine, "available", lambda: False)
     assert b.run() == 0 and log == []
     assert not [j.name for j in b.jobs.values() if j.status == "refused"]
     assert "REFUSED" not in b.out.getvalue()
@@ -121,7 +122,7 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
     names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12",
                                        "pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
     b, log = make(m_pending, names, dry_run=True, monkeypatch=monkeypatch)
-    monkeypatch.setattr(engine, "engine_available", lambda timeout=5: False)
+    monkeypatch.setattr(engine, "available", lambda: False)
     assert b.run() == 0 and log == []          # a plan builds nothing, refused cells included
     out = b.out.getvalue()
     assert "step 1:" in out and "step 2:" in out and "step 3:" in out
@@ -163,11 +164,12 @@ def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m
 def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkeypatch, tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
-    monkeypatch.setattr(engine, "docker_cli", lambda: "/usr/bin/docker")
+    monkeypatch.setattr(buildkit, "build_cli", lambda: "/usr/bin/docker")
     cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
     b = executor.Executor(m, render.render_all(m, cells, root=ROOT), cells,
                         executor.Options(ca_bundle=str(ca), network="host"), ROOT)
-    cmd = b.command(b.jobs[cells[0].name])
+    cmd, env = b.command(b.jobs[cells[0].name])
+    assert env["DOCKER_BUILDKIT"] == "1"
     assert ["--secret", f"id=ca_bundle,src={ca}"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
     assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "image"
     assert cmd[cmd.index("-t") + 1] == b.jobs[cells[0].name].image
@@ -195,22 +197,6 @@ def test_registry_argument_is_checked(bad):
         registry.split_registry(bad)
 
 
-class _FakeApi:
-    """What the engine answers for inspect_distribution, as the docker SDK raises it."""
-
-    def __init__(self, answers):
-        self.answers = answers
-
-    def inspect_distribution(self, ref):
-        status, text = self.answers[ref]
-        if status == 200:
-            return {"Descriptor": {"digest": "sha256:" + "0" * 64}}
-        import docker
-
-        raise docker.errors.APIError(text, response=type("R", (), {"status_code": status, "reason": text})(),
-                                     explanation=text)
-
-
 @pytest.mark.parametrize("status, text, expected", [
     (200, "", "present"),
     (404, "manifest unknown: manifest unknown", "absent"),
@@ -222,8 +208,13 @@ class _FakeApi:
     (500, 'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io: no such host', registry.RegistryError),
 ])
 def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypatch, status, text, expected):
-    ref = "ghcr.io/o/x:r1"
-    monkeypatch.setattr(registry, "_client", lambda: type("C", (), {"api": _FakeApi({ref: (status, text)})})())
+    def distribution_digest(ref):
+        assert ref == "ghcr.io/o/x:r1"
+        if status == 200:
+            return "sha256:" + "0" * 64
+        raise engine.EngineAPIError(status, f"{status} {text}")   # what the adapter raises from the SDK's APIError
+
+    monkeypatch.setattr(engine, "distribution_digest", distribution_digest)
     if isinstance(expected, str):
         assert registry.tag_state("ghcr.io", "o/x", "r1") == expected
         return

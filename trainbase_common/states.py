@@ -2,8 +2,8 @@
 into the build report) and the conformance suite (which tests the images a report says are
 usable). A StrEnum: the report's JSON carries the plain values ("built", "cached", ...).
 
-Standard library only, and no import of the rest of the package: the conformance suite reads
-a build report through this module alone."""
+Standard library only: the conformance suite reads
+a build report through this module alone, never through the build package."""
 from __future__ import annotations
 
 import json

@@ -1,0 +1,28 @@
+"""The image manifest's contract, shared by the build (which writes /etc/trainbase/manifest.json
+and the OCI labels into every image) and the conformance suite (which checks that the labels
+say what the manifest says): the one definition of manifest -> labels."""
+from __future__ import annotations
+
+from typing import Any
+
+MANIFEST_PATH = "/etc/trainbase/manifest.json"
+
+
+def labels(manifest: dict[str, Any]) -> dict[str, str]:
+    """OCI labels from the manifest (flat, stable order)."""
+    c = manifest["components"]
+    out = {
+        "org.opencontainers.image.title": manifest["name"],
+        "org.opencontainers.image.description": "trainbase distributed-training image (see /etc/trainbase/manifest.json)",
+        "io.trainbase.os": c["os"]["id"],
+        "io.trainbase.cuda": c["cuda"]["version"],
+        "io.trainbase.cudnn": c["cudnn"]["version"],
+        "io.trainbase.nccl": c["nccl"]["version"],
+        "io.trainbase.mpi": f"{c['mpi']['kind']}-{c['mpi']['version']}",
+        "io.trainbase.ucx": c["ucx"]["version"],
+        "io.trainbase.ib": c["ib"]["kind"],
+        "io.trainbase.python": c["python"]["version"],
+    }
+    for fw, ver in manifest["frameworks"].items():
+        out[f"io.trainbase.framework.{fw}"] = ver
+    return out
