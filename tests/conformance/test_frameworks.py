@@ -279,8 +279,9 @@ def test_horovod_check_build_shows_claimed_frameworks_and_controllers(target):
     # what --check-build lists is the build's configuration: the extension must also load and
     # report the same controllers from the library itself
     info = py_json(target, """
+        import horovod
         import horovod.torch as hvd
-        print(json.dumps({"version": hvd.__version__, "mpi": hvd.mpi_built(), "gloo": hvd.gloo_built()}))
+        print(json.dumps({"version": horovod.__version__, "mpi": hvd.mpi_built(), "gloo": hvd.gloo_built()}))
     """)
     assert info == {"version": version, "mpi": True, "gloo": True}, info
 
