@@ -1,8 +1,11 @@
 """Base images that no registry serves here: a Debian root filesystem made with debootstrap
 from Debian's mirror, trimmed like the official image (its "-slim" variant when the tag says
-slim) and imported into the engine. The image records what it was made from: the suite, the
-mirror and its dpkg package list (labels, and /etc/trainbase/base-packages.txt inside it), so
-two bootstraps of the same tag can be told apart.
+slim) and imported into the engine under trainbase's OWN name (debian:12.15-slim ->
+trainbase-bootstrap/debian:12.15-slim), never under the official one; the Dockerfiles of rows
+that allow it take the base as a build argument (TRAINBASE_BASE), which the build sets to this
+image where the official one cannot be had. The image records what it was made from: the
+suite, the mirror and its dpkg package list (labels, and /etc/trainbase/base-packages.txt
+inside it), so two bootstraps of the same tag can be told apart.
 
 Needs root and debootstrap (scripts/setup.sh installs it); the engine is reached through
 trainbase_common.engine only.
@@ -13,7 +16,6 @@ trainbase_common.engine only.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import hashlib
 import os
 import re
@@ -27,6 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from trainbase_common import engine
+
+from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
 Log = Callable[[str], None]
 
@@ -46,30 +50,19 @@ UBUNTU_SUITES = frozenset({
     "oracular", "plucky", "questing", "resolute",
 })
 
-# Same path sets the official "-slim" Debian images exclude (dpkg path-exclude).
-SLIM_EXCLUDES = (
-    "/usr/share/doc/*",
-    "/usr/share/groff/*",
-    "/usr/share/info/*",
-    "/usr/share/linda/*",
-    "/usr/share/lintian/overrides/*",
-    "/usr/share/locale/*",
-    "/usr/share/man/*",
-)
-SLIM_INCLUDES = (
-    "/usr/share/doc/*/copyright",
-    "/usr/share/doc/kde/HTML/C/*",
-    "/usr/share/gnome/help/*/C/*",
-    "/usr/share/locale/all_languages",
-    "/usr/share/locale/currency/*",
-    "/usr/share/locale/l10n/*",
-    "/usr/share/locale/languages",
-    "/usr/share/locale/locale.alias",
-    "/usr/share/omf/*/*-C.emf",
-)
 
 
-PACKAGE_LIST = "etc/trainbase/base-packages.txt"
+BOOTSTRAP_NAMESPACE = "trainbase-bootstrap"
+
+
+def bootstrap_ref(ref: str) -> str:
+    """trainbase's own name for its bootstrap of ``ref``: debian:12.15-slim -> trainbase-bootstrap/debian:12.15-slim."""
+    return f"{BOOTSTRAP_NAMESPACE}/{ref.rsplit('/', 1)[-1]}"
+
+
+def _is_our_bootstrap(ref: str) -> bool:
+    info = engine.inspect_image(ref)
+    return info is not None and info.labels.get("io.trainbase.base.source") == "debootstrap"
 
 
 class BootstrapError(Exception):
@@ -151,136 +144,6 @@ def _remove_tree(path: str, log: Log) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _clear_dir(path: Path) -> None:
-    if not path.is_dir() or path.is_symlink():
-        return
-    for entry in path.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-
-
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(mode)
-
-
-def _sources_deb822(suite: str, mirror: str) -> str:
-    rolling = suite in ("sid", "unstable", "experimental")
-    suites = [suite] if rolling else [suite, f"{suite}-updates"]
-    text = (f"Types: deb\nURIs: {mirror}\nSuites: {' '.join(suites)}\n"
-            f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
-    if not rolling and suite not in ("buster", "oldoldstable") and mirror.rstrip("/").endswith("/debian"):
-        sec = mirror.rstrip("/") + "-security"
-        text += (f"\nTypes: deb\nURIs: {sec}\nSuites: {suite}-security\n"
-                 f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
-    return text
-
-
-def _slim_tree(root: Path, excludes: Sequence[str], includes: Sequence[str]) -> None:
-    """Delete what dpkg ``path-exclude`` would not have installed (keeping
-    ``path-include`` matches), then dangling links and empty directories."""
-    def keep(rel: str) -> bool:
-        return any(fnmatch.fnmatchcase(rel, pat) for pat in includes)
-
-    def dangling(p: str) -> bool:
-        target = os.readlink(p)
-        full = str(root) + target if target.startswith("/") else os.path.join(os.path.dirname(p), target)
-        return not os.path.lexists(full)
-
-    for pat in excludes:
-        base = root / pat.lstrip("/").rsplit("/", 1)[0]
-        if not base.is_dir() or base.is_symlink():
-            continue
-        for dirpath, dirnames, filenames in os.walk(base, topdown=False):
-            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-                p = os.path.join(dirpath, name)
-                rel = "/" + os.path.relpath(p, root)
-                if fnmatch.fnmatchcase(rel, pat) and not keep(rel):
-                    os.unlink(p)
-        changed = True
-        while changed:
-            changed = False
-            for dirpath, dirnames, filenames in os.walk(base, topdown=False):
-                for name in filenames + dirnames:
-                    p = os.path.join(dirpath, name)
-                    if os.path.islink(p):
-                        if dangling(p):
-                            os.unlink(p)
-                            changed = True
-                    elif os.path.isdir(p) and not os.listdir(p):
-                        os.rmdir(p)
-                        changed = True
-
-
-def slim_rootfs(rootfs: str, suite: str, mirror: str, slim: bool) -> None:
-    """Make a debootstrapped tree look like the official Debian image:
-    docker-friendly apt/dpkg settings, deb822 sources, no apt lists or caches,
-    no host files, and for ``slim`` the official "-slim" path excludes."""
-    root = Path(rootfs)
-    # host and build leftovers
-    for rel in ("var/lib/apt/lists", "var/cache/apt", "dev", "tmp"):
-        _clear_dir(root / rel)
-    if (root / "debootstrap").is_dir():
-        shutil.rmtree(root / "debootstrap")
-    for rel in ("var/log/bootstrap.log", "var/log/apt/history.log", "var/log/apt/term.log",
-                "var/log/alternatives.log", "var/log/dpkg.log",
-                "etc/apt/apt.conf.d/01autoremove-kernels", "etc/machine-id"):
-        p = root / rel
-        if p.is_file() or p.is_symlink():
-            p.unlink()
-    # resolv.conf / hostname were copied from the host; docker mounts its own
-    for rel in ("etc/resolv.conf", "etc/hostname"):
-        p = root / rel
-        if p.is_file() and not p.is_symlink():
-            p.write_text("")
-    if (root / "tmp").is_dir():
-        (root / "tmp").chmod(0o1777)
-    # apt sources like the official image (deb822, -updates, -security)
-    sources_list = root / "etc/apt/sources.list"
-    if sources_list.exists():
-        sources_list.unlink()
-    _write(root / "etc/apt/sources.list.d/debian.sources", _sources_deb822(suite, mirror))
-    # docker-friendly package manager settings (as in the official images)
-    _write(root / "usr/sbin/policy-rc.d",
-           "#!/bin/sh\n# no services start during package installs in image builds\nexit 101\n", 0o755)
-    _write(root / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup",
-           "# image builds need no fsync per unpacked file\nforce-unsafe-io\n")
-    _write(root / "etc/apt/apt.conf.d/docker-autoremove-suggests",
-           "// autoremove also what was only kept because something Suggests it\n"
-           "Apt::AutoRemove::SuggestsImportant \"false\";\n")
-    clean = '"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";'
-    _write(root / "etc/apt/apt.conf.d/docker-clean",
-           "// like the official image: an implicit `apt-get clean` after every install.\n"
-           "// Builds that use a cache mount on /var/cache/apt should delete this file.\n"
-           f"DPkg::Post-Invoke {{ {clean} }};\nAPT::Update::Post-Invoke {{ {clean} }};\n"
-           "Dir::Cache::pkgcache \"\";\nDir::Cache::srcpkgcache \"\";\n")
-    _write(root / "etc/apt/apt.conf.d/docker-gzip-indexes",
-           "// keep package lists compressed on disk\nAcquire::GzipIndexes \"true\";\n")
-    _write(root / "etc/apt/apt.conf.d/docker-no-languages",
-           "// no Translation files\nAcquire::Languages \"none\";\n")
-    if slim:
-        cfg = ["# \"slim\" variant: files unnecessary in containers are excluded,",
-               "# and this configuration keeps them that way."]
-        cfg += [f"path-exclude {p}" for p in SLIM_EXCLUDES]
-        cfg += [f"path-include {p}" for p in SLIM_INCLUDES]
-        _write(root / "etc/dpkg/dpkg.cfg.d/docker", "\n".join(cfg) + "\n")
-        _slim_tree(root, SLIM_EXCLUDES, SLIM_INCLUDES)
-
-
-def package_list(rootfs: str) -> str:
-    """`name version` per installed package, sorted: what the bootstrap put in the image."""
-    status = Path(rootfs, "var/lib/dpkg/status").read_text(errors="replace")
-    pkgs = []
-    for block in status.split("\n\n"):
-        fields = dict(re.findall(r"(?m)^(Package|Version|Status): (.*)$", block))
-        if fields.get("Status", "").endswith(" installed") and "Package" in fields:
-            pkgs.append(f"{fields['Package']} {fields.get('Version', '?')}")
-    return "\n".join(sorted(pkgs)) + "\n"
-
-
 def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str) -> None:
     digest = hashlib.sha256(packages.encode()).hexdigest()
     changes = ['CMD ["bash"]',
@@ -300,26 +163,41 @@ def _tag_of(ref: str) -> str:
     return last.split("@", 1)[0].split(":", 1)[1] if ":" in last.split("@", 1)[0] else ""
 
 
-def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_MIRROR, log: Log = print) -> str:
-    """Make ``ref`` available in the engine: "present", "pulled" or "bootstrapped"."""
+def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_MIRROR,
+                      log: Log = print) -> tuple[str, str]:
+    """Make a base for ``ref`` available: (how, the reference to build FROM). How is "present"
+    or "pulled" (the official image), or "bootstrapped" / "bootstrap present" (trainbase's own
+    bootstrap, under bootstrap_ref(ref))."""
     if not engine.available():
         raise BootstrapError("no container engine answers: run scripts/setup.sh"
                              + (f" (DOCKER_HOST={os.environ['DOCKER_HOST']})" if os.environ.get("DOCKER_HOST") else ""))
     if engine.image_exists(ref):
-        log(f"{ref}: present")
-        return "present"
-    log(f"{ref}: not present, trying to pull it")
-    t0 = time.monotonic()
-    try:
-        engine.pull(ref)
-        log(f"{ref}: pulled in {time.monotonic() - t0:.1f} s")
-        return "pulled"
-    except engine.EngineError as e:
-        why = str(e).splitlines()[0][:300]
-    log(f"{ref}: pull failed after {time.monotonic() - t0:.1f} s: {why}")
+        if not _is_our_bootstrap(ref):
+            log(f"{ref}: present")
+            return "present", ref
+        log(f"{ref}: ignored: an earlier trainbase bootstrap imported under the official name")
+    else:
+        log(f"{ref}: not present, trying to pull it")
+        t0 = time.monotonic()
+        try:
+            engine.pull(ref)
+            log(f"{ref}: pulled in {time.monotonic() - t0:.1f} s")
+            return "pulled", ref
+        except engine.EngineError as e:
+            why = str(e).splitlines()[0][:300]
+        log(f"{ref}: pull failed after {time.monotonic() - t0:.1f} s: {why}")
+        if not suite:
+            raise BootstrapError(f"{ref} is not in the engine and could not be pulled ({why}); it must come from a "
+                                 f"registry (only Debian suites can be bootstrapped locally)")
     if not suite:
-        raise BootstrapError(f"{ref} is not in the engine and could not be pulled ({why}); it must come from a "
-                             f"registry (only Debian suites can be bootstrapped locally)")
+        raise BootstrapError(f"{ref} in the engine is a trainbase bootstrap, not the official image, and no "
+                             "suite was given to bootstrap it again")
+    own = bootstrap_ref(ref)
+    if _is_our_bootstrap(own):
+        info = engine.inspect_image(own)
+        log(f"{ref}: using trainbase's own bootstrap {own} (packages sha256 "
+            f"{info.labels.get('io.trainbase.base.packages-sha256', '?')[:12]})")
+        return "bootstrap present", own
     check_debian_suite(suite, ref)
     _label_safe(suite, "suite")
     _label_safe(mirror, "mirror")
@@ -351,16 +229,16 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
             log(f"{ref}: note: the tag says {m.group(1)} but the mirror's {suite} is {have} "
                 f"(a mirror serves only the current point release)")
         packages = package_list(rootfs)
-        _write(Path(rootfs, PACKAGE_LIST), packages)
+        write_file(Path(rootfs, PACKAGE_LIST), packages)
         t2 = time.monotonic()
-        _import(rootfs, ref, suite, mirror, packages)
-        info = engine.inspect_image(ref)
-        log(f"{ref}: bootstrapped Debian {have} ({suite}{', slim' if slim else ''}, {packages.count(chr(10))} "
+        _import(rootfs, own, suite, mirror, packages)
+        info = engine.inspect_image(own)
+        log(f"{ref}: bootstrapped as {own}: Debian {have} ({suite}{', slim' if slim else ''}, {packages.count(chr(10))} "
             f"packages, list in /{PACKAGE_LIST}): debootstrap {t_boot:.0f} s, import {time.monotonic() - t2:.0f} s"
             + (f", size {info.size / 1e6:.0f} MB" if info else ""))
     finally:
         _remove_tree(tmp, log)
-    return "bootstrapped"
+    return "bootstrapped", own
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -371,8 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mirror", default=DEFAULT_MIRROR)
     args = ap.parse_args(argv)
     try:
-        print(ensure_base_image(args.ref, args.suite, args.mirror,
-                                log=lambda s: print(f"trainbase: {s}", file=sys.stderr, flush=True)))
+        how, use = ensure_base_image(args.ref, args.suite, args.mirror,
+                                     log=lambda s: print(f"trainbase: {s}", file=sys.stderr, flush=True))
+        print(f"{how} {use}")
     except BootstrapError as e:
         print(f"trainbase: error: {e}", file=sys.stderr)
         return 1

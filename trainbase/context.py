@@ -124,6 +124,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         "os": {
             "key": cell.os, "family": osr.family, "codename": osr.codename, "version": _os_version(cell.os),
             "base": osr.base.format(cuda_toolkit=cu.toolkit), "cuda_from": osr.cuda_from,
+            "bootstrappable": osr.bootstrap is not None,
         },
         "cuda": {
             "key": cell.cuda, "toolkit": cu.toolkit, "from": osr.cuda_from, "cudnn": cudnn,

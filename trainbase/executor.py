@@ -74,6 +74,7 @@ class Executor:
         self.ca = _ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
+        self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
 
     def preflight(self) -> None:
         """Mark what needs no build (cached, or pulled from --registry) and what cannot be
@@ -111,9 +112,10 @@ class Executor:
         for ref, jobs in bases.items():
             row = self.m.spec.os[jobs[0].cell.os]
             try:
-                bootstrap.ensure_base_image(ref, row.bootstrap.suite if row.bootstrap else None,
-                                            row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR,
-                                            log=lambda s: self.out.write(f"base: {s}\n"))
+                _, self.base_refs[ref] = bootstrap.ensure_base_image(
+                    ref, row.bootstrap.suite if row.bootstrap else None,
+                    row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR,
+                    log=lambda s: self.out.write(f"base: {s}\n"))
             except bootstrap.BootstrapError as e:
                 for j in jobs:
                     j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
@@ -136,9 +138,16 @@ class Executor:
         return buildkit.build_command(
             j.rendered.dockerfile, j.image,
             labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag},
-            build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace},
+            build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace, **self._base_arg(j)},
             target=None if j.parent else "image", secrets={"ca_bundle": self.ca} if self.ca else None,
             network=self.opts.network, no_cache=self.opts.no_cache)
+
+    def _base_arg(self, j: Job) -> dict[str, str]:
+        """TRAINBASE_BASE for a base cell of a row whose Dockerfile takes its base as an argument."""
+        os_ = j.rendered.context.data["os"]
+        if j.parent or not os_.get("bootstrappable"):
+            return {}
+        return {"TRAINBASE_BASE": self.base_refs.get(os_["base"], os_["base"])}
 
     def build_one(self, j: Job) -> None:
         logdir = self.opts.log_dir / self.run_id

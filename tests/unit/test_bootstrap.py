@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trainbase import bootstrap
+from trainbase import bootstrap, rootfs
 from trainbase_common import engine
 
 
@@ -27,14 +27,37 @@ def no_engine_calls(monkeypatch):
     return calls
 
 
+def _image(labels):
+    return engine.ImageInfo(id="sha256:" + "1" * 64, size=75_000_000, labels=labels, env={}, raw={})
+
+
 def test_base_present(no_engine_calls, monkeypatch):
     monkeypatch.setattr(engine, "image_exists", lambda ref: True)
-    assert bootstrap.ensure_base_image("debian:12-slim", "bookworm", log=lambda m: None) == "present"
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: _image({}))
+    assert bootstrap.ensure_base_image("debian:12-slim", "bookworm", log=lambda m: None) == ("present", "debian:12-slim")
 
 
 def test_base_pulled(no_engine_calls, monkeypatch):
     monkeypatch.setattr(engine, "pull", lambda ref: None)
-    assert bootstrap.ensure_base_image("ubuntu:22.04", None, log=lambda m: None) == "pulled"
+    assert bootstrap.ensure_base_image("ubuntu:22.04", None, log=lambda m: None) == ("pulled", "ubuntu:22.04")
+
+
+def test_bootstrap_has_trainbase_s_own_name():
+    assert bootstrap.bootstrap_ref("debian:12.15-slim") == "trainbase-bootstrap/debian:12.15-slim"
+    assert bootstrap.bootstrap_ref("mirror.example/library/debian:12") == "trainbase-bootstrap/debian:12"
+
+
+def test_an_old_bootstrap_under_the_official_name_is_not_taken_for_the_official_image(no_engine_calls, monkeypatch):
+    """Earlier trainbase versions imported their bootstrap AS debian:12.15-slim: that image is
+    ignored; trainbase's own bootstrap (its own name) is what the build uses."""
+    ours = {"io.trainbase.base.source": "debootstrap", "io.trainbase.base.packages-sha256": "ab" * 32}
+    monkeypatch.setattr(engine, "image_exists", lambda ref: True)
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: _image(ours))
+    logged = []
+    assert bootstrap.ensure_base_image("debian:12.15-slim", "bookworm", log=logged.append) == \
+        ("bootstrap present", "trainbase-bootstrap/debian:12.15-slim")
+    assert any("ignored: an earlier trainbase bootstrap" in m for m in logged)
+    assert not [c for c in no_engine_calls if c[0] == "pull"]
 
 
 def test_base_unpullable_without_suite_must_come_from_registry(no_engine_calls):
@@ -60,7 +83,7 @@ def test_package_list_reads_dpkg_status(tmp_path):
     status.write_text("Package: zlib1g\nStatus: install ok installed\nVersion: 1:1.2.13\n\n"
                       "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
                       "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b7\n")
-    assert bootstrap.package_list(str(tmp_path)) == "bash 5.2.15-2+b7\nzlib1g 1:1.2.13\n"
+    assert rootfs.package_list(str(tmp_path)) == "bash 5.2.15-2+b7\nzlib1g 1:1.2.13\n"
 
 
 def test_check_debian_suite(tmp_path, monkeypatch):
@@ -85,13 +108,13 @@ def test_check_debian_suite(tmp_path, monkeypatch):
 
 
 def test_sources_deb822():
-    s = bootstrap._sources_deb822("bookworm", "http://deb.debian.org/debian")
+    s = rootfs._sources_deb822("bookworm", "http://deb.debian.org/debian")
     assert "Suites: bookworm bookworm-updates" in s
     assert "URIs: http://deb.debian.org/debian-security" in s
     assert "Suites: bookworm-security" in s
-    sid = bootstrap._sources_deb822("sid", "http://deb.debian.org/debian")
+    sid = rootfs._sources_deb822("sid", "http://deb.debian.org/debian")
     assert "Suites: sid\n" in sid and "security" not in sid
-    other = bootstrap._sources_deb822("trixie", "http://mirror.example/debian-mirror")
+    other = rootfs._sources_deb822("trixie", "http://mirror.example/debian-mirror")
     assert "security" not in other
 
 
@@ -126,7 +149,7 @@ def test_slim_rootfs(tmp_path):
         (root / rel).write_text(text)
     (root / "tmp").mkdir()
     (root / "usr/share/doc/sh").symlink_to("/usr/share/doc/dash")  # dangling in the rootfs
-    bootstrap.slim_rootfs(str(root), "bookworm", "http://deb.debian.org/debian", slim=True)
+    rootfs.slim_rootfs(str(root), "bookworm", "http://deb.debian.org/debian", slim=True)
     assert (root / "usr/share/doc/bash/copyright").exists()
     assert not (root / "usr/share/doc/bash/changelog.gz").exists()
     assert not (root / "usr/share/man/man1").exists()
@@ -150,6 +173,6 @@ def test_not_slim_keeps_docs(tmp_path):
     root = tmp_path / "rootfs"
     (root / "usr/share/doc/bash").mkdir(parents=True)
     (root / "usr/share/doc/bash/changelog.gz").write_text("x")
-    bootstrap.slim_rootfs(str(root), "bookworm", "http://deb.debian.org/debian", slim=False)
+    rootfs.slim_rootfs(str(root), "bookworm", "http://deb.debian.org/debian", slim=False)
     assert (root / "usr/share/doc/bash/changelog.gz").exists()
     assert not (root / "etc/dpkg/dpkg.cfg.d/docker").exists()

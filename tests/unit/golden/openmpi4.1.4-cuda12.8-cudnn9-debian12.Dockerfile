@@ -6,7 +6,11 @@
 
 # ---- stage os: the distro, compilers, ssh, InfiniBand userspace (shared by every cell
 # with this OS, CUDA base and IB row) ----
-FROM debian:12.15-slim AS os
+# The official debian:12.15-slim where a registry serves it; where none does, the build passes
+# trainbase's own debootstrap of the same release instead (trainbase/bootstrap.py), under its
+# own name: never an image that only claims the official one.
+ARG TRAINBASE_BASE=debian:12.15-slim
+FROM ${TRAINBASE_BASE} AS os
 # --- block: os (debian12, base debian:12.15-slim) ---
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
