@@ -101,6 +101,7 @@ class Executor:
         remote = f"{host}/{ns}/{j.name}:{j.tag}"
         registry.pull(host, remote)
         engine.tag(remote, j.image)
+        engine.tag(remote, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
         j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
 
     # -- base images --------------------------------------------------------------------------

@@ -146,26 +146,25 @@ def test_push_is_immutable_and_alias_follows(registry, docker, build_report):
 
 def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, docker, build_report, tmp_path):
     """What a CI fan-out job does for the parent it builds FROM: the engine does not have the
-    recipe's tag, the registry does (pushed above): it is pulled with the stored login, not
-    rebuilt."""
+    recipe's image (both its tags removed, so its own layers go with them), the registry does
+    (pushed above): it is pulled with the stored login -- layers and all -- not rebuilt, and
+    both local tags come back."""
     c = _base_cell(build_report)
     if registry.status(f"trainbase/{c['name']}", c["tag"]) != 200:
         pushed = _build(ROOT, "--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase",
                         "--report", "/dev/null", env=registry.env())
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     remote = f"{registry.host}/trainbase/{c['name']}:{c['tag']}"
-    engine.remove_image(remote)
-    assert engine.remove_image(c["image"])                       # the alias keeps the layers
-    try:
-        r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",
-                   "--report", str(tmp_path / "r.json"), env=registry.env())
-        assert r.returncode == 0, r.stdout + r.stderr
-        cell = next(x for x in json.loads((tmp_path / "r.json").read_text())["cells"] if x["name"] == c["name"])
-        assert cell["status"] == "cached" and cell["reason"] == f"pulled {remote} (same recipe)", cell
-        assert engine.image_exists(c["image"])
-    finally:
-        if not engine.image_exists(c["image"]):
-            engine.tag(c["alias"], c["image"])
+    image_id = engine.inspect_image(c["image"]).id
+    for ref in (remote, f"{registry.host}/trainbase/{c['name']}:latest", c["alias"], c["image"]):
+        engine.remove_image(ref)
+    assert engine.inspect_image(image_id) is None, "the image is still in the engine under another name"
+    r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",
+               "--report", str(tmp_path / "r.json"), env=registry.env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    cell = next(x for x in json.loads((tmp_path / "r.json").read_text())["cells"] if x["name"] == c["name"])
+    assert cell["status"] == "cached" and cell["reason"] == f"pulled {remote} (same recipe)", cell
+    assert engine.inspect_image(c["image"]).id == image_id and engine.image_exists(c["alias"])
 
 
 def test_push_without_a_registry_argument_is_bad_input(scratch):
