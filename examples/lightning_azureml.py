@@ -66,6 +66,7 @@ def main() -> int:
     os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
                  f"env={env} params={digest[:12]}\n").encode())
     torch.distributed.barrier()
+    torch.distributed.destroy_process_group()      # see lightning_ddp.py: no group alive at exit
     return 0
 
 
