@@ -32,6 +32,10 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
     act.add_argument("--prune", action="store_true",
                      help="remove this namespace's local images whose recipe tag no cell renders any more")
+    act.add_argument("--affected", metavar="REV",
+                     help="the cells the working tree's changes since REV (its merge base) must rebuild or re-test")
+    act.add_argument("--ci-matrix", action="store_true",
+                     help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
     p.add_argument("--select", action="append", metavar="KEY=VALUE",
                    help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
@@ -54,6 +58,15 @@ def parser() -> argparse.ArgumentParser:
                    help="after building, run the conformance suite (tests/conformance) on the built images")
     b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="where --push publishes")
+    d = p.add_argument_group("delivery (--ci-matrix)")
+    d.add_argument("--since", metavar="REV", help="only the cells the changes since REV affect (rebuild or re-test)")
+    d.add_argument("--cover", action="store_true",
+                   help="only a small subset that exercises every axis value of the selection (pull requests)")
+    d.add_argument("--max-levels", type=int, metavar="N",
+                   help="the number of level jobs the workflow declares: exit 1 when the matrix needs more")
+    d.add_argument("--only", choices=("published", "unpublished"),
+                   help="with --registry: only cells whose immutable tag is (published: with its digest) or is "
+                        "not in the registry")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set")
     return p
@@ -97,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
         return build_matrix(m, root, selected, args)
     if args.prune:
         return prune(m, root)
+    if args.affected:
+        return affected(m, root, args.affected, as_json=args.json)
+    if args.ci_matrix:
+        return ci_matrix(m, root, selected, args)
     return 0
 
 
@@ -269,6 +286,41 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         elif args.push:
             print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
     return code
+
+
+def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
+    from . import affected as affectedmod
+
+    a = affectedmod.since(m, root, rev)
+    print(json.dumps(a.as_json(), indent=2) if as_json else affectedmod.describe(a))
+    return 0
+
+
+def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
+    from . import affected as affectedmod
+    from . import ci_matrix as cimod
+
+    if args.only and not args.registry:
+        raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
+    if args.since:
+        touched = affectedmod.since(m, root, args.since).test      # rebuilt cells are re-tested too
+        selected = [c for c in selected if c.name in touched]
+    if args.cover:
+        selected = cimod.cover(m, selected)
+    rendered = rendermod.render_all(m, selected, root=root)
+    items, left_out = cimod.entries(m, rendered, selected)
+    if args.only:
+        from . import registry
+
+        items, unwanted = cimod.with_registry_state(items, args.registry, args.only, registry.digest)
+        left_out.update(unwanted)
+    try:
+        levels = cimod.by_level(items, args.max_levels)
+    except cimod.TooDeep as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(cimod.github_outputs(items, levels, left_out)))
+    return 0
 
 
 def prune(m: Matrix, root: Path) -> int:

@@ -56,20 +56,24 @@ def _classify(host: str, what: str, message: str) -> RegistryError:
     return RegistryError(f"registry {host} could not {what}: {message}")
 
 
-def tag_state(host: str, repo: str, tag: str) -> Literal["present", "absent"]:
-    """Whether HOST/REPO:TAG exists, asked through the engine with the stored credentials.
-    Raises RegistryAuthError on 401/403 and RegistryError when the registry cannot say:
-    never a third answer."""
+def digest(host: str, repo: str, tag: str) -> str | None:
+    """The registry's digest of HOST/REPO:TAG (asked through the engine with the stored
+    credentials), None when the tag does not exist. Raises RegistryAuthError on 401/403 and
+    RegistryError when the registry cannot say: never a third answer."""
     ref = f"{host}/{repo}:{tag}"
     try:
-        engine.distribution_digest(ref)
-        return "present"
+        return engine.distribution_digest(ref)
     except engine.EngineAPIError as e:
         if _ABSENT.search(str(e)) and not _AUTH.search(str(e)):
-            return "absent"
+            return None
         raise _classify(host, f"say whether {ref} exists", str(e)) from None
     except engine.EngineError as e:
         raise RegistryError(f"no engine to ask registry {host} about {ref}: {e}") from None
+
+
+def tag_state(host: str, repo: str, tag: str) -> Literal["present", "absent"]:
+    """Whether HOST/REPO:TAG exists (see digest)."""
+    return "present" if digest(host, repo, tag) is not None else "absent"
 
 
 def push(host: str, ref: str) -> str:

@@ -1,0 +1,115 @@
+"""The CI job matrix, generated from matrix.yaml: `build.py --ci-matrix`.
+
+No workflow names a cell or a version: they fan out over what this prints, so a CUDA version
+added to matrix.yaml reaches CI with no workflow edit.
+
+Levels: a framework cell is built FROM its parent's immutable tag, which a runner pulls from
+the registry, so every parent must be published before its children start. The build
+workflow runs one fan-out job per FROM level (base cells, then PyTorch/TensorFlow, then
+Horovod/DeepSpeed). GitHub Actions cannot create jobs at run time, so the workflow declares
+a fixed number of level jobs; `--max-levels N` makes this command fail, naming the fix, when
+the matrix ever needs more, and a unit test checks the workflow declares as many level jobs
+as the whole matrix needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from .matrix import Cell, Matrix
+from .plan import Plan
+from .render import Rendered
+
+
+class TooDeep(Exception):
+    """The matrix needs more FROM levels than the workflow has jobs for."""
+
+
+def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tuple[list[dict], dict[str, str]]:
+    """One matrix entry per buildable cell (plan order, parents first): name, level, the
+    immutable tag and the local image reference. Cells that cannot be built (an artifact
+    without a verified checksum, in themselves or under them) are left out, with the reason."""
+    plan = Plan(m, rendered, cells)
+    plan.refuse_unverified()
+    plan.propagate()
+    level = plan.levels()
+    wanted = {c.name for c in cells}
+    out, refused = [], {}
+    for name, job in plan.jobs.items():
+        if name not in wanted:
+            continue
+        if job.status.bad:
+            refused[name] = job.reason or str(job.status)
+            continue
+        out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image})
+    return out, refused
+
+
+def by_level(items: list[dict], max_levels: int | None) -> list[list[dict]]:
+    """Entries grouped by FROM level (index = level). Raises TooDeep past ``max_levels``."""
+    depth = 1 + max((e["level"] for e in items), default=-1)
+    if max_levels is not None and depth > max_levels:
+        raise TooDeep(f"the matrix has {depth} FROM levels but the workflow declares {max_levels} level jobs: "
+                      f"add a build-level{max_levels} job to .github/workflows/build.yml and raise BUILD_LEVELS")
+    levels: list[list[dict]] = [[] for _ in range(max(depth, max_levels or 0))]
+    for e in items:
+        levels[e["level"]].append(e)
+    return levels
+
+
+def chain_values(m: Matrix, c: Cell) -> set[tuple[str, str]]:
+    """The (axis, value) pairs a cell's build exercises: its own axes, and the framework of
+    every cell under it (a DeepSpeed image is built on a PyTorch one). A framework image does
+    not exercise framework=none: only testing a base image does."""
+    values = {(axis, value) for axis, value in c.axes.items() if axis != "framework"}
+    x: Cell | None = c
+    while x is not None:
+        if x is c or x.framework != "none":
+            values.add(("framework", x.framework))
+        x = m.cell(x.parent) if x.parent else None
+    return values
+
+
+def cover(m: Matrix, cells: list[Cell]) -> list[Cell]:
+    """A small subset of ``cells`` that, built and tested, exercises every axis value the whole
+    set has (greedy set cover; ties keep matrix order). What pull-request CI runs: a change that
+    adds a CUDA version, or touches every cell, is tested on each OS, CUDA, MPI, IB row and
+    framework it reaches, without building the whole matrix on every push to a branch."""
+    todo = set().union(*(chain_values(m, c) for c in cells)) if cells else set()
+    chosen: list[Cell] = []
+    while todo:
+        best = max(cells, key=lambda c: len(chain_values(m, c) & todo))
+        chosen.append(best)
+        todo -= chain_values(m, best)
+    keep = {c.name for c in chosen}
+    return [c for c in cells if c.name in keep]
+
+
+def with_registry_state(items: list[dict], registry_arg: str, only: str,
+                        digest: Callable[[str, str, str], str | None]) -> tuple[list[dict], dict[str, str]]:
+    """Keep the entries whose immutable tag is (``only="published"``) or is not
+    (``"unpublished"``) in the registry. Published entries get ``ref``: the pushed image by
+    digest, which is what the GPU tier pulls and tests. ``digest(host, repo, tag)`` asks the
+    registry (registry.digest: an error, never a guess, when it cannot say)."""
+    from .registry import split_registry
+
+    host, ns = split_registry(registry_arg)
+    kept, left_out = [], {}
+    for e in items:
+        d = digest(host, f"{ns}/{e['name']}", e["tag"])
+        if (d is not None) == (only == "published"):
+            kept.append(dict(e, ref=f"{host}/{ns}/{e['name']}@{d}") if d else e)
+        else:
+            left_out[e["name"]] = "published" if d else "not published"
+    return kept, left_out
+
+
+def github_outputs(items: list[dict], levels: list[list[dict]], left_out: dict[str, str]) -> list[str]:
+    """`KEY=JSON` lines for $GITHUB_OUTPUT (and for a person): every entry, each level, and
+    what was left out with why."""
+    lines = [f"cells={json.dumps(items, separators=(',', ':'))}", f"count={len(items)}",
+             f"depth={1 + max((e['level'] for e in items), default=-1)}"]
+    lines += [f"level{i}={json.dumps(lv, separators=(',', ':'))}" for i, lv in enumerate(levels)]
+    lines.append(f"left_out={json.dumps(left_out, separators=(',', ':'))}")
+    return lines
