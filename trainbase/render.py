@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -71,11 +72,16 @@ def _template_error(e: Exception, cell: Cell) -> TemplateError:
     return TemplateError(f"{where}{type(e).__name__}: {e}", cell=cell.name)
 
 
+# Python's bytecode caches appear wherever the in-image tools run on the host (unit tests):
+# never part of a recipe, never sent to the engine (.dockerignore says the same).
+_BYTECODE = re.compile(r"(^|/)__pycache__/|\.pyc$")
+
+
 def _file_digest(root: Path, rel: str) -> str:
     p = root / rel
     if p.is_dir():
         parts = [f"{f.relative_to(root)}:{f.stat().st_mode & 0o111:o}:{hashlib.sha256(f.read_bytes()).hexdigest()}"
-                 for f in sorted(p.rglob("*")) if f.is_file()]
+                 for f in sorted(p.rglob("*")) if f.is_file() and not _BYTECODE.search(str(f))]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else "missing"
 

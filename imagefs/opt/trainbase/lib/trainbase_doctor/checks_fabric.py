@@ -1,0 +1,201 @@
+"""InfiniBand/RoCE from inside the container: the devices the host has (sysfs) against the
+ones handed to the container (/dev/infiniband), port states, the verbs provider really
+opening each device, and NCCL_* settings that contradict what is here."""
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+from typing import Any
+
+from .core import FAIL, OK, WARN, Node, Result, check
+from .checks_node import _absent
+
+DEVICE_FLAGS = ("pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
+                "an RDMA device-plugin resource (Kubernetes), or the cluster's container plugin (Slurm)")
+# kernel driver -> the rdma-core/MOFED provider that serves it (for messages only)
+PROVIDERS = {"mlx5_core": "mlx5", "mlx4_core": "mlx4", "rdma_rxe": "rxe", "efa": "efa", "irdma": "irdma",
+             "bnxt_re": "bnxt_re", "qedr": "qedr", "hfi1": "hfi1", "siw": "siw", "vmw_pvrdma": "vmw_pvrdma"}
+
+
+def _read(p: Path, default: str = "") -> str:
+    try:
+        return p.read_text(errors="replace").strip()
+    except OSError:
+        return default
+
+
+def rdma(node: Node) -> dict[str, Any]:
+    """RDMA devices as the host's sysfs lists them, and which have a verbs node in this
+    container: {"devices": {name: {...}}, "uverbs": {name: "/dev/infiniband/uverbsN"}}."""
+    if "rdma" in node.cache:
+        return node.cache["rdma"]
+    devices: dict[str, dict[str, Any]] = {}
+    base = node.path("/sys/class/infiniband")
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        ports = {}
+        for p in sorted((d / "ports").iterdir()) if (d / "ports").is_dir() else []:
+            ports[p.name] = {f: _read(p / f, "?") for f in ("state", "phys_state", "link_layer", "rate")}
+        drv = d / "device" / "driver"
+        driver = drv.resolve().name if drv.exists() else ""
+        devices[d.name] = {"ports": ports, "driver": driver,
+                           "provider": PROVIDERS.get(driver, d.name.rstrip("0123456789_"))}
+    uverbs = {}
+    vbase = node.path("/sys/class/infiniband_verbs")
+    for v in sorted(vbase.glob("uverbs*")) if vbase.is_dir() else []:
+        ibdev = _read(v / "ibdev")
+        if ibdev and node.path(f"/dev/infiniband/{v.name}").exists():
+            uverbs[ibdev] = f"/dev/infiniband/{v.name}"
+    dev_dir = node.path("/dev/infiniband")
+    nodes_here = sorted(p.name for p in dev_dir.iterdir()) if dev_dir.is_dir() else []
+    node.cache["rdma"] = {"devices": devices, "uverbs": uverbs, "dev_nodes": nodes_here}
+    return node.cache["rdma"]
+
+
+@check("ib.devices", "the host's RDMA devices are handed to the container", "ib.dev", compare=("usable",))
+def ib_devices(node: Node) -> Result:
+    r = rdma(node)
+    host, usable = sorted(r["devices"]), sorted(r["uverbs"])
+    facts = {"host": host, "usable": usable, "dev_nodes": r["dev_nodes"]}
+    if not host:
+        if r["dev_nodes"]:
+            return Result("", WARN, f"/dev/infiniband has {', '.join(r['dev_nodes'])} but sysfs lists no RDMA "
+                          "device", hint="check the host's RDMA drivers (`ibv_devices` on the host)", facts=facts)
+        return _absent(node, "ib", "no RDMA device on this node (sysfs lists none)", DEVICE_FLAGS, facts)
+    missing = [d for d in host if d not in r["uverbs"]]
+    if missing and not usable:
+        return Result("", FAIL, f"the host has {', '.join(host)} but no verbs device node is in this container "
+                      "(/dev/infiniband/uverbs*): NCCL and UCX fall back to TCP", hint=DEVICE_FLAGS, facts=facts)
+    if missing:
+        return Result("", WARN, f"{', '.join(missing)} of the host are not in this container (usable: "
+                      f"{', '.join(usable)})", hint=DEVICE_FLAGS, facts=facts)
+    return Result("", OK, "RDMA devices in the container: " + ", ".join(f"{d} ({r['uverbs'][d]})" for d in usable),
+                  facts=facts)
+
+
+@check("ib.ports", "RDMA ports are ACTIVE", "ib.port")
+def ib_ports(node: Node) -> Result:
+    r = rdma(node)
+    if not r["uverbs"]:
+        return _absent(node, "ib", "no RDMA device in this container, no port to check", DEVICE_FLAGS)
+    active, down = [], []
+    for dev in sorted(r["uverbs"]):
+        for port, st in r["devices"][dev]["ports"].items():
+            desc = f"{dev}/{port} {st['state'].split(':')[-1].strip()} ({st['link_layer']}, {st['rate']})"
+            (active if st["state"].endswith("ACTIVE") else down).append(desc)
+    facts = {"active": active, "not_active": down}
+    hint = "check the cable, the switch and the subnet manager (`ibstat` on the host; RoCE: the netdev link)"
+    if not active:
+        return Result("", FAIL, "no ACTIVE port: " + "; ".join(down), hint=hint, facts=facts)
+    if down:
+        return Result("", WARN, f"{len(active)} ACTIVE, not active: " + "; ".join(down), hint=hint, facts=facts)
+    return Result("", OK, "ACTIVE: " + "; ".join(active), facts=facts)
+
+
+def verbs_devices(node: Node) -> dict[str, str]:
+    """Open every device libibverbs lists: {name: "opened" | error}. Raises OSError when
+    libibverbs itself does not load."""
+    lib = node.load("libibverbs.so.1")
+    lib.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+    lib.ibv_get_device_name.restype = ctypes.c_char_p
+    lib.ibv_get_device_name.argtypes = [ctypes.c_void_p]
+    lib.ibv_open_device.restype = ctypes.c_void_p
+    lib.ibv_open_device.argtypes = [ctypes.c_void_p]
+    lib.ibv_close_device.argtypes = [ctypes.c_void_p]
+    n = ctypes.c_int(0)
+    devs = lib.ibv_get_device_list(ctypes.byref(n))
+    out = {}
+    for i in range(n.value if devs else 0):
+        name = lib.ibv_get_device_name(devs[i]).decode()
+        ctx = lib.ibv_open_device(devs[i])
+        out[name] = "opened" if ctx else f"ibv_open_device failed (errno {ctypes.get_errno()})"
+        if ctx:
+            lib.ibv_close_device(ctx)
+    if devs:
+        lib.ibv_free_device_list(devs)
+    return out
+
+
+@check("ib.provider", "the verbs provider for each device loads and opens it", "ib.prov")
+def ib_provider(node: Node) -> Result:
+    r = rdma(node)
+    if not r["uverbs"]:
+        return _absent(node, "ib", "no RDMA device in this container, no provider to load", DEVICE_FLAGS)
+    try:
+        opened = verbs_devices(node)
+    except OSError as e:
+        return Result("", FAIL, f"libibverbs.so.1 does not load: {e}",
+                      hint="the image lacks rdma-core's libibverbs (or MOFED's): rebuild it with the ib block")
+    bad = []
+    for dev in sorted(r["uverbs"]):
+        prov = r["devices"][dev]["provider"]
+        if dev not in opened:
+            bad.append(f"{dev}: libibverbs lists no provider for it (kernel driver {r['devices'][dev]['driver'] or '?'}"
+                       f", provider lib{prov}): the provider is missing or does not match the host driver")
+        elif opened[dev] != "opened":
+            bad.append(f"{dev}: {opened[dev]}")
+    facts = {"opened": opened}
+    if bad:
+        return Result("", FAIL, "; ".join(bad), hint="install the provider that matches the host's driver "
+                      "(rdma-core's ibverbs-providers, or MOFED/DOCA userspace matching the host's OFED)", facts=facts)
+    return Result("", OK, "opened through their providers: " + ", ".join(
+        f"{d} (lib{r['devices'][d]['provider']})" for d in sorted(r["uverbs"])), facts=facts)
+
+
+def nccl_settings(node: Node) -> dict[str, tuple[str, str]]:
+    """NCCL_* from /etc/nccl.conf, then the environment (which wins, as in NCCL): {name: (value, source)}."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in (node.read("/etc/nccl.conf") or "").splitlines():
+        m = re.match(r"\s*(NCCL_\w+)\s*=\s*(.*?)\s*$", line)
+        if m and not line.lstrip().startswith("#"):
+            out[m.group(1)] = (m.group(2), "/etc/nccl.conf")
+    out.update({k: (v, "environment") for k, v in node.env.items() if k.startswith("NCCL_")})
+    return out
+
+
+def _matches(spec: str, names: list[str]) -> list[str]:
+    """NCCL's interface/HCA list syntax: prefixes, `=` exact, `^` excludes; `:port` ignored."""
+    if not spec:
+        return names
+    exclude, exact = spec.startswith("^"), False
+    spec = spec.lstrip("^")
+    if spec.startswith("="):
+        exact, spec = True, spec[1:]
+    items = [s.split(":")[0] for s in spec.split(",") if s]
+    hit = [n for n in names if any(n == i if exact else n.startswith(i) for i in items)]
+    return [n for n in names if n not in hit] if exclude else hit
+
+
+@check("nccl.env", "NCCL settings agree with this node's devices", "nccl.env")
+def nccl_env(node: Node) -> Result:
+    s = nccl_settings(node)
+    usable = sorted(rdma(node)["uverbs"])
+    ifaces = sorted(p.name for p in node.path("/sys/class/net").iterdir()) if node.path("/sys/class/net").is_dir() else []
+    fails, warns = [], []
+
+    def said(k: str) -> str:
+        return f"{k}={s[k][0]} (from {s[k][1]})"
+    if s.get("NCCL_IB_DISABLE", ("0",))[0] == "1" and usable:
+        fails.append(f"{said('NCCL_IB_DISABLE')} while {', '.join(usable)} are here: NCCL will use sockets")
+    if "NCCL_NET" in s and s["NCCL_NET"][0].lower() == "socket" and usable:
+        warns.append(f"{said('NCCL_NET')} forces sockets while {', '.join(usable)} are here")
+    if "NCCL_SOCKET_IFNAME" in s and ifaces and not _matches(s["NCCL_SOCKET_IFNAME"][0], ifaces):
+        fails.append(f"{said('NCCL_SOCKET_IFNAME')} matches no interface here ({', '.join(ifaces)}): bootstrap fails")
+    if "NCCL_IB_HCA" in s and usable and not _matches(s["NCCL_IB_HCA"][0], usable):
+        fails.append(f"{said('NCCL_IB_HCA')} matches none of {', '.join(usable)}: NCCL falls back to sockets")
+    if "NCCL_TOPO_FILE" in s and not node.path(s["NCCL_TOPO_FILE"][0]).is_file():
+        fails.append(f"{said('NCCL_TOPO_FILE')} does not exist in this container")
+    for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
+        if s.get(k, ("0",))[0] == "1":
+            warns.append(f"{said(k)} slows intra-node traffic")
+    if s.get("NCCL_DEBUG", ("",))[0].upper() == "TRACE":
+        warns.append(f"{said('NCCL_DEBUG')} slows every collective")
+    facts = {k: v for k, (v, _) in s.items()}
+    hint = "unset or correct the variable (an image ENV shows in `docker inspect`; /etc/nccl.conf is in the image)"
+    if fails:
+        return Result("", FAIL, "; ".join(fails + warns), hint=hint, facts=facts)
+    if warns:
+        return Result("", WARN, "; ".join(warns), hint=hint, facts=facts)
+    return Result("", OK, f"{len(s)} NCCL setting(s), none contradicts this node" +
+                  (f": {', '.join(sorted(s))}" if s else ""), facts=facts)
+
