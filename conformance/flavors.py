@@ -14,9 +14,7 @@ class MpiFlavor:
     kind: str
     version: str
     prefix: str
-    launchers: tuple[str, ...]
-    version_command: str
-    version_regex: str  # group 1 = version, applied to version_command's stdout
+    launchers: tuple[str, ...]  # the launcher, version and PATH checks are the image's own doctor's (mpi.launcher)
     library_regex: str  # group 1 = version, applied to MPI_Get_library_version()
     rank_vars: dict[str, str] = field(default_factory=dict)  # rank/size/local_rank/local_size
 
@@ -26,14 +24,12 @@ class MpiFlavor:
         kind, version, prefix = mpi["kind"], str(mpi["version"]), mpi.get("prefix", "")
         if kind == "openmpi":
             return MpiFlavor(
-                kind, version, prefix, ("mpirun", "mpiexec"), "mpirun --version",
-                r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)", r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
+                kind, version, prefix, ("mpirun", "mpiexec"), r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
                 {"rank": "OMPI_COMM_WORLD_RANK", "size": "OMPI_COMM_WORLD_SIZE",
                  "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK", "local_size": "OMPI_COMM_WORLD_LOCAL_SIZE"})
         if kind == "intelmpi":
             return MpiFlavor(
-                kind, version, prefix, ("mpiexec", "mpirun"), "mpiexec --version",
-                r"Version\s+(\d[\w.]*)", r"Intel\(R\) MPI Library\s+(\d[\w.]*)",
+                kind, version, prefix, ("mpiexec", "mpirun"), r"Intel\(R\) MPI Library\s+(\d[\w.]*)",
                 {"rank": "PMI_RANK", "size": "PMI_SIZE",
                  "local_rank": "MPI_LOCALRANKID", "local_size": "MPI_LOCALNRANKS"})
         raise ValueError(f"the conformance suite does not know MPI kind {kind!r} (manifest components.mpi.kind)")
@@ -56,14 +52,6 @@ class MpiFlavor:
         if self.kind == "openmpi":
             return f"mpirun -np {n} -H " + ",".join(f"{h}:{per_host}" for h in hosts) + " --map-by slot"
         return f"mpiexec -hosts {','.join(hosts)} -n {n} -ppn {per_host}"
-
-
-def nccl_version_code(version: str) -> int:
-    """NCCL_VERSION_CODE as ``ncclGetVersion`` returns it (the formula changed at 2.9)."""
-    major, minor, patch = (int(x) for x in version.split(".")[:3])
-    if (major, minor) >= (2, 9):
-        return major * 10000 + minor * 100 + patch
-    return major * 1000 + minor * 100 + patch
 
 
 def cudnn_version_code(version: str) -> int:

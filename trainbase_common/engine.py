@@ -246,12 +246,14 @@ class RunOptions:
     gpus: bool = False
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
+    tmpfs: tuple[str, ...] = ()  # mount points given a tmpfs (a volume one node of a job may lack)
 
     def describe(self) -> str:
         """The same as docker run flags, for reports."""
         flags = [f"--shm-size={self.shm_size}"] + (["--init"] if self.init else []) + \
             (["--gpus", "all"] if self.gpus else [])
         flags += [a for d in self.devices for a in ("--device", d)] + [a for c in self.cap_add for a in ("--cap-add", c)]
+        flags += [a for t in self.tmpfs for a in ("--tmpfs", t)]
         return " ".join(flags)
 
 
@@ -268,7 +270,8 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
     import docker
 
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
-                              devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add))
+                              devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
+                              tmpfs={t: "" for t in opts.tmpfs})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     if hostname:

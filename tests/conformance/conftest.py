@@ -13,6 +13,8 @@ tier this host cannot run (no GPU, no RDMA device) is skipped with the reason, n
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import shlex
 import sys
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +38,7 @@ from conformance.results import Results  # noqa: E402
 from trainbase_common.states import usable_images  # noqa: E402
 
 PROBES = Path(__file__).resolve().parent / "probes"
+DOCTOR_SCHEMA = json.loads((ROOT / "docs" / "doctor.schema.json").read_text())
 PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
 _RESULTS = pytest.StashKey[Results]()
 _CAPS = pytest.StashKey[HostCaps]()
@@ -179,6 +183,21 @@ class Target:
             pytest.fail(self.mpi_error)
         return self.mpi
 
+    def doctor(self, args: str = "", env: dict[str, str] | None = None, login: bool = False,
+               container: Container | None = None) -> tuple[int, dict[str, Any]]:
+        """The image's own `tb-doctor --json` (the checks it ships, shared with this suite): its
+        exit code and report, validated against docs/doctor.schema.json."""
+        r = (container or self.container).exec(f"tb-doctor --json {args}", timeout=120, env=env, login=login)
+        assert r.returncode in (0, 1), f"tb-doctor {args} exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
+        report = json.loads(r.stdout)
+        jsonschema.validate(report, DOCTOR_SCHEMA)
+        return r.returncode, report
+
+    def doctor_check(self, check_id: str, **kw: Any) -> dict[str, Any]:
+        """One of the doctor's checks, run alone (``--only``), as its JSON entry."""
+        _, report = self.doctor(f"--only {check_id}", **kw)
+        return next(c for c in report["checks"] if c["id"] == check_id)
+
     def json_probe(self, cmd: str, timeout: int = 120) -> dict[str, Any]:
         r = self.sh(cmd, timeout)
         assert r.rc == 0, f"`{cmd}` exited {r.rc}: {r.stderr.strip()[-1500:]}"
@@ -190,8 +209,8 @@ def tbconf_lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(ln.split("TBCONF ", 1)[1]) for ln in stdout.splitlines() if "TBCONF {" in ln]
 
 
-def _start(image: str, caps: HostCaps, **kw: Any) -> Container:
-    c = Container.start(image, caps.run_options(), **kw)
+def _start(image: str, caps: HostCaps, opts: Any = None, **kw: Any) -> Container:
+    c = Container.start(image, opts or caps.run_options(), **kw)
     try:
         c.exec(f"mkdir -p {PROBE_DIR}", timeout=60)
         c.put(f"{PROBES}/.", PROBE_DIR)  # "/." copies the contents
@@ -254,14 +273,17 @@ class Cluster:
                                   timeout=timeout + 30)
 
 
-@pytest.fixture(scope="session")
-def cluster(target: Target, host_caps: HostCaps):
+@contextlib.contextmanager
+def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any]] | None = None):
+    """Two containers of the image (hostnames ``a``, ``b``) on a private network with sshd;
+    ``extra`` adds run options per hostname (e.g. a tmpfs only one node has)."""
     mpi = target.need_mpi()
     network = create_network()
     nodes: list[Container] = []
     try:
         for h in ("a", "b"):
-            nodes.append(_start(target.ref, host_caps, hostname=h, network=network, prefix=f"tbconf-{h}"))
+            opts = dataclasses.replace(caps.run_options(), **(extra or {}).get(h, {}))
+            nodes.append(_start(target.ref, caps, hostname=h, network=network, prefix=f"tbconf-{h}", opts=opts))
         for n in nodes:
             r = n.exec("set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; "
                        "/usr/sbin/sshd")
@@ -285,6 +307,12 @@ def cluster(target: Target, host_caps: HostCaps):
         for n in nodes:
             n.remove()
         remove_network(network)
+
+
+@pytest.fixture(scope="session")
+def cluster(target: Target, host_caps: HostCaps):
+    with start_cluster(target, host_caps) as c:
+        yield c
 
 
 # --------------------------------------------------------------------------- results and reports

@@ -7,8 +7,6 @@ import shlex
 
 import pytest
 
-from conformance.flavors import nccl_version_code
-
 from .conftest import PROBE_DIR
 
 SONAME = "libnccl.so.2"
@@ -23,20 +21,29 @@ def _nccl(target) -> dict:
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_nccl_loads(target):
-    """libnccl.so.2 resolves through the dynamic linker and loads (no GPU needed)."""
-    info = _nccl(target)
-    assert "error" not in info, f"{SONAME} does not load: {info['error']}"
+    """libnccl.so.2 resolves through the dynamic linker and loads (no GPU needed): the image's
+    own doctor check nccl.library, run in the image."""
+    c = target.doctor_check("nccl.library")
+    assert c["facts"].get("version"), c["summary"]
 
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_nccl_version(target):
-    """ncclGetVersion equals the manifest's NCCL (NCCL_VERSION_CODE)."""
-    want = target.components["nccl"]["version"]
-    info = _nccl(target)
-    assert "error" not in info, f"{SONAME} does not load: {info['error']}"
-    assert info["version"] == nccl_version_code(want), \
-        f"ncclGetVersion = {info['version']} ({info['path']}), manifest says {want} = {nccl_version_code(want)}"
+    """ncclGetVersion of the library the linker loads equals the manifest's NCCL (doctor's
+    nccl.library)."""
+    c = target.doctor_check("nccl.library")
+    assert c["status"] == "ok", c["summary"]
+    assert c["facts"]["version"] == target.components["nccl"]["version"], c["facts"]
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_no_second_nccl_on_the_library_path(target):
+    """No other libnccl.so.2 on LD_LIBRARY_PATH, in the linker cache or in site-packages could
+    shadow the image's one (doctor's nccl.shadow)."""
+    c = target.doctor_check("nccl.shadow")
+    assert c["status"] == "ok", c["summary"]
 
 
 @pytest.mark.static

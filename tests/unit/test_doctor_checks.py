@@ -168,19 +168,30 @@ def test_launcher_off_path_fails(tmp_path):
     assert r.status == core.FAIL and "command not found" in r.summary and "/opt/openmpi/bin" in r.hint
 
 
-def test_launcher_version_and_login_shell(tmp_path):
-    mpirun = tmp_path / "bin" / "mpirun"
-    mpirun.parent.mkdir()
-    mpirun.write_text("#!/bin/sh\n")
-    mpirun.chmod(0o755)
+def test_launcher_version_prefix_and_login_shell(tmp_path):
+    prefix = tmp_path / "opt" / "openmpi"
+    for name in ("mpirun", "mpiexec"):
+        f = prefix / "bin" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    mpirun, mpiexec = prefix / "bin" / "mpirun", prefix / "bin" / "mpiexec"
     env = {"PATH": str(mpirun.parent)}
-    answers = {f"{mpirun} --version": (0, "mpirun (Open MPI) 4.1.4\n"), "bash -lc": (0, str(mpirun))}
-    assert result(FakeNode(tmp_path, env=env, commands=answers), "mpi.launcher").status == core.OK
+    manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
+        "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}
+    answers = {f"{mpirun} --version": (0, "mpirun (Open MPI) 4.1.4\n"),
+               f"{mpiexec} --version": (0, "mpiexec (OpenRTE) 4.1.4\n"), "bash -lc": (0, str(mpirun))}
+    r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=manifest), "mpi.launcher")
+    assert r.status == core.OK, r.summary
+    other = dict(manifest, components={**manifest["components"], "mpi": {
+        "kind": "openmpi", "version": "4.1.4", "prefix": "/usr/lib/x86_64-linux-gnu/openmpi"}})
+    r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=other), "mpi.launcher")
+    assert r.status == core.FAIL and "not under the manifest's MPI prefix" in r.summary
     wrong = dict(answers, **{f"{mpirun} --version": (0, "mpirun (Open MPI) 3.1.2\n")})
-    r = result(FakeNode(tmp_path, env=env, commands=wrong), "mpi.launcher")
-    assert r.status == core.FAIL and "3.1.2, the manifest says 4.1.4" in r.summary
+    r = result(FakeNode(tmp_path, env=env, commands=wrong, manifest=manifest), "mpi.launcher")
+    assert r.status == core.FAIL and "reports 3.1.2, the manifest says 4.1.4" in r.summary
     no_login = dict(answers, **{"bash -lc": (1, "")})
-    r = result(FakeNode(tmp_path, env=env, commands=no_login), "mpi.launcher")
+    r = result(FakeNode(tmp_path, env=env, commands=no_login, manifest=manifest), "mpi.launcher")
     assert r.status == core.FAIL and "login shell" in r.summary
 
 

@@ -15,11 +15,11 @@ from .checks_fabric import rdma
 from .checks_node import GPU_FLAGS, _absent, cuda_driver
 
 NCCL = "libnccl.so.2"
-# Per MPI kind (the manifest's components.mpi.kind): the launcher users type, and how its
-# --version names its version (Open MPI 4's mpiexec says "OpenRTE").
+# Per MPI kind (the manifest's components.mpi.kind): the launchers users type, and how their
+# --version names the version (Open MPI 4's mpiexec says "OpenRTE").
 LAUNCHERS = {
-    "openmpi": ("mpirun", r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)"),
-    "intelmpi": ("mpiexec", r"Version\s+(\d[\w.]*)"),
+    "openmpi": (("mpirun", "mpiexec"), r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)"),
+    "intelmpi": (("mpiexec", "mpirun"), r"Version\s+(\d[\w.]*)"),
 }
 
 
@@ -34,34 +34,46 @@ def nccl_version_name(code: int) -> str:
         f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
-@check("mpi.launcher", "the MPI launcher is on PATH, in login shells too, at the manifest's version", "mpirun",
+def _launcher_problem(node: Node, name: str, regex: str, prefix: str, want: str, facts: dict) -> str:
+    """'' when ``name`` resolves on this PATH under the MPI's prefix and reports ``want``."""
+    path = shutil.which(name, path=node.env.get("PATH", ""))
+    if not path:
+        return f"{name}: command not found on PATH={node.env.get('PATH', '')}"
+    real = os.path.realpath(path)
+    if prefix and not real.startswith(prefix.rstrip("/") + "/"):
+        return f"{name} is {real}, not under the manifest's MPI prefix {prefix}: another MPI comes first on PATH"
+    rc, out = node.run([path, "--version"], timeout=20)
+    m = re.search(regex, out)
+    facts[name] = path
+    if rc != 0 or not m:
+        return f"`{path} --version` exited {rc} without a version: {out.strip()[-300:]}"
+    facts.setdefault("version", m.group(1))
+    if want and m.group(1) != want:
+        return f"{path} reports {m.group(1)}, the manifest says {want}: the image's name and content disagree"
+    return ""
+
+
+@check("mpi.launcher", "the MPI launchers are on PATH, in login shells too, at the manifest's version", "mpirun",
        compare=("version",))
 def mpi_launcher(node: Node) -> Result:
     kind, want = node.component("mpi", "kind"), str(node.component("mpi", "version") or "")
     if kind not in LAUNCHERS:
         return Result("", SKIP, f"skipped: the manifest names no MPI this doctor knows ({kind!r})")
-    name, regex = LAUNCHERS[kind]
-    prefix = node.component("mpi", "prefix") or "its install prefix"
-    hint = (f"put {prefix}/bin on PATH in the image (ENV PATH and /etc/profile.d for `bash -l`, which Azure ML "
-            "uses); never call the launcher by a path only one image has")
-    path = shutil.which(name, path=node.env.get("PATH", ""))
-    if not path:
-        return Result("", FAIL, f"{name}: command not found on PATH={node.env.get('PATH', '')}", hint=hint)
-    rc, out = node.run([path, "--version"], timeout=20)
-    m = re.search(regex, out)
-    facts = {"path": path, "version": m.group(1) if m else None}
-    if rc != 0 or not m:
-        return Result("", FAIL, f"`{path} --version` exited {rc} without a version: {out.strip()[-300:]}",
-                      hint="the launcher is broken (missing library?): `ldd` it, rebuild the image", facts=facts)
-    if want and facts["version"] != want:
-        return Result("", FAIL, f"{path} is {kind} {facts['version']}, the manifest says {want}",
-                      hint="the image's name and content disagree: rebuild it from its recipe", facts=facts)
-    rc, out = node.run(["bash", "-lc", f"command -v {name}"], timeout=20)
+    names, regex = LAUNCHERS[kind]
+    prefix = node.component("mpi", "prefix") or ""
+    facts: dict = {"version": None}
+    hint = (f"put {prefix or 'the MPI'}/bin first on PATH in the image (ENV PATH and /etc/profile.d for `bash -l`, "
+            "which Azure ML uses); never call the launcher by a path only one image has")
+    problems = [p for p in (_launcher_problem(node, n, regex, prefix, want, facts) for n in names) if p]
+    if problems:
+        return Result("", FAIL, "; ".join(problems), hint=hint, facts=facts)
+    rc, out = node.run(["bash", "-lc", f"command -v {names[0]}"], timeout=20)
     facts["login_shell"] = out.strip() if rc == 0 else None
     if rc != 0:
-        return Result("", FAIL, f"{name} is on this PATH but not in a login shell (`bash -l` resets PATH "
+        return Result("", FAIL, f"{names[0]} is on this PATH but not in a login shell (`bash -l` resets PATH "
                       "through /etc/profile)", hint=hint, facts=facts)
-    return Result("", OK, f"{path} ({kind} {facts['version']}), also in login shells", facts=facts)
+    return Result("", OK, f"{' and '.join(names)} under {prefix or '?'} ({kind} {facts['version']}), also in "
+                  "login shells", facts=facts)
 
 
 def _nccl_loaded(node: Node) -> dict:
