@@ -69,8 +69,9 @@ def test_doctor_memlock_is_what_the_container_has(target):
 # Each fault, put into a fresh container of the image: (shell run as root before the doctor,
 # environment of the doctor's process, the check that must fail, words its summary must hold).
 FAULTS = {
-    "libnccl-hidden": ("find / -xdev -name 'libnccl.so*' -exec mv {} {}.hidden \\; && ldconfig", {},
-                       "nccl.library", "does not load"),
+    # renamed out of ldconfig's sight: it re-links any lib*.so* file by its soname
+    "libnccl-hidden": ("find / -xdev -name 'libnccl.so*' -exec sh -c 'mv \"$0\" \"${0%/*}/hidden-nccl-${0##*/}\"' {} \\; "
+                       "&& ldconfig", {}, "nccl.library", "does not load"),
     "launcher-off-path": ("for l in mpirun mpiexec; do p=$(command -v $l) && mv $p $p.moved; done", {},
                           "mpi.launcher", "command not found"),
     "second-nccl-first-on-library-path": (

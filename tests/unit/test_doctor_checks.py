@@ -182,7 +182,8 @@ def test_launcher_version_prefix_and_login_shell(tmp_path):
     answers = {f"{mpirun} --version": (0, "mpirun (Open MPI) 4.1.4\n"),
                f"{mpiexec} --version": (0, "mpiexec (OpenRTE) 4.1.4\n"), "bash -lc": (0, str(mpirun))}
     r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=manifest), "mpi.launcher")
-    assert r.status == core.OK, r.summary
+    assert r.status == core.OK and "(openmpi 4.1.4)" in r.summary, r.summary
+    assert r.facts["version"] == "4.1.4" and r.facts["mpiexec"] == str(mpiexec)
     other = dict(manifest, components={**manifest["components"], "mpi": {
         "kind": "openmpi", "version": "4.1.4", "prefix": "/usr/lib/x86_64-linux-gnu/openmpi"}})
     r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=other), "mpi.launcher")

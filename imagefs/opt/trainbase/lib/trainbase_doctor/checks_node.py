@@ -157,9 +157,11 @@ def shm(node: Node) -> Result:
                 or node.env.get("MPI_LOCALNRANKS") or 1)
     gpus = cuda_driver(node).get("count") or 0
     if size < 256 << 20:
-        status = FAIL if (local > 1 or gpus > 1) else WARN
-        return Result("", status, f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): too small for "
-                      f"NCCL between {max(local, gpus)} local processes/GPUs", hint=hint, facts=facts)
+        if local > 1 or gpus > 1:
+            return Result("", FAIL, f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): too small for "
+                          f"NCCL between {max(local, gpus)} local processes/GPUs", hint=hint, facts=facts)
+        return Result("", WARN, f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): enough for one "
+                      "process, too small once several processes or GPUs share this node", hint=hint, facts=facts)
     if size < 1 << 30:
         return Result("", WARN, f"/dev/shm is {human_bytes(size)}: multi-GPU NCCL and DataLoader workers want "
                       "several GiB", hint=hint, facts=facts)

@@ -47,7 +47,8 @@ def _launcher_problem(node: Node, name: str, regex: str, prefix: str, want: str,
     facts[name] = path
     if rc != 0 or not m:
         return f"`{path} --version` exited {rc} without a version: {out.strip()[-300:]}"
-    facts.setdefault("version", m.group(1))
+    if facts.get("version") is None:  # the first launcher's; the others must report the same
+        facts["version"] = m.group(1)
     if want and m.group(1) != want:
         return f"{path} reports {m.group(1)}, the manifest says {want}: the image's name and content disagree"
     return ""

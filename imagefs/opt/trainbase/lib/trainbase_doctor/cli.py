@@ -18,6 +18,8 @@ MARK = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
 def node_report(node: Node, results: list[Result], seconds: float) -> dict[str, Any]:
     contract = next((r.facts for r in results if r.id == "launch.contract" and "rank" in r.facts), {})
+    if contract.get("launcher") == "single":  # a lone process has no rank to speak of
+        contract = {}
     summary = {s: sum(1 for r in results if r.status == s) for s in STATUSES}
     return {
         "tool": "tb-doctor", "schema": SCHEMA_VERSION, "mode": "node",
@@ -109,7 +111,8 @@ def _image_python_for_mpi4py(node: Node) -> None:
         pass
     prefix = node.component("python", "prefix")
     py = f"{prefix}/bin/python" if prefix else ""
-    if py and os.access(py, os.X_OK) and os.path.realpath(py) != os.path.realpath(sys.executable):
+    # not realpath: a venv's python is a link to the system one; the venv is told by sys.prefix
+    if py and os.access(py, os.X_OK) and os.path.abspath(sys.prefix) != os.path.abspath(prefix):
         os.execv(py, [py, "-m", "trainbase_doctor", *sys.argv[1:]])
 
 
