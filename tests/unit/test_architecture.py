@@ -3,6 +3,7 @@ import nothing from the build package; no module over 400 lines; docker is reach
 through the engine adapter (trainbase_common/engine.py; buildkit.py for BuildKit builds)."""
 import ast
 import re
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -74,3 +75,40 @@ def test_docker_is_reached_only_through_the_adapter():
                 or re.search(r"\[\s*\"docker\"|docker_cli\(|build_cli\(\)\s*,", text):
             offenders.append(name)
     assert not offenders, f"docker reached outside {ADAPTER}: {offenders}"
+
+
+IN_IMAGE = ROOT / "imagefs" / "opt" / "trainbase" / "lib"
+# What the in-image tools may import lazily, inside a function, for the modes that need it:
+# the image's own mpi4py (doctor --cluster) and torch (doctor --allreduce with torch).
+IN_IMAGE_OPTIONAL = {"mpi4py", "torch"}
+
+
+def test_in_image_tools_use_the_standard_library_only():
+    """tb-launch and tb-doctor run under whatever Python an image has, before any pip install
+    a user makes: module-level imports are the standard library or the tools themselves; the
+    optional ones only inside functions. Each module stays under 400 lines, like the rest."""
+    own = {p.stem for p in IN_IMAGE.glob("*.py")} | {p.name for p in IN_IMAGE.iterdir() if p.is_dir()}
+    files = sorted(IN_IMAGE.rglob("*.py"))
+    assert any(f.parent.name == "trainbase_doctor" for f in files), "the doctor package is gone"
+    bad, long = [], {}
+    for f in files:
+        tree = ast.parse(f.read_text())
+        if (n := len(f.read_text().splitlines())) > 400:
+            long[str(f.relative_to(ROOT))] = n
+        top = {id(node) for node in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                root = name.split(".")[0]
+                if root in sys.stdlib_module_names or root in own:
+                    continue
+                if root in IN_IMAGE_OPTIONAL and id(node) not in top:
+                    continue
+                bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert not bad, bad
+    assert not long, f"split these by responsibility: {long}"

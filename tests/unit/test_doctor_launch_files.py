@@ -1,0 +1,66 @@
+"""The ready-to-run doctor launch files (examples/doctor/): each starts every rank under the
+launch contract with `tb-doctor --cluster`, with arguments the shipped doctor accepts, and
+the container settings its own checks ask for."""
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from .conftest import ROOT
+from .doctor_fakes import import_doctor
+
+import_doctor()
+cli = __import__("trainbase_doctor.cli", fromlist=["x"])
+HERE = ROOT / "examples" / "doctor"
+
+
+def doctor_args(argv: list[str]) -> list[str]:
+    """The arguments after `tb-launch tb-doctor`, parsed by the doctor's own parser."""
+    assert "tb-doctor" in argv, argv
+    i = argv.index("tb-doctor")
+    assert argv[i - 1] == "tb-launch", f"tb-doctor must run under the launch contract: {argv}"
+    args = argv[i + 1:]
+    parsed = cli.parser().parse_args(args)
+    assert parsed.cluster, f"not in cluster mode: {args}"
+    return args
+
+
+def test_mpijob_launches_one_rank_per_slot_under_the_contract():
+    job = yaml.safe_load((HERE / "mpijob.yaml").read_text())
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    spec = job["spec"]
+    cmd = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    doctor_args(cmd)
+    workers = spec["mpiReplicaSpecs"]["Worker"]
+    assert int(cmd[cmd.index("-np") + 1]) == workers["replicas"] * spec["slotsPerWorker"]
+    assert f"MASTER_ADDR={job['metadata']['name']}-worker-0.{job['metadata']['name']}-worker" in cmd
+    pod = workers["template"]["spec"]
+    c = pod["containers"][0]
+    assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+    shm = next(v for v in pod["volumes"] if v["name"] == next(m["name"] for m in c["volumeMounts"]
+                                                               if m["mountPath"] == "/dev/shm"))
+    assert shm["emptyDir"]["medium"] == "Memory"
+
+
+def test_slurm_script_runs_the_doctor_on_every_task():
+    text = (HERE / "slurm.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(HERE / "slurm.sbatch")]).returncode == 0
+    srun = " ".join(ln.rstrip("\\").strip() for ln in text.split("srun ", 1)[1].splitlines()[:2])
+    argv = shlex.split("srun " + srun)
+    assert "--mpi=pmix" in argv and any(a.startswith("--container-image=") for a in argv)
+    doctor_args(argv)
+
+
+def test_azureml_job_is_an_mpi_command_job():
+    job = yaml.safe_load((HERE / "azureml-job.yml").read_text())
+    assert job["type"] == "command" and job["$schema"].endswith("commandJob.schema.json")
+    assert job["distribution"]["type"] == "mpi" and job["resources"]["instance_count"] >= 2
+    assert "image" in job["environment"] and "base_image" not in str(job)
+    doctor_args(shlex.split(job["command"]))
+
+
+@pytest.mark.parametrize("bad", [["--cluster", "--expect", "infiniband"], ["--allreduce"]])
+def test_the_parser_refuses_what_the_files_must_not_say(bad, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(bad)
