@@ -305,10 +305,11 @@ def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namesp
     if args.since:
         touched = affectedmod.since(m, root, args.since).test      # rebuilt cells are re-tested too
         selected = [c for c in selected if c.name in touched]
-    if args.cover:
-        selected = cimod.cover(m, selected)
     rendered = rendermod.render_all(m, selected, root=root)
     items, left_out = cimod.entries(m, rendered, selected)
+    if args.cover:                  # among the cells that can be built, so every value stays covered
+        chosen = {c.name for c in cimod.cover(m, [m.cell(e["name"]) for e in items])}
+        items = [e for e in items if e["name"] in chosen]
     if args.only:
         from . import registry
 
