@@ -181,6 +181,10 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
     assert "none" not in a.paths                          # main's own docs commit is not this branch's change
     code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main", "--json"], capsys)
     assert code == 0 and json.loads(out)["build"] == a.build
+    code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main"], capsys)
+    assert code == 0 and out.startswith(f"rebuild {len(a.build)} cell(s):\n  horovod")
+    assert f"re-test {len(a.test) - len(a.build)} more cell(s) (no rebuild):" in out
+    assert "changed recipe paths: templates/blocks/horovod.j2" in out
 
 
 def test_an_unknown_revision_is_bad_input(repo, capsys):
