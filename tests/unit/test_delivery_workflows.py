@@ -88,6 +88,13 @@ def test_workflows_only_call_commands():
     assert not inline, inline
 
 
+def test_every_workflow_runs_its_steps_with_pipefail():
+    """Steps pipe build.py into tee; GitHub's default shell (`bash -e`) would hide its failure."""
+    for path in (GITHUB / "workflows").glob("*.yml"):
+        doc = yaml.safe_load(path.read_text())
+        assert doc.get("defaults", {}).get("run", {}).get("shell") == "bash", path.name
+
+
 def test_the_pull_request_tier_is_derived_from_the_diff_not_a_profile():
     doc = workflow("ci.yml")
     plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
