@@ -112,3 +112,11 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
     for job in ("gpu", "multinode-fabric"):
         runs = " ".join(s.get("run", "") for s in doc["jobs"][job]["steps"])
         assert '--image "$REF"' in runs and "matrix.cell.ref" in str(doc["jobs"][job]["steps"])
+
+
+def test_the_refresh_workflow_installs_every_python_the_locks_are_resolved_with():
+    steps = workflow("refresh.yml")["jobs"]["refresh"]["steps"]
+    installed = {v for s in steps if "setup-python" in s.get("uses", "")
+                 for v in str(s["with"]["python-version"]).split()}
+    needed = {row.python.version for row in load(ROOT / "matrix.yaml").spec.os.values()}
+    assert needed <= installed, f"add {sorted(needed - installed)} to refresh.yml's setup-python"
