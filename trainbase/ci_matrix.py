@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from .matrix import Cell, Matrix
 from .plan import Plan
+from .registry import split_registry
 from .render import Rendered
 
 
@@ -92,8 +93,6 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
     (``"unpublished"``) in the registry. Published entries get ``ref``: the pushed image by
     digest, which is what the GPU tier pulls and tests. ``digest(host, repo, tag)`` asks the
     registry (registry.digest: an error, never a guess, when it cannot say)."""
-    from .registry import split_registry
-
     host, ns = split_registry(registry_arg)
     kept, left_out = [], {}
     for e in items:

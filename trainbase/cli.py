@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--test", action="store_true",
                    help="after building, run the conformance suite (tests/conformance) on the built images")
     b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
-    b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE", help="where --push publishes")
+    b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
+                   help="where --push publishes and parents are pulled from; what --ci-matrix --only asks")
     d = p.add_argument_group("delivery (--ci-matrix)")
     d.add_argument("--since", metavar="REV", help="only the cells the changes since REV affect (rebuild or re-test)")
     d.add_argument("--cover", action="store_true",
@@ -311,7 +312,7 @@ def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namesp
         chosen = {c.name for c in cimod.cover(m, [m.cell(e["name"]) for e in items])}
         items = [e for e in items if e["name"] in chosen]
     if args.only:
-        from . import registry
+        from . import registry     # the engine adapter, only when a registry is asked
 
         items, unwanted = cimod.with_registry_state(items, args.registry, args.only, registry.digest)
         left_out.update(unwanted)

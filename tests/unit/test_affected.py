@@ -187,6 +187,15 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
     assert "changed recipe paths: templates/blocks/horovod.j2" in out
 
 
+def test_a_branch_that_changes_nothing_plans_no_job(repo, capsys):
+    (repo / "docs").mkdir()
+    (repo / "docs" / "new.md").write_text("docs only\n")
+    code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--ci-matrix", "--since", "main", "--cover",
+                            "--max-levels", "3"], capsys)
+    assert code == 0
+    assert out.splitlines() == ["cells=[]", "count=0", "depth=0", "level0=[]", "level1=[]", "level2=[]", "left_out={}"]
+
+
 def test_an_unknown_revision_is_bad_input(repo, capsys):
     code, _, err = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "no-such-branch"], capsys)
     assert code == 2 and "git merge-base no-such-branch HEAD" in err
