@@ -352,3 +352,11 @@ def create_network(labels: dict[str, str], prefix: str = "tbnet") -> str:
 
 def remove_network(name: str) -> None:
     _unless_absent(client().api.remove_network, name)
+
+
+def image_history(ref: str) -> list[dict]:
+    """`docker history REF`, bottom layer first: [{"created_by": instruction, "size": bytes}],
+    one per history step (steps that only set metadata have size 0)."""
+    image = _call(client().images.get, ref)
+    steps = _call(image.history)               # the engine lists the newest step first
+    return [{"created_by": str(h.get("CreatedBy") or ""), "size": int(h.get("Size") or 0)} for h in reversed(steps)]
