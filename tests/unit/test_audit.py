@@ -4,6 +4,7 @@ pip-audit's JSON read from recorded outputs, and apt's simulated upgrade read fo
 upgrades only. No network: pip-audit runs through an injected runner."""
 import json
 import subprocess
+import sys
 from datetime import date
 from pathlib import Path
 
@@ -234,12 +235,12 @@ def test_pip_audit_runs_the_pinned_cli_on_pins_of_the_pypi_packages_only():
 
 
 def test_the_pinned_flags_exist_in_the_installed_pip_audit():
-    out = subprocess.run([*__import__("sys").executable.split(), "-m", "pip_audit", "--help"],
+    out = subprocess.run([sys.executable, "-m", "pip_audit", "--help"],
                          capture_output=True, text=True, check=True).stdout
     for flag in ("--no-deps", "--disable-pip", "--format", "--progress-spinner"):
         assert flag in out
     pin = [ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln.startswith("pip-audit==")]
-    version = subprocess.run([*__import__("sys").executable.split(), "-m", "pip_audit", "--version"],
+    version = subprocess.run([sys.executable, "-m", "pip_audit", "--version"],
                              capture_output=True, text=True, check=True).stdout.split()[-1]
     assert pin and pin[0].split()[0] == f"pip-audit=={version}"
 
