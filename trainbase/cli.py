@@ -53,6 +53,19 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--log-dir", default="logs", help="one log file per cell under LOG_DIR/<run-id>/")
     b.add_argument("--report", metavar="PATH", help="write the JSON build report here")
     b.add_argument("--no-cache", action="store_true", help="rebuild even when the immutable tag exists")
+    sc = p.add_argument_group("supply chain (after every build: inventory, SBOM, audits, size budget)")
+    sc.add_argument("--supply-dir", default="reports/supply", metavar="DIR",
+                    help="per cell and tag: inputs.lock.json, inventory.json, sbom.cdx.json, audit.json, "
+                         "budget.json, release-notes.md (default reports/supply)")
+    sc.add_argument("--locked", action="store_true",
+                    help="rebuild the selected cells without cache from their tag's inputs.lock.json and fail "
+                         "when any input or output differs")
+    sc.add_argument("--allowlist", default="audit-allowlist.yaml", metavar="PATH",
+                    help="audit findings accepted, each with a reason and an expiry date")
+    sc.add_argument("--python-audit", choices=("auto", "require", "warn", "off"), default="auto",
+                    help="Python packages against known vulnerabilities (pip-audit): require = no data fails; "
+                         "auto = require where the vulnerability service answers (default)")
+    sc.add_argument("--no-supply", action="store_true", help="skip the supply-chain step (quick local iterations)")
     b.add_argument("--min-free-gb", type=float, default=10.0, help="refuse to start below this much free disk")
     b.add_argument("--test", action="store_true",
                    help="after building, run the conformance suite (tests/conformance) on the built images")
@@ -244,6 +257,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
     from . import executor, registry, report
+    from .supply import SupplyOptions
 
     if args.push:
         registry.split_registry(args.registry or "")
@@ -258,7 +272,9 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
                            dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
-                           min_free_gb=args.min_free_gb)
+                           min_free_gb=args.min_free_gb, supply=None if args.no_supply else SupplyOptions(
+                               dir=root / args.supply_dir, allowlist=Path(args.allowlist), locked=args.locked,
+                               python_audit=args.python_audit))
     if args.test and args.push:
         # publish only what passed: build, test, then push in a second (all-cached) run
         opts.push = False

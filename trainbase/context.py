@@ -190,7 +190,9 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "parent": cell.parent,
         "components": components,
         "frameworks": frameworks,
-        "size_budget_gb": m.spec.os[cell.os].size_budget_gb,
+        # the row's base budget plus each framework's increment (schema.Release.size_increment_gb)
+        "size_budget_gb": round(m.spec.os[cell.os].size_budget_gb
+                                + sum(c.release.size_increment_gb for c in chain if c.release is not None), 2),
     }
     if framework_packages:
         out["framework_packages"] = framework_packages

@@ -31,6 +31,7 @@ from .plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS
 from .render import Rendered
+from .supply import SupplyChain, SupplyOptions
 
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
 
@@ -46,6 +47,7 @@ class Options:
     registry: str | None = None
     no_cache: bool = False
     min_free_gb: float = 10.0
+    supply: SupplyOptions | None = None   # None: no supply-chain step (documents, gates, SBOM)
 
 
 def _ca_bundle(value: str | None) -> str | None:
@@ -75,14 +77,24 @@ class Executor:
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
         self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
+        self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered) if opts.supply else None
 
     def preflight(self) -> None:
         """Mark what needs no build (cached, or pulled from --registry) and what cannot be
         built (refused), before starting anything."""
         self.plan.refuse_unverified()
+        if self.supply and self.supply.opts.locked and not self.opts.dry_run:
+            # --locked rebuilds every selected cell from its tag's lock, without cache: a cell
+            # without a lock, or whose inputs moved, is refused before anything starts
+            for j in self.jobs.values():
+                if j.selected and j.status == JobState.QUEUED:
+                    why = self.supply.check_inputs(j)
+                    if why:
+                        j.status, j.reason = JobState.REFUSED, why
         if not self.opts.no_cache:
             if not self.opts.dry_run:
-                self.plan.mark_cached(engine.image_exists)
+                rebuild = self._locked_images()
+                self.plan.mark_cached(lambda ref: ref not in rebuild and engine.image_exists(ref))
             elif engine.available():
                 self.plan.mark_cached(engine.image_exists)
         if self.opts.registry and not self.opts.no_cache and not self.opts.dry_run:
@@ -90,6 +102,12 @@ class Executor:
                 if j.status == JobState.QUEUED:
                     self._pull_from_registry(j)
         self.plan.propagate()
+
+    def _locked_images(self) -> set[str]:
+        """--locked: the selected cells, rebuilt without cache to prove their lock reproduces."""
+        if self.supply is None or not self.supply.opts.locked:
+            return set()
+        return {j.image for j in self.jobs.values() if j.selected}
 
     def _pull_from_registry(self, j: Job) -> None:
         """The same recipe already published (e.g. by another CI runner): pull it instead of
@@ -141,7 +159,7 @@ class Executor:
             labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag},
             build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace, **self._base_arg(j)},
             target=None if j.parent else "image", secrets={"ca_bundle": self.ca} if self.ca else None,
-            network=self.opts.network, no_cache=self.opts.no_cache)
+            network=self.opts.network, no_cache=self.opts.no_cache or j.image in self._locked_images())
 
     def _base_arg(self, j: Job) -> dict[str, str]:
         """TRAINBASE_BASE for a base cell of a row whose Dockerfile takes its base as an argument."""
@@ -185,11 +203,48 @@ class Executor:
                 j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
             elif rc != 0:
                 j.status, j.reason = JobState.FAILED, _failure_reason(tail, rc)
-            else:
-                j.status = JobState.BUILT
-        if j.status == JobState.BUILT:
+        if rc == 0 and not self.interrupted:
+            # BUILT only after the supply chain: children start FROM this tag, SBOM included
+            self._inspect(j)
+            why = self._supply_chain(j)
+            with self.lock:
+                j.ended = time.monotonic()
+                if why:
+                    j.status, j.reason = JobState.FAILED, why
+                else:
+                    j.status = JobState.BUILT
+            if j.status == JobState.BUILT:
+                self._inspect(j)
+                engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
+
+    def _supply_for_cached(self, j: Job) -> None:
+        """A cached tag without this tag's documents (built before the supply step, or pulled):
+        it goes through the same step, gates included, before anything is built FROM it."""
+        if self.supply is None or self.supply.has_documents(j):
+            return
+        self.out.write(f"supply: {j.name}:{j.tag}: cached without supply-chain documents: making them\n")
+        why = self._supply_chain(j)
+        if why:
+            j.status, j.reason = JobState.FAILED, why
+        else:
             self._inspect(j)
             engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
+
+    def _supply_chain(self, j: Job) -> str | None:
+        """Documents, gates and the SBOM layer; on a failed gate the tag is removed (a cell that
+        failed keeps no name). The failure reason, or None."""
+        if self.supply is None:
+            return None
+        j.last_line = "supply chain: inventory, SBOM, audits, size budget"
+        t0 = time.monotonic()
+        try:
+            why = self.supply.after_build(j, j.size or 0)
+        except Exception as e:  # noqa: BLE001 -- any failure of the step fails the cell, named
+            why = f"supply-chain step failed: {type(e).__name__}: {str(e)[:400]}"
+        j.supply_s = time.monotonic() - t0
+        if why:
+            engine.remove_image(j.image, force=True)
+        return why
 
     def _inspect(self, j: Job) -> None:
         info = engine.inspect_image(j.image)
@@ -210,6 +265,8 @@ class Executor:
         for j in self.jobs.values():
             if j.status == JobState.CACHED:
                 self._inspect(j)
+                self._supply_for_cached(j)
+        self.plan.propagate()
         progress = Progress(self)
         progress.start()
         pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))

@@ -37,6 +37,7 @@ class Job:
     last_line: str = ""
     pushed: list[str] = field(default_factory=list)
     repo_digest: str | None = None
+    supply_s: float | None = None       # seconds of the supply-chain step (SBOM, audits, budgets)
 
     @property
     def cell(self) -> Cell:

@@ -54,10 +54,22 @@ def build_report(x) -> dict:
                 "repo_digest": j.repo_digest,
                 "log": j.log,
                 "manifest": j.rendered.context.manifest,
+                "supply": _supply(x, j),
             }
             for j in x.jobs.values()
         ],
     }
+
+
+def _supply(x, j) -> dict | None:
+    """Where the cell's supply-chain documents are (inputs lock, inventory, SBOM, audit,
+    budget, release notes), when this run wrote or has them."""
+    sc = getattr(x, "supply", None)
+    if sc is None:
+        return None
+    d = sc.cell_dir(j)
+    docs = {p.name: str(p) for p in sorted(d.glob("*"))} if d.is_dir() else {}
+    return {"dir": str(d), "documents": docs, "seconds": round(j.supply_s, 1) if j.supply_s is not None else None}
 
 
 def summary(b, out=None) -> None:

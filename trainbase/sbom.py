@@ -4,11 +4,10 @@ and serialized by its JSON outputter; only the choice of fields is ours.
 
 Reproducible: the same inventory gives the same bytes. No timestamp; the serial number is a
 uuid5 of the inventory's content; components are sorted (by the library) and their bom-refs
-are their purls. Two builds of the same lock therefore give the same SBOM unless the images
-themselves differ: the engine's image id (a property of the image component, and so also the
-serial number) changes whenever a layer's bytes do, e.g. file mtimes or .pyc files that a
-build does not pin, even with every package at the same version. That is wanted: the SBOM
-names one image, and the packages part of two such SBOMs still compares equal."""
+are their purls. The engine's image id is left out on purpose: it changes with bytes no build
+pins (file mtimes, .pyc files) and with the SBOM layer itself, so two builds of the same lock
+with the same packages give the same SBOM, which is what `build.py --locked` compares; the
+build report names the image id."""
 from __future__ import annotations
 
 import hashlib
@@ -87,8 +86,7 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
 
 
 def _image_component(inv: Inventory) -> Component:
-    facts = [("image_id", inv.image_id)]
-    facts += [(f"base.{k}", v) for k, v in sorted(inv.base.items()) if v]
+    facts = [(f"base.{k}", v) for k, v in sorted(inv.base.items()) if v]
     facts += [(f"os.{k}", v) for k, v in sorted(inv.os.items()) if v]
     for section in ("components", "frameworks"):
         facts += _flatten(section, inv.manifest.get(section))
@@ -97,9 +95,10 @@ def _image_component(inv: Inventory) -> Component:
 
 
 def serial_number(inv: Inventory) -> uuid.UUID:
-    """A uuid5 over the cell, the tag and everything the inventory holds: the same image gives the
-    same serial number, a different one (any package, the image id) a different one."""
-    content = json.dumps(inv.to_json(), sort_keys=True, separators=(",", ":"))
+    """A uuid5 over the cell, the tag and everything the inventory holds but the image id: the
+    same content gives the same serial number, any other package or base a different one."""
+    content = json.dumps({k: v for k, v in inv.to_json().items() if k != "image_id"}, sort_keys=True,
+                         separators=(",", ":"))
     return uuid.uuid5(SERIAL_NAMESPACE, f"{inv.cell}\n{inv.tag}\n{hashlib.sha256(content.encode()).hexdigest()}")
 
 

@@ -103,7 +103,7 @@ class OsRow(Strict):
     bootstrap: Bootstrap | None = None
     cuda_from: Literal["base", "wheels"]
     python: PythonEnv
-    size_budget_gb: float = Field(gt=0)
+    size_budget_gb: float = Field(gt=0)   # the row's base cells (no framework); frameworks add theirs
 
     @field_validator("base")
     @classmethod
@@ -207,6 +207,10 @@ class Release(Strict):
     requires: dict[str, str] = {}
     artifact: str | None = None
     patch: Patch | None = None
+    # What this release's own layers may add on top of its parent image: a cell's size budget
+    # is its OS row's base budget plus the increments of every framework in its chain, so one
+    # release serves rows whose bases differ in size (a CUDA devel base vs a slim one).
+    size_increment_gb: float = Field(gt=0)
 
 
 class Framework(Strict):

@@ -49,3 +49,8 @@ LABEL org.opencontainers.image.title="horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cu
       io.trainbase.framework.horovod="0.28.1"
 # Login shells (bash -l) reset PATH through /etc/profile: keep this image's PATH there too.
 RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh
+# The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
+# is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
+# answers at its version in plain and login shells. A framework image runs them again: a pip
+# install that brings a second NCCL or moves the launcher fails the build, not the first job.
+RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher

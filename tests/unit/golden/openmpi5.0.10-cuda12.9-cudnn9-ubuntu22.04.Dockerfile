@@ -139,9 +139,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 # --- block: launch (the launch contract: `tb-launch` and `import trainbase_launch` map the
 # launcher's variables -- Open MPI, Intel MPI/MPICH, Slurm, torchrun, Azure ML -- to RANK,
-# LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; stdlib only) ---
+# LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; and `tb-doctor`, the
+# image's own preflight on the cluster, sharing its checks with the conformance suite;
+# stdlib only) ---
 COPY imagefs/opt/trainbase/lib/ /opt/trainbase/lib/
 RUN ln -sf /opt/trainbase/lib/trainbase_launch.py /usr/local/bin/tb-launch \
+ && ln -sf /opt/trainbase/lib/tb-doctor /usr/local/bin/tb-doctor \
+ && tb-doctor --list > /dev/null \
  && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\n')" \
  && python -c "import trainbase_launch" \
  && tb-launch --json > /dev/null
@@ -160,3 +164,8 @@ LABEL org.opencontainers.image.title="openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04"
       io.trainbase.python="3.12"
 # Login shells (bash -l) reset PATH through /etc/profile: keep this image's PATH there too.
 RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh
+# The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
+# is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
+# answers at its version in plain and login shells. A framework image runs them again: a pip
+# install that brings a second NCCL or moves the launcher fails the build, not the first job.
+RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher

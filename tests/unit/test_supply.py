@@ -1,0 +1,100 @@
+"""The supply-chain step's own logic, without an engine: reading an inventory from the image's
+answer, the components trainbase downloads, lock comparison messages, and that a cell whose
+gate fails keeps no tag."""
+import io
+import json
+
+import pytest
+
+from trainbase import executor, image_inventory, render, supply
+from trainbase.inventory import Inventory, Package
+from trainbase.matrix import load
+from trainbase_common import engine
+from trainbase_common.states import JobState
+
+from .conftest import ROOT
+
+# What READ_SCRIPT printed in openmpi4.1.4-cuda12.8-cudnn9-debian12 (trimmed)
+ANSWER = """@@os
+PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"
+NAME="Debian GNU/Linux"
+VERSION_ID="12"
+VERSION_CODENAME=bookworm
+ID=debian
+@@deb
+adduser\t3.134\tall\t
+libssl3\t3.0.17-1~deb12u2\tamd64\topenssl
+zlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib
+@@pypi
+[["mpi4py", "4.1.1"], ["nvidia-nccl-cu12", "2.27.5"]]
+@@manifest
+{"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "size_budget_gb": 9.0}
+"""
+
+
+def test_inventory_from_the_images_answer():
+    base = {"ref": "debian:12.15-slim", "identity": "packages-sha256:92bc", "how": "bootstrap"}
+    comps = image_inventory.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
+                                            "sha256": "a" * 64}], "f" * 64)
+    inv = image_inventory.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
+    assert inv.os == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "VERSION_ID": "12",
+                      "VERSION_CODENAME": "bookworm", "ID": "debian"}
+    debs = {p.name: p for p in inv.of_kind("deb")}
+    assert debs["libssl3"].source == "openssl" and debs["adduser"].source == "adduser"  # no source: itself
+    assert debs["zlib1g"].version == "1:1.2.13.dfsg-1" and debs["zlib1g"].arch == "amd64"
+    assert [(p.name, p.version) for p in inv.of_kind("pypi")] == [("mpi4py", "4.1.1"), ("nvidia-nccl-cu12", "2.27.5")]
+    assert {(p.name, p.version) for p in inv.of_kind("component")} == {("openmpi", "4.1.4"),
+                                                                       ("trainbase-tools", "f" * 12)}
+    assert Inventory.from_json(json.loads(json.dumps(inv.to_json()))) == inv
+    with pytest.raises(Exception, match="no pypi, manifest section"):
+        image_inventory.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
+
+
+def test_component_names_and_versions_from_artifact_keys():
+    got = image_inventory.components_of([
+        {"key": "miniforge-25.3.0-3", "url": "u", "sha256": "b" * 64},
+        {"key": "horovod-0.28.1-sdist", "url": "u", "sha256": "c" * 64},
+        {"key": "doca-gpg-key", "url": "u", "sha256": None, "openpgp_fingerprint": "CAE649B3B3929F8470D4D33BA024F6F0E6D6A281"},
+    ], "0" * 64)
+    assert [(p.name, p.version, bool(p.sha256)) for p in got[1:]] == [
+        ("miniforge", "25.3.0-3", True), ("horovod", "0.28.1", True), ("doca-gpg-key", "A024F6F0E6D6A281", False)]
+
+
+def test_lock_differences_are_named_with_locked_and_now():
+    locked = {"base": {"identity": "packages-sha256:aaa"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "1" * 64}},
+              "pip_locks": {"locks/python-py3.11.txt": "x"}}
+    now = {"base": {"identity": "packages-sha256:bbb"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "2" * 64}},
+           "pip_locks": {"locks/python-py3.11.txt": "x"}}
+    msg = supply._diff("input", locked, now)
+    assert "input artifacts.openmpi-4.1.4-debian.sha256: locked '" + "1" * 64 + "', now '" + "2" * 64 + "'" in msg
+    assert "input base.identity: locked 'packages-sha256:aaa', now 'packages-sha256:bbb'" in msg
+    assert "pip_locks" not in msg
+    assert supply._diff("input", locked, locked) is None
+    many = supply._diff("output", {"deb": {f"p{i}": "1" for i in range(12)}}, {"deb": {f"p{i}": "2" for i in range(12)}})
+    assert many.endswith("and 4 more")
+
+
+def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
+    m = load(ROOT / "matrix.yaml")
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = render.render_all(m, [cell], root=ROOT)
+    b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+    removed = []
+
+    class Gate:
+        def after_build(self, j, size):
+            return f"{j.name}: cell is 9.84 GB, over its budget of 9.0 GB"
+
+    b.supply = Gate()
+    monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: removed.append(ref) or True)
+    j = b.jobs[cell.name]
+    why = b._supply_chain(j)
+    assert "over its budget" in why and removed == [j.image]
+
+    class Crash:
+        def after_build(self, j, size):
+            raise RuntimeError("dpkg-query missing")
+
+    b.supply, removed[:] = Crash(), []
+    assert "supply-chain step failed: RuntimeError: dpkg-query missing" in b._supply_chain(j) and removed == [j.image]
+    assert JobState.FAILED.bad

@@ -1,0 +1,237 @@
+"""Supply chain of every built cell: what it was built from (an input lock), what it has (an
+inventory and a CycloneDX SBOM, attached to the image as a file and a label), whether it is
+patched (audits as gates), whether it fits (size and waste budgets), and what changed since
+the cell's previous build (release notes). Documents land per tag:
+
+    <supply dir>/<cell>/<tag>/{inputs.lock.json, inventory.json, sbom.cdx.json,
+                               audit.json, budget.json, release-notes.md}
+
+A gate that fails fails the cell, and its tag is removed: nothing unaudited or over budget
+keeps a name. `--locked` rebuilds a cell without cache and fails when any input or output
+differs from the tag's lock (base, downloads, pip locks, patches; then installed packages,
+manifest and SBOM)."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainbase_common import engine
+
+from . import audit, budget, image_inventory, release_notes, sbom
+from .inventory import Inventory
+from .plan import Job
+
+SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
+LOCK_SCHEMA = 1
+
+
+@dataclass
+class SupplyOptions:
+    dir: Path = Path("reports/supply")
+    allowlist: Path = Path("audit-allowlist.yaml")
+    locked: bool = False
+    python_audit: str = "auto"     # auto | require | warn | off
+    os_audit: bool = True
+    waste: bool = True
+    today: dt.date = field(default_factory=dt.date.today)
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else "missing"
+
+
+class SupplyChain:
+    def __init__(self, root: Path, opts: SupplyOptions, base_refs: dict[str, str], rendered: dict[str, Any]):
+        self.root, self.opts, self.base_refs, self.rendered = root, opts, base_refs, rendered
+        self.allowlist = audit.load_allowlist(root / opts.allowlist) if (root / opts.allowlist).exists() else \
+            audit.load_allowlist(None)
+        self.tools = image_inventory.tools_digest(root)
+
+    # -- what the build reads --------------------------------------------------------------
+    def cell_dir(self, j: Job) -> Path:
+        return self.opts.dir / j.name / j.tag
+
+    def artifacts(self, j: Job) -> list[dict[str, Any]]:
+        """Every pinned download of the cell and of the cells it is built FROM."""
+        out, r = [], j.rendered
+        while r is not None:
+            for key in r.context.artifacts:
+                a = _artifact_by_key(r.context.data, key)
+                if a:
+                    out.append(a)
+            r = self.rendered[r.cell.parent] if r.cell.parent else None
+        return sorted(out, key=lambda a: a["key"])
+
+    def inputs(self, j: Job) -> dict[str, Any]:
+        """The inputs a rebuild must find unchanged: base identity, downloads, pip locks, patches."""
+        ctx = j.rendered.context
+        os_base = ctx.data["os"]["base"]
+        base_ref = self.base_refs.get(os_base, os_base)
+        return {
+            "base": image_inventory.base_identity(base_ref) if not j.cell.parent else {"parent": j.cell.parent},
+            "artifacts": {a["key"]: {"url": a["url"], "sha256": a["sha256"]} for a in self.artifacts(j)},
+            "pip_locks": {ls.path: _file_sha256(self.root / ls.path) for ls in ctx.locks},
+            "patches": ({ctx.data["framework"]["patch"]["file"]: ctx.data["framework"]["patch"]["sha256"]}
+                        if ctx.data.get("framework") and ctx.data["framework"].get("patch") else {}),
+            "parent_tag": self.rendered[j.parent].tag if j.parent else None,
+        }
+
+    def has_documents(self, j: Job) -> bool:
+        d = self.cell_dir(j)
+        return all((d / f).exists() for f in ("inputs.lock.json", "sbom.cdx.json", "audit.json", "budget.json"))
+
+    # -- --locked ----------------------------------------------------------------------------
+    def lock_of(self, j: Job) -> dict[str, Any] | None:
+        p = self.cell_dir(j) / "inputs.lock.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def check_inputs(self, j: Job) -> str | None:
+        """--locked, before building: the reason to refuse the cell, or None."""
+        lock = self.lock_of(j)
+        if lock is None:
+            return (f"--locked: no input lock for {j.name}:{j.tag} under {self.opts.dir} "
+                    "(build it once without --locked; a changed recipe is a new tag with no lock)")
+        return _diff("input", lock["inputs"], self.inputs(j))
+
+    # -- after a build -----------------------------------------------------------------------
+    def after_build(self, j: Job, size_bytes: int) -> str | None:
+        """Inventory, SBOM, gates, documents; the failure reason, or None after attaching the
+        SBOM to the image."""
+        d = self.cell_dir(j)
+        d.mkdir(parents=True, exist_ok=True)
+        inputs = self.inputs(j)
+        base = inputs["base"] if not j.cell.parent else self._parent_base(j)
+        inv = image_inventory.read(j.image, j.name, j.tag, base,
+                                   image_inventory.components_of(self.artifacts(j), self.tools))
+        text = sbom.to_cyclonedx(inv)
+        sbom.validate(text)
+        (d / "inventory.json").write_text(json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
+        (d / "sbom.cdx.json").write_text(text)
+        failures = []
+        verdict, security = self._audit(j, inv)
+        (d / "audit.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+        if not verdict["ok"]:
+            failures.append(verdict["message"])
+        fits = self._budget(j, inv, size_bytes)
+        (d / "budget.json").write_text(json.dumps(fits, indent=2, sort_keys=True) + "\n")
+        if not fits["ok"]:
+            failures.append(fits["message"])
+        lock = {"schema": LOCK_SCHEMA, "cell": j.name, "tag": j.tag, "recipe": j.rendered.recipe, "inputs": inputs,
+                "outputs": {"deb": {p.name: p.version for p in inv.of_kind("deb")},
+                            "pypi": {p.name: p.version for p in inv.of_kind("pypi")},
+                            "manifest_sha256": _sha256_text(json.dumps(inv.manifest, sort_keys=True)),
+                            "sbom_sha256": sbom.sbom_digest(text)}}
+        if self.opts.locked:
+            old = self.lock_of(j)
+            changed = _diff("output", old["outputs"], lock["outputs"]) if old else "--locked: the lock vanished"
+            if changed:
+                failures.append(changed + " (the rebuild did not reproduce the locked image)")
+        else:
+            (d / "inputs.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+        previous = self._previous(j)
+        (d / "release-notes.md").write_text(release_notes.release_notes(inv, previous, security))
+        if failures:
+            return f"{j.name}: " + " | ".join(failures)
+        if (engine.inspect_image(j.image).labels or {}).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
+            self._attach(j, text, base)   # not again on a tag that already carries this SBOM (pulled)
+        return None
+
+    def _parent_base(self, j: Job) -> dict[str, str]:
+        p = self.opts.dir / j.parent / self.rendered[j.parent].tag / "inventory.json" if j.parent else None
+        return json.loads(p.read_text())["base"] if p and p.exists() else {"ref": "", "identity": "", "how": "parent"}
+
+    def _previous(self, j: Job) -> Inventory | None:
+        """The cell's most recent other tag with an inventory: what the release notes compare to."""
+        others = [p for p in (self.opts.dir / j.name).glob("*/inventory.json") if p.parent.name != j.tag]
+        if not others:
+            return None
+        return Inventory.from_json(json.loads(max(others, key=lambda p: p.stat().st_mtime).read_text()))
+
+    def _audit(self, j: Job, inv: Inventory) -> tuple[dict[str, Any], list[dict]]:
+        findings, unaudited = [], []
+        if self.opts.python_audit != "off":
+            py, unaudited = audit.pip_audit(inv.of_kind("pypi"))
+            findings += py
+        if self.opts.os_audit:
+            findings += audit.apt_security_findings(_run_in(j.image, audit.APT_SECURITY_COMMAND, timeout=300))
+        policy = self.opts.python_audit
+        if policy == "auto":  # require data where the vulnerability service answers, say so where it cannot
+            policy = "warn" if unaudited and len(unaudited) >= len(inv.of_kind("pypi")) else "require"
+        v = audit.evaluate(findings, self.allowlist, j.name, self.opts.today, unaudited=unaudited,
+                           policy="warn" if policy == "off" else policy)
+        security = [{"package": f.package, "installed": f.installed, "fixed": f.fixed,
+                     "advisory": ", ".join(f.ids) or f.summary} for f in findings]
+        return {"ok": v.ok, "message": v.message(), "policy": policy, "findings": len(findings),
+                "blocked": len(v.blocked), "allowed": len(v.allowed), "expired": len(v.expired),
+                "unaudited": len(unaudited)}, security
+
+    def _budget(self, j: Job, inv: Inventory, size_bytes: int) -> dict[str, Any]:
+        from trainbase_common import layers
+
+        budget_gb = float(inv.manifest.get("size_budget_gb") or 0)
+        if budget_gb <= 0:  # the schema requires one: a manifest without it is not trainbase's
+            raise ValueError(f"{j.name}: the image's manifest names no size_budget_gb")
+        history = engine.image_history(j.image)
+        dirs = budget.largest_dirs(_run_in(j.image, budget.LARGEST_DIRS_COMMAND, timeout=300))
+        waste = layers.layer_waste(layers.scan_layers(j.image, lambda p, s: False)) if self.opts.waste else None
+        v = budget.check_budget(j.name, size_bytes, budget_gb, history, dirs, waste)
+        return {"ok": not (v.over_size or v.over_waste), "message": v.message(), "size_bytes": size_bytes,
+                "budget_gb": budget_gb, "waste_bytes": waste.total if waste else None}
+
+    def _attach(self, j: Job, text: str, base: dict[str, str]) -> None:
+        """The SBOM into the image as a file, with labels naming it: one small layer on top of
+        the recipe's image, under the same tag."""
+        with tempfile.TemporaryDirectory(prefix="tb-sbom-") as ctx:
+            Path(ctx, "sbom.cdx.json").write_text(text)
+            Path(ctx, "Dockerfile").write_text(
+                f"FROM {j.image}\nCOPY sbom.cdx.json {SBOM_DIR}/{j.name}.cdx.json\n"
+                f'LABEL io.trainbase.sbom="{SBOM_DIR}/{j.name}.cdx.json" '
+                f'io.trainbase.sbom.sha256="{sbom.sbom_digest(text)}" '
+                f'io.trainbase.base.identity="{base.get("identity", "")}"\n')
+            engine.build_legacy(ctx, j.image, {})
+
+
+def _artifact_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The artifact dict the context holds for ``key`` (mpi, ucx, python installer, ib key, sdist)."""
+    cands = [data["mpi"].get("artifact"), data["ucx"].get("artifact"), data["python"].get("installer"),
+             data["ib"].get("key_artifact"), (data.get("framework") or {}).get("sdist")]
+    return next((a for a in cands if a and a["key"] == key), None)
+
+
+def _run_in(image: str, script: str, timeout: int) -> str:
+    """Run ``script`` in a throwaway container of ``image``; its stdout (the image is untouched)."""
+    import uuid
+
+    cid = engine.run_detached(image, ["sleep", "infinity"], name=f"tb-supply-{uuid.uuid4().hex[:8]}",
+                              labels={"io.trainbase.supply": "1"}, opts=engine.RunOptions(init=False))
+    try:
+        r = engine.exec_in(cid, ["timeout", str(timeout), "/bin/sh", "-c", script])
+    finally:
+        engine.remove_container(cid)
+    if r.returncode != 0:
+        raise RuntimeError(f"`{script[:80]}` in {image} exited {r.returncode}: {r.stderr.strip()[-300:]}")
+    return r.stdout
+
+
+def _diff(what: str, locked: dict[str, Any], now: dict[str, Any], path: str = "") -> str | None:
+    """The first differences between a lock and now, named: "input base.identity: locked X, now Y"."""
+    out = []
+    for k in sorted(set(locked) | set(now)):
+        a, b = locked.get(k), now.get(k)
+        where = f"{path}.{k}" if path else k
+        if isinstance(a, dict) and isinstance(b, dict):
+            sub = _diff(what, a, b, where)
+            if sub:
+                out.append(sub)
+        elif a != b:
+            out.append(f"{what} {where}: locked {a!r}, now {b!r}")
+    return "; ".join(out[:8]) + (f"; and {len(out) - 8} more" if len(out) > 8 else "") if out else None
