@@ -120,3 +120,12 @@ def test_the_refresh_workflow_installs_every_python_the_locks_are_resolved_with(
                  for v in str(s["with"]["python-version"]).split()}
     needed = {row.python.version for row in load(ROOT / "matrix.yaml").spec.os.values()}
     assert needed <= installed, f"add {sorted(needed - installed)} to refresh.yml's setup-python"
+
+
+def test_each_cell_job_uploads_its_reports_whatever_happened():
+    """The build report, logs, conformance results and the build's SBOM all live in reports/."""
+    steps = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
+    runs = " ".join(s.get("run", "") for s in steps)
+    assert "--report reports/build.json" in runs and "--junitxml=reports/" in runs
+    upload = [s for s in steps if "upload-artifact" in s.get("uses", "")]
+    assert len(upload) == 1 and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "reports/"
