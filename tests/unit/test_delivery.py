@@ -15,7 +15,7 @@ from trainbase.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
-from .conftest import run_cli
+from .conftest import ROOT, run_cli
 from .test_affected import add_cuda
 
 
@@ -24,14 +24,14 @@ def outputs(text: str) -> dict:
     return {k: json.loads(v) for k, v in (line.split("=", 1) for line in text.splitlines())}
 
 
-def ci(args: list[str], capsys, matrix_file=None) -> tuple[int, dict, str]:
-    code, out, err = run_cli((["--file", str(matrix_file)] if matrix_file else []) + ["--ci-matrix", *args], capsys)
+def ci(args: list[str], capsys, matrix_file=ROOT / "matrix.yaml") -> tuple[int, dict, str]:
+    code, out, err = run_cli(["--file", str(matrix_file), "--ci-matrix", *args], capsys)
     return code, (outputs(out) if code == 0 else {}), err
 
 
 def test_levels_put_every_parent_one_level_below_its_child(capsys):
     code, o, _ = ci(["--profile", "production"], capsys)
-    m = load("matrix.yaml")
+    m = load(ROOT / "matrix.yaml")
     assert code == 0 and o["count"] == len(o["cells"]) == len(m.select(profile="production"))
     where = {e["name"]: i for i in range(o["depth"]) for e in o[f"level{i}"]}
     assert sorted(where) == sorted(e["name"] for e in o["cells"])
@@ -85,7 +85,7 @@ def test_cells_with_an_unverified_artifact_are_left_out_with_the_reason(workdir,
 
 
 def test_the_pull_request_subset_covers_every_axis_value_of_the_affected_cells():
-    m = load("matrix.yaml")
+    m = load(ROOT / "matrix.yaml")
     cells = m.included
     chosen = ci_matrix.cover(m, cells)
     every = set().union(*(ci_matrix.chain_values(m, c) for c in cells))
