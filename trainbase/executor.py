@@ -83,14 +83,6 @@ class Executor:
         """Mark what needs no build (cached, or pulled from --registry) and what cannot be
         built (refused), before starting anything."""
         self.plan.refuse_unverified()
-        if self.supply and self.supply.opts.locked and not self.opts.dry_run:
-            # --locked rebuilds every selected cell from its tag's lock, without cache: a cell
-            # without a lock, or whose inputs moved, is refused before anything starts
-            for j in self.jobs.values():
-                if j.selected and j.status == JobState.QUEUED:
-                    why = self.supply.check_inputs(j)
-                    if why:
-                        j.status, j.reason = JobState.REFUSED, why
         if not self.opts.no_cache:
             if not self.opts.dry_run:
                 rebuild = self._locked_images()
@@ -262,6 +254,16 @@ class Executor:
                                  + ": run scripts/setup.sh (it starts one)")
         self.check_space()
         self.ensure_bases()
+        if self.supply and self.supply.opts.locked:
+            # --locked rebuilds every selected cell from its tag's lock, without cache: a cell
+            # without a lock, or whose inputs moved (the base as resolved just now included),
+            # is refused before anything starts
+            for j in self.jobs.values():
+                if j.selected and j.status == JobState.QUEUED:
+                    why = self.supply.check_inputs(j)
+                    if why:
+                        j.status, j.reason = JobState.REFUSED, why
+            self.plan.propagate()
         for j in self.jobs.values():
             if j.status == JobState.CACHED:
                 self._inspect(j)

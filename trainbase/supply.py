@@ -138,7 +138,9 @@ class SupplyChain:
         else:
             (d / "inputs.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
         previous = self._previous(j)
-        (d / "release-notes.md").write_text(release_notes.release_notes(inv, previous, security))
+        # what the previous build still had open and this one may fix, and what stays open
+        before = self._previous_doc(j, "audit.json").get("open", [])
+        (d / "release-notes.md").write_text(release_notes.release_notes(inv, previous, before + security))
         if failures:
             return f"{j.name}: " + " | ".join(failures)
         if (engine.inspect_image(j.image).labels or {}).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
@@ -149,12 +151,14 @@ class SupplyChain:
         p = self.opts.dir / j.parent / self.rendered[j.parent].tag / "inventory.json" if j.parent else None
         return json.loads(p.read_text())["base"] if p and p.exists() else {"ref": "", "identity": "", "how": "parent"}
 
+    def _previous_doc(self, j: Job, name: str) -> dict[str, Any]:
+        """A document of the cell's most recent other tag: what the release notes compare to."""
+        others = [p for p in (self.opts.dir / j.name).glob(f"*/{name}") if p.parent.name != j.tag]
+        return json.loads(max(others, key=lambda p: p.stat().st_mtime).read_text()) if others else {}
+
     def _previous(self, j: Job) -> Inventory | None:
-        """The cell's most recent other tag with an inventory: what the release notes compare to."""
-        others = [p for p in (self.opts.dir / j.name).glob("*/inventory.json") if p.parent.name != j.tag]
-        if not others:
-            return None
-        return Inventory.from_json(json.loads(max(others, key=lambda p: p.stat().st_mtime).read_text()))
+        doc = self._previous_doc(j, "inventory.json")
+        return Inventory.from_json(doc) if doc else None
 
     def _audit(self, j: Job, inv: Inventory) -> tuple[dict[str, Any], list[dict]]:
         findings, unaudited = [], []
@@ -172,7 +176,7 @@ class SupplyChain:
                      "advisory": ", ".join(f.ids) or f.summary} for f in findings]
         return {"ok": v.ok, "message": v.message(), "policy": policy, "findings": len(findings),
                 "blocked": len(v.blocked), "allowed": len(v.allowed), "expired": len(v.expired),
-                "unaudited": len(unaudited)}, security
+                "unaudited": len(unaudited), "open": security}, security
 
     def _budget(self, j: Job, inv: Inventory, size_bytes: int) -> dict[str, Any]:
         from trainbase_common import layers
