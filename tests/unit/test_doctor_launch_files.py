@@ -37,6 +37,8 @@ def test_mpijob_launches_one_rank_per_slot_under_the_contract():
     assert f"MASTER_ADDR={job['metadata']['name']}-worker-0.{job['metadata']['name']}-worker" in cmd
     pod = workers["template"]["spec"]
     c = pod["containers"][0]
+    # the operator reaches workers over SSH: they run sshd, with host keys made at start
+    assert "ssh-keygen -A" in c["command"][-1] and "sshd -De" in c["command"][-1]
     assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
     shm = next(v for v in pod["volumes"] if v["name"] == next(m["name"] for m in c["volumeMounts"]
                                                                if m["mountPath"] == "/dev/shm"))
