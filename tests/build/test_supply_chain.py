@@ -1,0 +1,103 @@
+"""The supply-chain step of real builds: every built cell has its documents and carries its
+SBOM; a tampered checksum stops the cell naming file, expected and actual hash; --locked
+reproduces a cell from its lock and refuses one whose inputs moved; an over-budget cell fails
+with its largest layers named and keeps no tag."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from trainbase_common import engine
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.engine
+PY = sys.executable
+CHEAP = "openmpi5.0.11-cuda13.0-cudnn9-debian12"   # a ci-profile cell with no compile step
+DOCS = ("inputs.lock.json", "inventory.json", "sbom.cdx.json", "audit.json", "budget.json", "release-notes.md")
+
+
+def _build(cwd, *args, timeout=3600):
+    return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_built_cell_has_its_documents_and_carries_its_sbom(build_report, docker):
+    for c in [c for c in build_report["cells"] if c["selected"]]:
+        assert c["supply"] and set(DOCS) <= set(c["supply"]["documents"]), (c["name"], c["supply"])
+        sbom_text = open(c["supply"]["documents"]["sbom.cdx.json"]).read()
+        labels = engine.inspect_image(c["image"]).labels
+        digest = hashlib.sha256(sbom_text.encode()).hexdigest()
+        assert labels["io.trainbase.sbom.sha256"] == digest, c["name"]
+        r = subprocess.run([docker, "run", "--rm", c["image"], "sha256sum", labels["io.trainbase.sbom"]],
+                           capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.split()[0] == digest, (c["name"], r.stdout, r.stderr)
+        lock = json.loads(open(c["supply"]["documents"]["inputs.lock.json"]).read())
+        assert lock["tag"] == c["tag"] and lock["outputs"]["sbom_sha256"] == digest
+        audit = json.loads(open(c["supply"]["documents"]["audit.json"]).read())
+        assert audit["ok"] and audit["blocked"] == 0, audit["message"]
+
+
+def test_tampered_checksum_names_file_expected_and_actual(scratch, docker):
+    data = yaml.safe_load((scratch / "matrix.yaml").read_text())
+    art = data["artifacts"]["openmpi-4.1.4-debian"]
+    real, fake = art["sha256"], "0" * 63 + "f"
+    art["sha256"] = fake
+    (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                          capture_output=True).returncode == 0
+    report = scratch / "report.json"
+    r = _build(scratch, "--select", "name=openmpi4.1.4-cuda12.8-cudnn9-debian12", "--report", str(report))
+    assert r.returncode == 1, r.stdout + r.stderr
+    reason = json.loads(report.read_text())["cells"][0]["reason"]
+    assert f"tb-fetch: sha256 mismatch for {art['url']}: expected {fake}, got {real}" == reason, reason
+
+
+def test_locked_refuses_a_cell_whose_input_moved(build_report, tmp_path):
+    """The lock says one sha256 for Open MPI's tarball, matrix.yaml now another: refused before
+    anything builds, naming the input, the locked and the current value."""
+    cell = next(c for c in build_report["cells"] if c["name"] == CHEAP)
+    supply = tmp_path / "supply"
+    shutil.copytree(ROOT / "reports" / "supply" / CHEAP / cell["tag"], supply / CHEAP / cell["tag"])
+    lock_path = supply / CHEAP / cell["tag"] / "inputs.lock.json"
+    lock = json.loads(lock_path.read_text())
+    lock["inputs"]["pip_locks"] = {k: "0" * 64 for k in lock["inputs"]["pip_locks"]}
+    lock_path.write_text(json.dumps(lock))
+    report = tmp_path / "report.json"
+    r = _build(ROOT, "--locked", "--select", f"name={CHEAP}", "--supply-dir", str(supply), "--report", str(report))
+    assert r.returncode == 1, r.stdout + r.stderr
+    got = json.loads(report.read_text())["cells"][0]
+    assert got["status"] == "refused" and "input pip_locks.locks/" in got["reason"], got["reason"]
+    assert "locked '" + "0" * 64 + "', now '" in got["reason"]
+
+
+def test_locked_rebuild_reproduces_the_lock(build_report):
+    """Without cache, from the same inputs: the same installed packages, manifest and SBOM."""
+    cell = next(c for c in build_report["cells"] if c["name"] == CHEAP)
+    r = _build(ROOT, "--locked", "--select", f"name={CHEAP}", "--report", "/dev/null")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "result: 1 built" in r.stdout
+    assert engine.inspect_image(cell["image"]).labels["io.trainbase.sbom.sha256"] == \
+        json.loads(open(cell["supply"]["documents"]["inputs.lock.json"]).read())["outputs"]["sbom_sha256"]
+
+
+def test_over_budget_cell_fails_with_its_largest_layers_and_keeps_no_tag(scratch, docker):
+    data = yaml.safe_load((scratch / "matrix.yaml").read_text())
+    data["os"]["debian12"]["size_budget_gb"] = 0.5
+    (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                          capture_output=True).returncode == 0
+    report = scratch / "report.json"
+    r = _build(scratch, "--select", f"name={CHEAP}", "--report", str(report))
+    assert r.returncode == 1, r.stdout + r.stderr
+    got = json.loads(report.read_text())["cells"][0]
+    assert got["status"] == "failed"
+    assert f"cell {CHEAP} is " in got["reason"] and "over its budget of 0.5 GB" in got["reason"], got["reason"]
+    assert "largest layers" in got["reason"].lower() and "RUN " in got["reason"], got["reason"]
+    assert not engine.image_exists(got["image"]), "an over-budget cell keeps no tag"
