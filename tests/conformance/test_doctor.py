@@ -121,7 +121,9 @@ def test_doctor_cluster_names_the_node_without_the_mount(target, host_caps):
         text = cluster.launch(2, f"{run} --allreduce mpi", timeout=240)
         js = cluster.launch(2, f"{run} --json", timeout=240)
     out = text.stdout
-    assert text.returncode == 1, f"exit {text.returncode}: {out[-1500:]}{text.stderr[-1500:]}"
+    # every rank exits 1; Open MPI's mpirun passes that on, Intel MPI's Hydra may answer 255
+    # once it tears the other ranks down: the launcher's code is non-zero, the JSON's is 1
+    assert text.returncode != 0, f"exit {text.returncode}: {out[-1500:]}{text.stderr[-1500:]}"
     assert out.count("tb-doctor: 2 node(s), 4 rank(s)") == 1, f"the table must be printed once (rank 0):\n{out}"
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["a"], ["b"])]
     assert [r[:2] for r in rows] == [["a", "0-1"], ["b", "2-3"]], out
@@ -130,7 +132,7 @@ def test_doctor_cluster_names_the_node_without_the_mount(target, host_caps):
     assert js.stdout.count('"mode": "cluster"') == 1, f"one JSON document (rank 0):\n{js.stdout[-2000:]}"
     report = json.loads(js.stdout[js.stdout.index("{"):])
     jsonschema.validate(report, DOCTOR_SCHEMA)
-    assert report["world_size"] == 4 and len(report["ranks"]) == 4
+    assert report["world_size"] == 4 and len(report["ranks"]) == 4 and report["exit_code"] == 1
     assert [d["nodes"] for d in report["differences"] if d["check"] == "node.mounts"] == [["b"]], report["differences"]
 
 
