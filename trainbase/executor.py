@@ -77,7 +77,8 @@ class Executor:
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
         self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
-        self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered) if opts.supply else None
+        self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered, network=opts.network) \
+            if opts.supply else None
 
     def preflight(self) -> None:
         """Mark what needs no build (cached, or pulled from --registry) and what cannot be

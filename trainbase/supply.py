@@ -50,8 +50,10 @@ def _file_sha256(p: Path) -> str:
 
 
 class SupplyChain:
-    def __init__(self, root: Path, opts: SupplyOptions, base_refs: dict[str, str], rendered: dict[str, Any]):
+    def __init__(self, root: Path, opts: SupplyOptions, base_refs: dict[str, str], rendered: dict[str, Any],
+                 network: str | None = None):
         self.root, self.opts, self.base_refs, self.rendered = root, opts, base_refs, rendered
+        self.network = network   # the builds' network: the audit's apt-get update goes out the same way
         self.allowlist = audit.load_allowlist(root / opts.allowlist) if (root / opts.allowlist).exists() else \
             audit.load_allowlist(None)
         self.tools = image_inventory.tools_digest(root)
@@ -166,7 +168,7 @@ class SupplyChain:
             py, unaudited = audit.pip_audit(inv.of_kind("pypi"))
             findings += py
         if self.opts.os_audit:
-            findings += audit.apt_security_findings(_run_in(j.image, audit.APT_SECURITY_COMMAND, timeout=300))
+            findings += audit.apt_security_findings(_run_in(j.image, audit.APT_SECURITY_COMMAND, 300, self.network))
         policy = self.opts.python_audit
         if policy == "auto":  # require data where the vulnerability service answers, say so where it cannot
             policy = "warn" if unaudited and len(unaudited) >= len(inv.of_kind("pypi")) else "require"
@@ -185,7 +187,7 @@ class SupplyChain:
         if budget_gb <= 0:  # the schema requires one: a manifest without it is not trainbase's
             raise ValueError(f"{j.name}: the image's manifest names no size_budget_gb")
         history = engine.image_history(j.image)
-        dirs = budget.largest_dirs(_run_in(j.image, budget.LARGEST_DIRS_COMMAND, timeout=300))
+        dirs = budget.largest_dirs(_run_in(j.image, budget.LARGEST_DIRS_COMMAND, 300, self.network))
         waste = layers.layer_waste(layers.scan_layers(j.image, lambda p, s: False)) if self.opts.waste else None
         v = budget.check_budget(j.name, size_bytes, budget_gb, history, dirs, waste)
         return {"ok": not (v.over_size or v.over_waste), "message": v.message(), "size_bytes": size_bytes,
@@ -211,12 +213,13 @@ def _artifact_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
     return next((a for a in cands if a and a["key"] == key), None)
 
 
-def _run_in(image: str, script: str, timeout: int) -> str:
+def _run_in(image: str, script: str, timeout: int, network: str | None = None) -> str:
     """Run ``script`` in a throwaway container of ``image``; its stdout (the image is untouched)."""
     import uuid
 
     cid = engine.run_detached(image, ["sleep", "infinity"], name=f"tb-supply-{uuid.uuid4().hex[:8]}",
-                              labels={"io.trainbase.supply": "1"}, opts=engine.RunOptions(init=False))
+                              labels={"io.trainbase.supply": "1"}, opts=engine.RunOptions(init=False),
+                              network=network)
     try:
         r = engine.exec_in(cid, ["timeout", str(timeout), "/bin/sh", "-c", script])
     finally:
