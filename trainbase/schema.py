@@ -124,7 +124,8 @@ class CudaRow(Strict):
     cudnn_major: int
     base_cudnn: str
     nccl: str
-    wheels: dict[Literal["cuda_runtime", "cublas", "cudnn", "nccl"], Wheel]
+    # nvrtc (optional): pinned where a framework's cuda-toolkit pins another than cuBLAS/cuDNN pull in
+    wheels: dict[Literal["cuda_runtime", "cublas", "cudnn", "nccl", "nvrtc"], Wheel]
 
     @model_validator(mode="after")
     def _nccl_consistent(self) -> "CudaRow":
