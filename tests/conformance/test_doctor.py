@@ -136,6 +136,24 @@ def test_doctor_cluster_names_the_node_without_the_mount(target, host_caps):
     assert [d["nodes"] for d in report["differences"] if d["check"] == "node.mounts"] == [["b"]], report["differences"]
 
 
+@pytest.mark.multinode
+@pytest.mark.evidence("run")
+def test_doctor_cluster_allreduce_through_torch(target, host_caps):
+    """Images with PyTorch: the all-reduce path the GPU nodes take (torch.distributed, rendezvous
+    at rank 0's host) run with gloo on CPUs across 2 containers x 2 ranks, every value checked."""
+    if "pytorch" not in (target.manifest.get("frameworks") or {}):
+        pytest.skip(f"n/a: {target.name} has no PyTorch")
+    with start_cluster(target, host_caps) as cluster:
+        r = cluster.launch(2, f"tb-launch --hosts {','.join(cluster.hosts)} tb-doctor --cluster --json "
+                              "--only image,launch --allreduce gloo", timeout=300)
+    assert r.stdout.count('"mode": "cluster"') == 1, f"exit {r.returncode}: {r.stdout[-1500:]}{r.stderr[-1500:]}"
+    report = json.loads(r.stdout[r.stdout.index("{"):])
+    jsonschema.validate(report, DOCTOR_SCHEMA)
+    coll = report["allreduce"]
+    assert coll["backend"] == "gloo" and coll["ranks"] == 4 and coll["ok"], coll
+    assert coll["busbw_GBps"] > 0 and report["exit_code"] == 0 and r.returncode == 0, report["differences"]
+
+
 @pytest.mark.gpu
 @pytest.mark.evidence("run")
 def test_doctor_on_a_gpu_runner(target):
