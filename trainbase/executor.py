@@ -24,7 +24,7 @@ from pathlib import Path
 from trainbase_common import buildkit, engine
 from trainbase_common.states import JobState
 
-from . import bootstrap, publish, registry
+from . import bootstrap, image_inventory, publish, registry
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .plan import Job, Plan
@@ -119,7 +119,7 @@ class Executor:
     def ensure_bases(self) -> None:
         bases: dict[str, list[Job]] = {}
         for j in self.jobs.values():
-            if j.status == JobState.QUEUED and not j.cell.parent:
+            if not j.cell.parent and (j.status == JobState.QUEUED or self._documents_need_base(j)):
                 bases.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
         for ref, jobs in bases.items():
             row = self.m.spec.os[jobs[0].cell.os]
@@ -133,6 +133,14 @@ class Executor:
                     j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
                     j.ended = time.monotonic()
         self.plan.propagate()
+
+    def _documents_need_base(self, j: Job) -> bool:
+        """A cached root tag that still needs its supply documents and whose labels do not say
+        what it was built FROM (built before the record): its base is resolved as for a build."""
+        if j.status != JobState.CACHED or self.supply is None or self.supply.has_documents(j):
+            return False
+        info = engine.inspect_image(j.image)
+        return info is not None and image_inventory.recorded_base(info.labels) is None
 
     def check_space(self) -> None:
         todo = [j for j in self.jobs.values() if j.status == JobState.QUEUED]
@@ -149,10 +157,19 @@ class Executor:
     def command(self, j: Job) -> tuple[list[str], dict[str, str]]:
         return buildkit.build_command(
             j.rendered.dockerfile, j.image,
-            labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag},
+            labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag,
+                    **self._base_labels(j)},
             build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace, **self._base_arg(j)},
             target=None if j.parent else "image", secrets={"ca_bundle": self.ca} if self.ca else None,
             network=self.opts.network, no_cache=self.opts.no_cache or j.image in self._locked_images())
+
+    def _base_labels(self, j: Job) -> dict[str, str]:
+        """A root cell records the base it is built FROM (ref, identity, how) in its labels;
+        children inherit them. The supply step reads them back for cached and pulled tags."""
+        if j.parent:
+            return {}
+        os_base = j.rendered.context.data["os"]["base"]
+        return image_inventory.base_labels(image_inventory.base_identity(self.base_refs.get(os_base, os_base)))
 
     def _base_arg(self, j: Job) -> dict[str, str]:
         """TRAINBASE_BASE for a base cell of a row whose Dockerfile takes its base as an argument."""

@@ -97,6 +97,27 @@ def base_identity(ref: str) -> dict[str, str]:
     return {"ref": ref, "identity": info.id, "how": "image id (no registry digest)"}
 
 
+# The base a root cell was built FROM, as the build saw it: labels written by `docker build
+# --label` (and again by the SBOM layer), inherited by every child. A document made later for a
+# cached or pulled image reads the base from here, never from whatever the engine resolves that
+# day (which would give one tag two SBOMs).
+BASE_LABELS = {"ref": "io.trainbase.base.ref", "identity": "io.trainbase.base.identity",
+               "how": "io.trainbase.base.how"}
+
+
+def base_labels(base: dict[str, str]) -> dict[str, str]:
+    return {label: base.get(key, "") for key, label in BASE_LABELS.items()}
+
+
+def recorded_base(labels: dict[str, str] | None) -> dict[str, str] | None:
+    """The base recorded in an image's labels, or None for an image built before the record
+    (an empty identity is no record either: nothing to lock a rebuild to)."""
+    labels = labels or {}
+    if not labels.get(BASE_LABELS["how"]) or not labels.get(BASE_LABELS["identity"]):
+        return None
+    return {key: labels.get(label, "") for key, label in BASE_LABELS.items()}
+
+
 def read(image: str, cell: str, tag: str, base: dict[str, str], components: list[Package]) -> Inventory:
     info = engine.inspect_image(image)
     if info is None:

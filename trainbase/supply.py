@@ -111,7 +111,10 @@ class SupplyChain:
         d = self.cell_dir(j)
         d.mkdir(parents=True, exist_ok=True)
         inputs = self.inputs(j)
-        base = inputs["base"] if not j.cell.parent else self._parent_base(j)
+        recorded = image_inventory.recorded_base(engine.inspect_image(j.image).labels)
+        if recorded and not j.cell.parent:
+            inputs["base"] = recorded   # what this image was built FROM, not what resolves today
+        base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
         inv = image_inventory.read(j.image, j.name, j.tag, base,
                                    image_inventory.components_of(self.artifacts(j), self.tools))
         text = sbom.to_cyclonedx(inv)
@@ -202,7 +205,7 @@ class SupplyChain:
                 f"FROM {j.image}\nCOPY sbom.cdx.json {SBOM_DIR}/{j.name}.cdx.json\n"
                 f'LABEL io.trainbase.sbom="{SBOM_DIR}/{j.name}.cdx.json" '
                 f'io.trainbase.sbom.sha256="{sbom.sbom_digest(text)}" '
-                f'io.trainbase.base.identity="{base.get("identity", "")}"\n')
+                + " ".join(f'{k}="{v}"' for k, v in image_inventory.base_labels(base).items()) + "\n")
             engine.build_legacy(ctx, j.image, {})
 
 

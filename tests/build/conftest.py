@@ -129,6 +129,20 @@ def registry(tmp_path_factory, docker) -> Registry:
     login = subprocess.run([docker, "--config", str(config), "login", host, "-u", user, "--password-stdin"],
                            input=password, capture_output=True, text=True, timeout=60)
     assert login.returncode == 0, f"docker login {host} failed: {login.stderr.strip()}"
+    _untag_loopback_registries(docker)   # debris of an earlier session killed before its teardown
     yield Registry(host=host, user=user, password=password, config=config)
     proc.terminate()
     proc.wait(timeout=10)
+    # the pushes tagged images HOST/...: those names would keep the images (and their layers)
+    # alive after the registry is gone, and a later test that removes "every name" of an image
+    # would find it still there
+    _untag_loopback_registries(docker, host)
+
+
+def _untag_loopback_registries(docker: str, host: str | None = None) -> None:
+    """Remove local tags of this fixture's registry (``host``), or of any loopback registry."""
+    listing = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
+                             capture_output=True, text=True, timeout=60).stdout.split()
+    for ref in listing:
+        if ref.startswith(f"{host}/" if host else "127.0.0.1:"):
+            engine.remove_image(ref)

@@ -155,8 +155,11 @@ def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, d
                         "--report", "/dev/null", env=registry.env())
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     remote = f"{registry.host}/trainbase/{c['name']}:{c['tag']}"
-    image_id = engine.inspect_image(c["image"]).id
-    for ref in (remote, f"{registry.host}/trainbase/{c['name']}:latest", c["alias"], c["image"]):
+    info = engine.inspect_image(c["image"])
+    image_id = info.id
+    # every name the image has here: the cell's two, and the loopback registries' (this one's
+    # pushes, or an earlier run's); anything else is a name this test does not own
+    for ref in [c["alias"], c["image"]] + [t for t in info.raw.get("RepoTags") or [] if t.startswith("127.0.0.1:")]:
         engine.remove_image(ref)
     assert engine.inspect_image(image_id) is None, "the image is still in the engine under another name"
     r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",

@@ -44,6 +44,23 @@ def test_every_built_cell_has_its_documents_and_carries_its_sbom(build_report, d
         assert audit["ok"] and audit["blocked"] == 0, audit["message"]
 
 
+def test_a_cached_tag_documented_again_gets_the_same_sbom(build_report, tmp_path):
+    """One tag, one SBOM: documents made later for the cached tag (a fresh clone, a CI runner
+    that pulled it) say the same as the build's, because the base is read from what the image
+    recorded at build time, not resolved again that day; and the image is not re-labelled."""
+    cell = next(c for c in build_report["cells"] if c["name"] == CHEAP)
+    before = engine.inspect_image(cell["image"])
+    report = tmp_path / "report.json"
+    r = _build(ROOT, "--select", f"name={CHEAP}", "--supply-dir", str(tmp_path / "supply"), "--report", str(report))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "cached without supply-chain documents: making them" in r.stdout, r.stdout[-2000:]
+    again = json.loads((tmp_path / "supply" / CHEAP / cell["tag"] / "inputs.lock.json").read_text())
+    first = json.loads(open(cell["supply"]["documents"]["inputs.lock.json"]).read())
+    assert again["inputs"]["base"] == first["inputs"]["base"] and again["inputs"]["base"]["identity"], again["inputs"]
+    assert again["outputs"]["sbom_sha256"] == first["outputs"]["sbom_sha256"]
+    assert engine.inspect_image(cell["image"]).id == before.id, "documenting a cached tag re-labelled it"
+
+
 def test_tampered_checksum_names_file_expected_and_actual(scratch, docker):
     data = yaml.safe_load((scratch / "matrix.yaml").read_text())
     art = data["artifacts"]["openmpi-4.1.4-debian"]

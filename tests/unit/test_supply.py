@@ -98,3 +98,39 @@ def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
     b.supply, removed[:] = Crash(), []
     assert "supply-chain step failed: RuntimeError: dpkg-query missing" in b._supply_chain(j) and removed == [j.image]
     assert JobState.FAILED.bad
+
+
+def test_the_base_is_recorded_in_labels_and_read_back():
+    base = {"ref": "trainbase-bootstrap/debian:12.15-slim", "identity": "packages-sha256:" + "ab" * 32,
+            "how": "bootstrap"}
+    labels = image_inventory.base_labels(base)
+    assert labels["io.trainbase.base.identity"] == base["identity"]
+    assert image_inventory.recorded_base({**labels, "other": "x"}) == base
+    # built before the record, or from a base nothing could identify: no record to lock to
+    assert image_inventory.recorded_base({}) is None
+    assert image_inventory.recorded_base(image_inventory.base_labels({"ref": "x", "identity": "", "how": "absent"})) is None
+
+
+def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
+    """The build labels the image with the base resolved for this run; a child records nothing
+    of its own (it inherits its parent's labels). A later document for the cached tag reads
+    these labels, so the tag's SBOM does not depend on what the engine resolves that day."""
+    m = load(ROOT / "matrix.yaml")
+    cells = [m.cell("openmpi5.0.11-cuda13.2-cudnn9-debian12"), m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12")]
+    rendered = render.render_all(m, cells, root=ROOT)
+    b = executor.Executor(m, rendered, cells, executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+    root_base = rendered[cells[0].name].context.data["os"]["base"]
+    b.base_refs[root_base] = "trainbase-bootstrap/debian:12.15-slim"
+    seen = []
+
+    def identity(ref):
+        seen.append(ref)
+        return {"ref": ref, "identity": "packages-sha256:" + "cd" * 32, "how": "bootstrap"}
+
+    monkeypatch.setattr(image_inventory, "base_identity", identity)
+    root_cmd = " ".join(b.command(b.jobs[cells[0].name])[0])
+    child_cmd = " ".join(b.command(b.jobs[cells[1].name])[0])
+    assert seen == ["trainbase-bootstrap/debian:12.15-slim"]
+    assert "io.trainbase.base.identity=packages-sha256:" + "cd" * 32 in root_cmd
+    assert "io.trainbase.base.how=bootstrap" in root_cmd
+    assert "io.trainbase.base." not in child_cmd
