@@ -158,20 +158,40 @@ def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str) -> No
             raise BootstrapError(f"importing {ref} failed: {e}") from None
 
 
+def packages_of(image: str) -> list[str]:
+    """The dpkg list a trainbase bootstrap recorded in itself ("name version" lines)."""
+    import uuid
+
+    cid = engine.run_detached(image, ["sleep", "infinity"], name=f"tb-base-{uuid.uuid4().hex[:8]}",
+                              labels={"io.trainbase.base-lock": "1"}, opts=engine.RunOptions(init=False))
+    try:
+        r = engine.exec_in(cid, ["cat", "/" + PACKAGE_LIST])
+    finally:
+        engine.remove_container(cid)
+    if r.returncode != 0:
+        raise BootstrapError(f"{image} has no /{PACKAGE_LIST}: not a trainbase bootstrap ({r.stderr.strip()[:200]})")
+    return [ln for ln in r.stdout.splitlines() if ln.strip()]
+
+
 def _tag_of(ref: str) -> str:
     last = ref.rsplit("/", 1)[-1]
     return last.split("@", 1)[0].split(":", 1)[1] if ":" in last.split("@", 1)[0] else ""
 
 
 def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_MIRROR,
-                      log: Log = print) -> tuple[str, str]:
+                      log: Log = print, bootstrap_only: bool = False) -> tuple[str, str]:
     """Make a base for ``ref`` available: (how, the reference to build FROM). How is "present"
     or "pulled" (the official image), or "bootstrapped" / "bootstrap present" (trainbase's own
-    bootstrap, under bootstrap_ref(ref))."""
+    bootstrap, under bootstrap_ref(ref)). ``bootstrap_only``: the base lock says the row is
+    built FROM trainbase's bootstrap, so the official image is not even looked at."""
     if not engine.available():
         raise BootstrapError("no container engine answers: run scripts/setup.sh"
                              + (f" (DOCKER_HOST={os.environ['DOCKER_HOST']})" if os.environ.get("DOCKER_HOST") else ""))
-    if engine.image_exists(ref):
+    if bootstrap_only:
+        if not suite:
+            raise BootstrapError(f"{ref} is locked to trainbase's bootstrap, but its row names no bootstrap suite")
+        log(f"{ref}: locked to trainbase's bootstrap (locks/bases.json)")
+    elif engine.image_exists(ref):
         if not _is_our_bootstrap(ref):
             log(f"{ref}: present")
             return "present", ref
@@ -189,7 +209,7 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
         if not suite:
             raise BootstrapError(f"{ref} is not in the engine and could not be pulled ({why}); it must come from a "
                                  f"registry (only Debian suites can be bootstrapped locally)")
-    if not suite:
+    if not suite:  # (bootstrap_only without a suite was refused above)
         raise BootstrapError(f"{ref} in the engine is a trainbase bootstrap, not the official image, and no "
                              "suite was given to bootstrap it again")
     own = bootstrap_ref(ref)

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import base_lock
 from . import lint as lintmod
 from . import locks as lockmod
 from . import render as rendermod
@@ -28,6 +29,9 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--list", action="store_true", help="list the selected cells")
     act.add_argument("--explain", metavar="NAME", help="say whether a cell exists, and which rule excludes it if not")
     act.add_argument("--lock", action="store_true", help="resolve stale pip lock sets (needs PyPI), then render")
+    act.add_argument("--lock-bases", action="store_true",
+                     help="resolve the selected rows' base images now (bootstrap: a fresh debootstrap; registry: "
+                          "the pulled digest), write locks/bases.json, then render (changes every tag of a moved row)")
     act.add_argument("--lint", action="store_true", help="run hadolint on the selected rendered Dockerfiles")
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
     act.add_argument("--prune", action="store_true",
@@ -116,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
         sets = rendermod.lock_sets(rendered)
         written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))
         print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
+        return render(m, root)
+    if args.lock_bases:
+        entries = base_lock.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+        locked = sum(1 for e in entries.values() if e.identity)
+        print(f"{base_lock.LOCK_FILE}: {locked} base(s) locked, {len(entries) - locked} unlocked")
         return render(m, root)
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)

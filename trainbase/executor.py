@@ -24,7 +24,7 @@ from pathlib import Path
 from trainbase_common import buildkit, engine
 from trainbase_common.states import JobState
 
-from . import bootstrap, image_inventory, publish, registry
+from . import base_lock, bootstrap, image_inventory, publish, registry
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .plan import Job, Plan
@@ -121,16 +121,18 @@ class Executor:
         for j in self.jobs.values():
             if not j.cell.parent and (j.status == JobState.QUEUED or self._documents_need_base(j)):
                 bases.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
+        locks = base_lock.load(self.root)
         for ref, jobs in bases.items():
             row = self.m.spec.os[jobs[0].cell.os]
+            lock = base_lock.entry_for(locks, ref, row.bootstrap is not None)
             try:
-                _, self.base_refs[ref] = bootstrap.ensure_base_image(
-                    ref, row.bootstrap.suite if row.bootstrap else None,
-                    row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR,
-                    log=lambda s: self.out.write(f"base: {s}\n"))
+                self.base_refs[ref], why = base_lock.resolve(ref, row, lock,
+                                                             log=lambda s: self.out.write(f"base: {s}\n"))
             except bootstrap.BootstrapError as e:
+                why = f"base image {ref} unavailable: {str(e).splitlines()[0]}"
+            if why:
                 for j in jobs:
-                    j.status, j.reason = JobState.FAILED, f"base image {ref} unavailable: {str(e).splitlines()[0]}"
+                    j.status, j.reason = JobState.FAILED, why
                     j.ended = time.monotonic()
         self.plan.propagate()
 

@@ -19,6 +19,7 @@ import jinja2
 
 from trainbase_common.manifest import labels as manifest_labels
 
+from . import base_lock
 from . import context as ctxmod
 from . import locks as lockmod
 from .errors import TemplateError
@@ -91,6 +92,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
     root = root or m.path.parent
     env = environment(root)
     wanted = cells if cells is not None else m.included
+    bases = base_lock.load(root)
     out: dict[str, Rendered] = {}
 
     def render(cell: Cell) -> Rendered:
@@ -118,6 +120,10 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             h.update(f"{rel}\n{_file_digest(root, rel)}\n".encode())
         if parent:
             h.update(f"parent {parent.recipe}\n".encode())
+        else:
+            # the base's locked identity: one tag, one base (a child follows through its parent)
+            os_ = cc.data["os"]
+            h.update(base_lock.entry_for(bases, os_["base"], os_["bootstrappable"]).recipe_line().encode())
         os_stage = None
         if not cell.parent:
             stage = env.get_template("os-stage.Dockerfile.j2").render(**data)

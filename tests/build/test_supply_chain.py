@@ -118,3 +118,29 @@ def test_over_budget_cell_fails_with_its_largest_layers_and_keeps_no_tag(scratch
     assert f"cell {CHEAP} is " in got["reason"] and "over its budget of 0.5 GB" in got["reason"], got["reason"]
     assert "largest layers" in got["reason"].lower() and "RUN " in got["reason"], got["reason"]
     assert not engine.image_exists(got["image"]), "an over-budget cell keeps no tag"
+
+
+def test_a_base_that_is_not_the_locked_one_is_refused(scratch):
+    """locks/bases.json says another Debian bootstrap than the mirror gives: the engine's
+    bootstrap is made again once, still differs, and the cell fails before any build step,
+    naming the base, locked and resolved identity, and the package that moved."""
+    lock_path = scratch / "locks" / "bases.json"
+    lock = json.loads(lock_path.read_text())
+    deb = lock["bases"]["debian:12.15-slim"]
+    real_identity = deb["identity"]
+    name, version = deb["packages"][0].split(" ", 1)
+    deb["identity"] = "packages-sha256:" + "0" * 64
+    deb["packages"][0] = f"{name} {version}~older"
+    lock_path.write_text(json.dumps(lock))
+    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                          capture_output=True).returncode == 0
+    report = scratch / "report.json"
+    r = _build(scratch, "--select", f"name={CHEAP}", "--report", str(report))
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    got = json.loads(report.read_text())["cells"][0]
+    assert got["status"] == "failed" and not engine.image_exists(got["image"])
+    assert (f"base debian:12.15-slim is not the locked one: locked packages-sha256:{'0' * 64}, "
+            f"resolved {real_identity}") in got["reason"], got["reason"]
+    assert f"{name} {version}~older -> {version}" in got["reason"], got["reason"]
+    assert "made again" in r.stdout, r.stdout[-2000:]
+

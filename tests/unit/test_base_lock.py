@@ -1,0 +1,132 @@
+"""The committed base lock (locks/bases.json): the recipe tag folds in the base's locked
+identity, a locked bootstrap row never takes the official image, and a base that is not the
+locked one is refused naming locked and resolved identity and the packages that moved -- after
+one fresh bootstrap, since an engine may hold one from before a Debian point release."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import pytest
+
+from trainbase import base_lock, bootstrap, executor, image_inventory, render
+from trainbase.errors import TrainbaseError
+from trainbase.matrix import load
+from trainbase_common import engine
+from trainbase_common.states import JobState
+
+from .conftest import ROOT
+
+BASE = "debian:12.15-slim"
+OWN = "trainbase-bootstrap/debian:12.15-slim"
+LOCKED = "packages-sha256:" + "ab" * 32
+PACKAGES = ["apt 2.6.1", "libc6 2.36-9+deb12u10", "tzdata 2025b-0+deb12u1"]
+
+
+def _scratch(tmp_path, identity=LOCKED):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for name in ("matrix.yaml", "templates", "imagefs", "locks", "patches"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp_path / name)
+    entries = base_lock.load(tmp_path)
+    entries[BASE] = base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=identity, packages=PACKAGES)
+    base_lock.write(tmp_path, entries)
+    return load(tmp_path / "matrix.yaml")
+
+
+def test_the_committed_lock_locks_the_local_row_and_reads_back():
+    entries = base_lock.load(ROOT)
+    deb = entries[BASE]
+    assert deb.how == base_lock.BOOTSTRAP and deb.identity.startswith("packages-sha256:") and len(deb.packages) > 50
+    # every base a cell of matrix.yaml names has an entry (locked, or unlocked with the reason)
+    m = load(ROOT / "matrix.yaml")
+    from trainbase import context
+    bases = {context.build(m, c).data["os"]["base"] for c in m.included if not c.parent}
+    assert bases <= set(entries), bases - set(entries)
+    assert all(e.identity or e.note for e in entries.values())
+
+
+def test_an_unreadable_lock_is_bad_input_naming_the_file(tmp_path):
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "bases.json").write_text(json.dumps({"schema": 1, "bases": {BASE: {"how": "guess"}}}))
+    with pytest.raises(TrainbaseError, match=r"locks/bases.json: unreadable: .*how must be"):
+        base_lock.load(tmp_path)
+
+
+def test_the_tag_folds_in_the_locked_base(tmp_path):
+    """A new locked identity changes every debian12 tag (children through their parent) and no
+    tag of another row."""
+    m = _scratch(tmp_path / "a")
+    before = {n: r.tag for n, r in render.render_all(m, root=tmp_path / "a").items()}
+    m2 = _scratch(tmp_path / "b", identity="packages-sha256:" + "cd" * 32)
+    after = {n: r.tag for n, r in render.render_all(m2, root=tmp_path / "b").items()}
+    moved = {n for n in before if before[n] != after[n]}
+    assert moved == {n for n in before if n.endswith("-debian12")}, sorted(set(before) - moved)[:3]
+
+
+def test_package_changes_are_named():
+    now = ["apt 2.6.1", "libc6 2.36-9+deb12u13", "newpkg 1.0"]
+    assert base_lock.package_changes(PACKAGES, now) == \
+        "libc6 2.36-9+deb12u10 -> 2.36-9+deb12u13, +newpkg 1.0, -tzdata 2025b-0+deb12u1"
+    lock = base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=LOCKED, packages=PACKAGES)
+    why = base_lock.mismatch(lock, {"ref": OWN, "identity": "packages-sha256:" + "ef" * 32, "how": "bootstrap"}, now)
+    assert f"locked {LOCKED}, resolved packages-sha256:{'ef' * 32}" in why and "libc6 2.36-9+deb12u10 ->" in why
+    assert "build.py --lock-bases" in why
+    assert base_lock.mismatch(lock, {"identity": LOCKED}, None) is None
+    assert base_lock.mismatch(base_lock.unlocked(BASE, base_lock.REGISTRY), {"identity": "x"}, None) is None
+
+
+def test_a_locked_bootstrap_row_never_looks_at_the_official_image(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine, "available", lambda: True)
+    monkeypatch.setattr(engine, "image_exists", lambda ref: calls.append(("exists", ref)) or True)
+    monkeypatch.setattr(engine, "pull", lambda ref: calls.append(("pull", ref)))
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
+        id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.source": "debootstrap"}, env={}, raw={}))
+    assert bootstrap.ensure_base_image(BASE, "bookworm", log=lambda s: None, bootstrap_only=True) == \
+        ("bootstrap present", OWN)
+    assert ("exists", BASE) not in calls and not [c for c in calls if c[0] == "pull"]
+
+
+def _executor(tmp_path, monkeypatch, resolved_identities):
+    m = _scratch(tmp_path)
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = render.render_all(m, [cell], root=tmp_path)
+    b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), tmp_path, out=io.StringIO())
+    ensured, removed = [], []
+
+    def ensure(ref, suite, mirror, log, bootstrap_only=False):
+        ensured.append(bootstrap_only)
+        return "bootstrap present", OWN
+
+    idents = iter(resolved_identities)
+    monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
+    monkeypatch.setattr(image_inventory, "base_identity",
+                        lambda ref: {"ref": ref, "identity": next(idents), "how": "bootstrap"})
+    monkeypatch.setattr(bootstrap, "packages_of", lambda image: ["apt 2.6.1", "libc6 2.36-9+deb12u13"])
+    monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: removed.append(ref) or True)
+    return b, b.jobs[cell.name], ensured, removed
+
+
+def test_the_locked_base_builds(tmp_path, monkeypatch):
+    b, j, ensured, removed = _executor(tmp_path, monkeypatch, [LOCKED])
+    b.ensure_bases()
+    assert j.status == JobState.QUEUED and b.base_refs[BASE] == OWN
+    assert ensured == [True] and removed == []
+
+
+def test_an_old_bootstrap_is_made_again_once_then_a_moved_base_is_refused(tmp_path, monkeypatch):
+    moved = "packages-sha256:" + "ef" * 32
+    b, j, ensured, removed = _executor(tmp_path, monkeypatch, [moved, moved])
+    b.ensure_bases()
+    assert removed == [OWN] and ensured == [True, True]
+    assert j.status == JobState.FAILED
+    assert f"base {BASE} is not the locked one: locked {LOCKED}, resolved {moved}" in j.reason
+    assert "libc6 2.36-9+deb12u10 -> 2.36-9+deb12u13" in j.reason and "-tzdata" in j.reason
+
+
+def test_a_fresh_bootstrap_that_matches_the_lock_replaces_an_old_one(tmp_path, monkeypatch):
+    b, j, ensured, removed = _executor(tmp_path, monkeypatch, ["packages-sha256:" + "ef" * 32, LOCKED])
+    b.ensure_bases()
+    assert removed == [OWN] and j.status == JobState.QUEUED

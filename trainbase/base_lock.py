@@ -1,0 +1,190 @@
+"""The committed lock of the OS rows' base images: ``locks/bases.json``.
+
+Without it one recipe tag could name different images on different machines or days: the
+same Dockerfile built FROM whatever ``debian:12.15-slim`` resolves to there (the official
+image where Docker Hub answers, a fresh debootstrap where it does not). With it:
+
+- every root cell's recipe hash folds in its base's locked identity, so the tag names one base;
+- the lock says where the base comes from. ``bootstrap``: trainbase's own debootstrap, even
+  where the official image could be pulled, identified by the digest of its dpkg package list
+  (the list itself is in the lock, so a moved base is named package by package).
+  ``registry digest``: the official image, identified by its manifest digest;
+- the build resolves the base and refuses the row's cells when it is not what the lock says,
+  naming locked and resolved identity; re-locking (``build.py --lock-bases``) is a deliberate
+  change that gives every cell of the row a new tag (the scheduled refresh proposes it as a PR).
+
+A base with no identity in the lock (a registry base where it was last locked no registry
+answered, e.g. nvidia/cuda on a machine without Docker Hub) is "unlocked": it builds FROM its
+tag as before, its resolved digest recorded in the image's labels, and its cells' tags say so
+("unlocked" is what their recipe folds in).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import TrainbaseError
+
+LOCK_FILE = "locks/bases.json"
+SCHEMA = 1
+BOOTSTRAP = "bootstrap"
+REGISTRY = "registry digest"
+
+
+@dataclass(frozen=True)
+class BaseLock:
+    ref: str                       # the row's base as matrix.yaml names it (debian:12.15-slim)
+    how: str                       # BOOTSTRAP or REGISTRY
+    identity: str | None           # packages-sha256:<hex> / sha256:<hex>; None: unlocked
+    packages: list[str] = field(default_factory=list)   # bootstrap: "name version", sorted
+    note: str = ""                 # why an entry is unlocked, where it was resolved
+
+    def recipe_line(self) -> str:
+        """What a root cell's recipe hash folds in for its base."""
+        return f"base {self.ref} {self.how} {self.identity or 'unlocked'}\n"
+
+
+def unlocked(ref: str, how: str, note: str = "") -> BaseLock:
+    return BaseLock(ref=ref, how=how, identity=None, note=note)
+
+
+def load(root: Path) -> dict[str, BaseLock]:
+    """The committed entries by base ref; {} when there is no lock file yet."""
+    p = root / LOCK_FILE
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}, this trainbase reads {SCHEMA}")
+        out = {}
+        for ref, e in data["bases"].items():
+            if e["how"] not in (BOOTSTRAP, REGISTRY):
+                raise ValueError(f"{ref}: how must be {BOOTSTRAP!r} or {REGISTRY!r}, not {e['how']!r}")
+            out[ref] = BaseLock(ref=ref, how=e["how"], identity=e.get("identity"),
+                                packages=list(e.get("packages") or []), note=e.get("note", ""))
+        return out
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `python build.py --lock-bases`)") from None
+
+
+def write(root: Path, entries: dict[str, BaseLock]) -> None:
+    doc: dict[str, Any] = {"schema": SCHEMA, "bases": {}}
+    for ref in sorted(entries):
+        e = asdict(entries[ref])
+        del e["ref"]
+        doc["bases"][ref] = e
+    (root / LOCK_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (root / LOCK_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
+
+def entry_for(entries: dict[str, BaseLock], ref: str, bootstrappable: bool) -> BaseLock:
+    """The lock of ``ref``; an unlocked entry of the row's kind when the file has none."""
+    return entries.get(ref) or unlocked(ref, BOOTSTRAP if bootstrappable else REGISTRY, "not in " + LOCK_FILE)
+
+
+def package_changes(locked: list[str], now: list[str], limit: int = 8) -> str:
+    """`libc6 2.36-9+deb12u10 -> 2.36-9+deb12u13, +foo 1.0, -bar 2.1` (the first ``limit``)."""
+    old = dict(p.split(" ", 1) for p in locked if " " in p)
+    new = dict(p.split(" ", 1) for p in now if " " in p)
+    changes = [f"{n} {old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys()) if old[n] != new[n]]
+    changes += [f"+{n} {new[n]}" for n in sorted(new.keys() - old.keys())]
+    changes += [f"-{n} {old[n]}" for n in sorted(old.keys() - new.keys())]
+    more = f" (and {len(changes) - limit} more)" if len(changes) > limit else ""
+    return ", ".join(changes[:limit]) + more if changes else "the same package list"
+
+
+def mismatch(lock: BaseLock, resolved: dict[str, str], packages: list[str] | None) -> str | None:
+    """Why the resolved base is not the locked one, or None (an unlocked entry always passes)."""
+    if not lock.identity:
+        return None
+    if resolved.get("identity") == lock.identity:
+        return None
+    what = f"base {lock.ref} is not the locked one: locked {lock.identity}, resolved " \
+           f"{resolved.get('identity') or 'nothing'} ({resolved.get('how', '?')} {resolved.get('ref', '')})"
+    if lock.how == BOOTSTRAP and packages is not None:
+        what += f"; packages: {package_changes(lock.packages, packages)}"
+    return what + ". If the new base is wanted, re-lock it with `python build.py --lock-bases` " \
+                  "(every cell of the row gets a new tag) and commit locks/bases.json"
+
+
+def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
+    """(what to build FROM, why the row's cells must not build) for one base of a build. A
+    bootstrap already in the engine that is not the locked one is made again once (an engine
+    can hold one from before a Debian point release); what then still differs from the lock
+    is refused, named."""
+    from trainbase_common import engine
+
+    from . import bootstrap
+
+    suite = row.bootstrap.suite if row.bootstrap else None
+    mirror = row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR
+    only = lock.how == BOOTSTRAP and row.bootstrap is not None
+    how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+    why = _differs(lock, built_from)
+    if why and how == "bootstrap present":
+        log(f"{ref}: the bootstrap in the engine is not the locked one: making it again")
+        engine.remove_image(built_from)
+        how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+        why = _differs(lock, built_from)
+    return built_from, why
+
+
+def _differs(lock: BaseLock, built_from: str) -> str | None:
+    from . import bootstrap, image_inventory
+
+    if not lock.identity:
+        return None
+    resolved = image_inventory.base_identity(built_from)
+    if resolved.get("identity") == lock.identity:
+        return None
+    packages = bootstrap.packages_of(built_from) if resolved.get("how") == "bootstrap" else None
+    return mismatch(lock, resolved, packages)
+
+
+def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
+    """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
+    A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
+    pulled for its digest, and keeps its old entry where no registry answers."""
+    from datetime import date
+
+    from trainbase_common import engine
+
+    from . import bootstrap, context, image_inventory
+
+    entries = load(root)
+    seen: dict[str, Any] = {}
+    for c in cells:
+        if not c.parent:
+            seen.setdefault(context.build(m, c).data["os"]["base"], m.spec.os[c.os])
+    for ref, row in sorted(seen.items()):
+        if row.bootstrap is not None:
+            engine.remove_image(bootstrap.bootstrap_ref(ref))   # today's mirror, not an old bootstrap
+            _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
+                                                 log=log, bootstrap_only=True)
+            ident = image_inventory.base_identity(own)
+            entries[ref] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
+                                    packages=bootstrap.packages_of(own),
+                                    note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}")
+            log(f"{ref}: locked to {ident['identity']}")
+            continue
+        try:
+            engine.pull(ref)
+            ident = image_inventory.base_identity(ref)
+            if ident["how"] != "registry digest":
+                raise engine.EngineError(f"the engine has no registry digest for {ref}")
+            entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=ident["identity"], note=f"pulled {date.today()}")
+            log(f"{ref}: locked to {ident['identity']}")
+        except engine.EngineError as e:
+            why = str(e).splitlines()[0][:200]
+            old = entries.get(ref)
+            if old and old.identity:
+                log(f"{ref}: kept the locked {old.identity}: no registry answered ({why})")
+            else:
+                entries[ref] = unlocked(ref, REGISTRY, f"unresolved {date.today()}: {why}")
+                log(f"{ref}: unlocked: {why}")
+    write(root, entries)
+    return entries
