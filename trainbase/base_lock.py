@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainbase_common import engine
+
 from .errors import TrainbaseError
 
 LOCK_FILE = "locks/bases.json"
@@ -45,6 +47,23 @@ class BaseLock:
     def recipe_line(self) -> str:
         """What a root cell's recipe hash folds in for its base."""
         return f"base {self.ref} {self.how} {self.identity or 'unlocked'}\n"
+
+    @property
+    def digest(self) -> str | None:
+        """The manifest digest a registry-locked base is pinned to; None for a bootstrap or an
+        unlocked entry."""
+        return self.identity if self.how == REGISTRY and self.identity else None
+
+    def from_ref(self) -> str:
+        """What the Dockerfile's FROM names: ``name:tag@sha256:...`` for a registry-locked base
+        (BuildKit resolves the digest and ignores the tag, which stays for the reader), else
+        the tag. A moved tag upstream then cannot change what the recipe builds FROM."""
+        return f"{self.ref}@{self.digest}" if self.digest else self.ref
+
+    def engine_ref(self) -> str:
+        """How the engine is asked for the locked base: ``name@sha256:...`` (the engine's
+        reference store does not take a tag and a digest together), else the tag."""
+        return f"{engine.repository(self.ref)}@{self.digest}" if self.digest else self.ref
 
 
 def unlocked(ref: str, how: str, note: str = "") -> BaseLock:
@@ -116,13 +135,16 @@ def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
     bootstrap already in the engine that is not the locked one is made again once (an engine
     can hold one from before a Debian point release); what then still differs from the lock
     is refused, named."""
-    from trainbase_common import engine
-
     from . import bootstrap
 
     suite = row.bootstrap.suite if row.bootstrap else None
     mirror = row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR
     only = lock.how == BOOTSTRAP and row.bootstrap is not None
+    if lock.digest:
+        # pulled by the locked digest, never by the tag: a tag moved upstream is not a reason
+        # to refuse the build (nor one to build FROM something else); no bootstrap stands in
+        how, built_from = bootstrap.ensure_base_image(lock.engine_ref(), None, log=log)
+        return built_from, _differs(lock, built_from)
     how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
     why = _differs(lock, built_from)
     if why and how == "bootstrap present":
@@ -150,8 +172,6 @@ def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
     A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
     pulled for its digest, and keeps its old entry where no registry answers."""
     from datetime import date
-
-    from trainbase_common import engine
 
     from . import bootstrap, context, image_inventory
 

@@ -88,13 +88,29 @@ def base_identity(ref: str) -> dict[str, str]:
     if info is None:
         return {"ref": ref, "identity": "", "how": "absent"}
     labels = info.labels or {}
+    digests = info.raw.get("RepoDigests") or []
+    pinned = ref.partition("@")[2]
+    if pinned and any(d.partition("@")[2] == pinned for d in digests):
+        # asked for by digest (a registry-locked base): that digest is what it is, even when it
+        # was made FROM a trainbase bootstrap and still carries the bootstrap's labels
+        return {"ref": ref, "identity": pinned, "how": "registry digest"}
     if labels.get("io.trainbase.base.packages-sha256"):
         return {"ref": ref, "identity": "packages-sha256:" + labels["io.trainbase.base.packages-sha256"],
                 "how": "bootstrap"}
-    digests = info.raw.get("RepoDigests") or []
     if digests:
-        return {"ref": ref, "identity": digests[0].split("@", 1)[1], "how": "registry digest"}
+        # an image pulled under several names has one digest per repository: take this ref's
+        repo = _familiar(engine.repository(ref))
+        own = [d for d in digests if _familiar(d.split("@", 1)[0]) == repo]
+        return {"ref": ref, "identity": (own or digests)[0].split("@", 1)[1], "how": "registry digest"}
     return {"ref": ref, "identity": info.id, "how": "image id (no registry digest)"}
+
+
+def _familiar(repo: str) -> str:
+    """docker.io/library/debian -> debian: the form the engine prints in RepoDigests."""
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
+        if repo.startswith(prefix):
+            return repo[len(prefix):]
+    return repo
 
 
 # The base a root cell was built FROM, as the build saw it: labels written by `docker build

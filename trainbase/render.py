@@ -100,9 +100,10 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             return out[cell.name]
         parent = render(m.cell(cell.parent)) if cell.parent else None
         cc = ctxmod.build(m, cell)
+        base = base_lock.entry_for(bases, cc.data["os"]["base"], cc.data["os"]["bootstrappable"])
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
         data = dict(cc.data, labels=manifest_labels(cc.manifest), namespace=m.spec.naming.namespace,
-                    parent_tag=parent.tag if parent else None)
+                    parent_tag=parent.tag if parent else None, base_from=base.from_ref())
         try:
             text = env.get_template("Dockerfile.j2").render(**data)
         except (jinja2.TemplateError, TypeError, KeyError, AttributeError) as e:
@@ -122,8 +123,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             h.update(f"parent {parent.recipe}\n".encode())
         else:
             # the base's locked identity: one tag, one base (a child follows through its parent)
-            os_ = cc.data["os"]
-            h.update(base_lock.entry_for(bases, os_["base"], os_["bootstrappable"]).recipe_line().encode())
+            h.update(base.recipe_line().encode())
         os_stage = None
         if not cell.parent:
             stage = env.get_template("os-stage.Dockerfile.j2").render(**data)

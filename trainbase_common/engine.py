@@ -158,9 +158,21 @@ def list_tags(reference: str) -> list[str]:
     return sorted({t for im in images for t in im.tags})
 
 
+def repository(ref: str) -> str:
+    """``nvidia/cuda:12.8.1-devel`` -> ``nvidia/cuda``; a digest goes too, and a registry port
+    is not a tag (``host:5000/x:1`` -> ``host:5000/x``)."""
+    ref = ref.split("@", 1)[0]
+    name, _, tag = ref.rpartition(":")
+    return name if name and "/" not in tag else ref
+
+
 def pull(ref: str) -> None:
-    """Pull with the stored credentials. Raises EngineAPIError (its status says why)."""
-    repo, _, t = ref.rpartition(":")
+    """Pull with the stored credentials. Raises EngineAPIError (its status says why). A
+    ``name@sha256:...`` reference is pulled by that digest (the API takes it as the tag)."""
+    if "@" in ref:
+        repo, t = repository(ref), ref.partition("@")[2]
+    else:
+        repo, _, t = ref.rpartition(":")
     _call(client().images.pull, repo, tag=t)
 
 

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 
 import pytest
 import yaml
@@ -144,3 +145,58 @@ def test_a_base_that_is_not_the_locked_one_is_refused(scratch):
     assert f"{name} {version}~older -> {version}" in got["reason"], got["reason"]
     assert "not the locked one: making it again" in r.stdout and "bootstrapped as" in r.stdout, r.stdout[-2000:]
 
+
+
+def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_moved(registry, docker, tmp_path):
+    """The nvidia/cuda rows are locked by registry digest where a registry answers (Docker Hub
+    does not here), so the same path is run against the loopback registry with a login: a
+    base is pushed and locked, then its tag is moved upstream to another image. The build's
+    resolver still pulls the locked digest, not the tag, and a Dockerfile FROM the rendered
+    ``name:tag@digest`` is built from the locked image."""
+    from trainbase import base_lock, bootstrap
+
+    src = bootstrap.bootstrap_ref("debian:12.15-slim")
+    assert engine.image_exists(src), f"{src} is made by the ci build that runs before these tests"
+    cfg = ["--config", str(registry.config)]
+    ref = f"{registry.host}/trainbase-test/locked-base:1"
+    made = []
+
+    def docker_(*args, cwd=None):
+        r = subprocess.run([docker, *cfg, *args], capture_output=True, text=True, cwd=cwd,
+                           env={**registry.env(), "DOCKER_BUILDKIT": "1"}, timeout=600)
+        assert r.returncode == 0, f"docker {' '.join(args)}: {r.stdout[-1500:]}{r.stderr[-1500:]}"
+        return r.stdout.strip()
+
+    def push_variant(which):
+        (tmp_path / which).mkdir()
+        (tmp_path / which / "Dockerfile").write_text(f"FROM {src}\nLABEL io.trainbase.test.which={which}\n")
+        docker_("build", "-q", "-t", ref, str(tmp_path / which))
+        made.append(docker_("image", "inspect", "--format", "{{.Id}}", ref))
+        docker_("push", "-q", ref)
+        return docker_("image", "inspect", "--format", "{{index .RepoDigests 0}}", ref).split("@", 1)[1]
+
+    try:
+        locked = push_variant("locked")
+        moved = push_variant("moved")          # the same tag, now another image upstream
+        assert locked != moved
+        for image_id in made:                  # nothing local: the resolver must pull
+            docker_("image", "rm", "-f", image_id)
+        lock = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity=locked)
+        probe = ("import json, sys; from types import SimpleNamespace; from trainbase import base_lock; "
+                 "lock = base_lock.BaseLock(ref=sys.argv[1], how=base_lock.REGISTRY, identity=sys.argv[2]); "
+                 "print(json.dumps(base_lock.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))")
+        r = subprocess.run([PY, "-c", probe, ref, locked], cwd=ROOT, capture_output=True, text=True,
+                           env=registry.env(), timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        made.append(lock.engine_ref())
+        assert json.loads(r.stdout.splitlines()[-1]) == [lock.engine_ref(), None], r.stdout
+        (tmp_path / "child").mkdir()
+        (tmp_path / "child" / "Dockerfile").write_text(f"FROM {lock.from_ref()}\nLABEL io.trainbase.test.child=1\n")
+        child = f"trainbase-test/from-locked-digest:{uuid.uuid4().hex[:8]}"
+        docker_("build", "-q", "-t", child, str(tmp_path / "child"))
+        made.append(child)
+        labels = json.loads(docker_("image", "inspect", "--format", "{{json .Config.Labels}}", child))
+        assert labels.get("io.trainbase.test.which") == "locked", labels
+    finally:
+        for name in reversed(made):            # the child, the pulled base, the pushed variants
+            subprocess.run([docker, "image", "rm", "-f", name], capture_output=True)

@@ -130,3 +130,90 @@ def test_a_fresh_bootstrap_that_matches_the_lock_replaces_an_old_one(tmp_path, m
     b, j, ensured, removed = _executor(tmp_path, monkeypatch, ["packages-sha256:" + "ef" * 32, LOCKED])
     b.ensure_bases()
     assert removed == [OWN] and j.status == JobState.QUEUED
+
+
+CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
+CUDA_DIGEST = "sha256:" + "5a" * 32
+
+
+def _registry_locked(tmp_path):
+    m = _scratch(tmp_path)
+    entries = base_lock.load(tmp_path)
+    entries[CUDA_BASE] = base_lock.BaseLock(ref=CUDA_BASE, how=base_lock.REGISTRY, identity=CUDA_DIGEST)
+    base_lock.write(tmp_path, entries)
+    return m
+
+
+def test_references_of_a_registry_locked_base():
+    lock = base_lock.BaseLock(ref=CUDA_BASE, how=base_lock.REGISTRY, identity=CUDA_DIGEST)
+    assert lock.from_ref() == f"{CUDA_BASE}@{CUDA_DIGEST}"
+    assert lock.engine_ref() == f"nvidia/cuda@{CUDA_DIGEST}"
+    assert engine.repository("localhost:5000/team/cuda:12.8") == "localhost:5000/team/cuda"
+    assert engine.repository("localhost:5000/team/cuda") == "localhost:5000/team/cuda"
+    assert engine.repository("debian@" + CUDA_DIGEST) == "debian"
+    # a bootstrap or an unlocked entry is named by its tag: nothing to pin
+    for other in (base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=LOCKED),
+                  base_lock.unlocked(CUDA_BASE, base_lock.REGISTRY)):
+        assert other.digest is None and other.from_ref() == other.engine_ref() == other.ref
+
+
+def test_a_registry_locked_base_is_built_from_its_digest(tmp_path):
+    """Locking an nvidia/cuda base by digest writes the digest into FROM of that row's
+    Dockerfiles (and so into their tags); every other row renders as before."""
+    base = tmp_path / "a"
+    m = _scratch(base)
+    before = render.render_all(m, root=base)
+    m2 = _registry_locked(tmp_path / "b")
+    after = render.render_all(m2, root=tmp_path / "b")
+    pinned = {n for n, r in after.items() if f"FROM {CUDA_BASE}@{CUDA_DIGEST} AS os" in r.files[r.dockerfile]}
+    row = {n for n, r in after.items() if r.context.data["os"]["base"] == CUDA_BASE}
+    assert pinned and pinned == {n for n in row if not after[n].cell.parent}
+    moved = {n for n in before if before[n].tag != after[n].tag}
+    children = {n for n in after if after[n].cell.parent and any(p in pinned for p in _ancestors(m2, n))}
+    assert moved == pinned | children
+    assert all(f"FROM {CUDA_BASE} AS os" in before[n].files[before[n].dockerfile] for n in pinned)
+
+
+def _ancestors(m, name):
+    cell = m.cell(name)
+    while cell.parent:
+        cell = m.cell(cell.parent)
+        yield cell.name
+
+
+def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, monkeypatch):
+    m = _registry_locked(tmp_path)
+    calls = []
+
+    def ensure(ref, suite=None, mirror=None, log=None, bootstrap_only=False):
+        calls.append((ref, suite, bootstrap_only))
+        return "pulled", ref
+
+    monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
+    monkeypatch.setattr(image_inventory, "base_identity",
+                        lambda ref: {"ref": ref, "identity": CUDA_DIGEST, "how": "registry digest"})
+    row = m.spec.os["ubuntu22.04"]
+    lock = base_lock.load(tmp_path)[CUDA_BASE]
+    assert base_lock.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
+    assert calls == [(f"nvidia/cuda@{CUDA_DIGEST}", None, False)]
+
+
+def test_the_identity_of_an_image_pulled_under_two_names_is_its_own_repositorys(monkeypatch):
+    other = "sha256:" + "0f" * 32
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
+        id="sha256:" + "1" * 64, size=1, labels={}, env={},
+        raw={"RepoDigests": [f"mirror.example:5000/nvidia/cuda@{other}", f"nvidia/cuda@{CUDA_DIGEST}"]}))
+    assert image_inventory.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert image_inventory.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert image_inventory.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
+
+
+def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(monkeypatch):
+    """A registry-locked base made FROM a trainbase bootstrap (a team's mirror of it) still
+    carries the bootstrap's package label: asked for by digest, its identity is the digest."""
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
+        id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.packages-sha256": "ab" * 32}, env={},
+        raw={"RepoDigests": [f"registry.example/team/debian@{CUDA_DIGEST}"]}))
+    assert image_inventory.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
+        "ref": f"registry.example/team/debian@{CUDA_DIGEST}", "identity": CUDA_DIGEST, "how": "registry digest"}
+    assert image_inventory.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"
