@@ -227,6 +227,26 @@ class _ChunkReader(io.RawIOBase):
         return n
 
 
+def check_export_space(ref: str, margin_gb: float = 1.0) -> None:
+    """Refuse a `docker save` that would fill the disk. The engine writes the whole export
+    under its data root before it streams a byte (`/var/lib/docker/tmp/docker-export-*`), so
+    reading an 8 GB image's layers needs 8 GB free there, next to what concurrent builds
+    write. Measured: two framework images read at once with 8.6 GB free failed half-way with
+    "no space left on device". Skipped where the data root is not on this machine."""
+    import shutil
+
+    image = inspect_image(ref)
+    root = info().root_dir
+    if image is None or not root or not os.path.isdir(root):
+        return
+    free = shutil.disk_usage(root).free
+    need = image.size + margin_gb * 1e9
+    if free < need:
+        raise EngineError(f"reading the layers of {ref} needs about {need / 1e9:.1f} GB free under {root} "
+                          f"(the engine writes the whole export there first); {free / 1e9:.1f} GB free: "
+                          "prune old images and build cache (`docker system prune`, `docker builder prune`)")
+
+
 def save(ref: str) -> io.BufferedReader:
     """`docker save REF` as a stream (the image's layers as the engine stores them)."""
     image = _call(client().images.get, ref)

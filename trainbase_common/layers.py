@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 import tarfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,8 +116,18 @@ def scan_layers(image: str, want_content: Callable[[str, int], bool], max_conten
     bytes to keep (at most ``max_content`` bytes each). Works with the classic save layout
     (``<id>/layer.tar``, a layer saved twice being a symlink to the first) and the OCI one
     (``blobs/sha256/<digest>``, where a layer of a few bytes is as small as a config)."""
+    with _EXPORT_LOCK:
+        engine.check_export_space(image)
+        return _scan_saved(image, engine.save(image), want_content, max_content)
+
+
+# One export at a time: the engine stages each whole export on its data root's disk first, so
+# two parallel builds' supply steps would need the room of both images at once.
+_EXPORT_LOCK = threading.Lock()
+
+
+def _scan_saved(image: str, stream, want_content: Callable[[str, int], bool], max_content: int) -> LayerScan:
     t0 = time.monotonic()
-    stream = engine.save(image)
     per_blob: dict[str, list[LayerFile]] = {}
     jsons: dict[str, bytes] = {}
     aliases: dict[str, str] = {}

@@ -116,7 +116,30 @@ def saved(monkeypatch):
     """Point engine.save at a save built here; returns a setter."""
     def use(data: bytes):
         monkeypatch.setattr(engine, "save", lambda ref: io.BufferedReader(io.BytesIO(data)))
+        monkeypatch.setattr(engine, "check_export_space", lambda ref: None)
     return use
+
+
+def test_an_export_that_would_fill_the_disk_is_refused_naming_what_it_needs(monkeypatch, tmp_path):
+    """The engine stages the whole export on its data root first: an 8 GB image with 5 GB
+    free there is refused before the save starts, naming both numbers and the way out."""
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
+        id="sha256:" + "1" * 64, size=8_000_000_000, labels={}, env={}, raw={}))
+    monkeypatch.setattr(engine, "info", lambda: engine.EngineInfo(root_dir=str(tmp_path), driver="overlay2", runtimes=()))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 5_000_000_000))
+    with pytest.raises(engine.EngineError, match=r"reading the layers of x:1 needs about 9.0 GB free under .*"
+                                                 r"5.0 GB free: prune"):
+        engine.check_export_space("x:1")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 9_500_000_000))
+    engine.check_export_space("x:1")
+    monkeypatch.setattr(engine, "save", lambda ref: pytest.fail("saved although it does not fit"))
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 1))
+    with pytest.raises(engine.EngineError):
+        scan_layers("x:1", lambda path, size: False)
 
 
 # --------------------------------------------------------------------------- streaming
