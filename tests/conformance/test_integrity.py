@@ -1,0 +1,48 @@
+"""Integrity: what the image ships is whole. Every program and shared library it installs finds
+every library it links against, and every installed Python distribution finds every
+requirement it declares.
+
+These catch what a check written for one component cannot: a slimming step that deleted a
+library only some plugin or tool needs, a package removed or replaced under another that
+depends on it. Nothing here is allowed to be "mostly" whole: the exceptions are listed in
+conformance/linkage.py, each pinned to the file, the missing library and the reason."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.linkage import unexplained_gaps
+
+from .conftest import PROBE_DIR
+
+# Where the image's own software lives: trainbase's prefixes (MPI, venv, tools), the CUDA
+# toolkit, the distro programs, and the verbs providers and UCX modules (found by name, so the
+# multiarch directory of any distro works).
+ROOTS = "/opt /usr/local /usr/bin /usr/sbin " \
+        "$(find /usr/lib /usr/lib64 -maxdepth 2 -type d \\( -name libibverbs -o -name ucx \\) 2>/dev/null)"
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_every_program_and_library_resolves_its_libraries(target):
+    """Ask the dynamic linker (ldd, in the image's own environment) for every ELF program and
+    shared library under the image's prefixes: none may link a library that resolves to
+    nothing. A tool or plugin that cannot load is a broken image even if nothing else in the
+    suite happens to run it."""
+    scan = target.json_probe(f"{target.python} {PROBE_DIR}/unresolved_libs.py {ROOTS}", timeout=600)
+    assert scan["scanned"] > 50, f"the scan found only {scan['scanned']} ELF files under {ROOTS}"
+    gaps = unexplained_gaps(scan["unresolved"], scan["shipped"])
+    lines = [f"{p}: {', '.join(libs)}" for p, libs in sorted(gaps.items())]
+    assert not gaps, f"{len(gaps)} of {scan['scanned']} programs/libraries link a library that is not in the " \
+                     "image:\n" + "\n".join(lines[:40]) + ("\n..." if len(lines) > 40 else "")
+
+
+@pytest.mark.static
+@pytest.mark.evidence("content")
+def test_every_python_requirement_is_installed(target):
+    """`pip check` in the image's Python: every installed distribution's declared requirements
+    are installed at a version that satisfies them (a package removed or downgraded under
+    another, e.g. by a later `pip install` in a child image, fails here, not at import time
+    on the cluster)."""
+    r = target.sh(f"{target.python} -m pip check --disable-pip-version-check", timeout=300)
+    out = (r.stdout + r.stderr).strip()
+    assert r.rc == 0, f"pip check in {target.python} exited {r.rc}:\n{out[-3000:]}"
