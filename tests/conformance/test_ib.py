@@ -7,6 +7,8 @@ import shlex
 
 import pytest
 
+from conformance.transport_settings import defects, parse_config_file, parse_env
+
 from .conftest import PROBE_DIR
 
 TOOLS = ("ibv_devinfo", "ibv_devices", "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ibstat",
@@ -195,3 +197,31 @@ def test_ib_write_bw_moves_data(target):
     assert r.rc == 0, f"ib_write_bw loopback exited {r.rc}: {(r.stderr or r.stdout).strip()[-800:]}"
     rows = re.findall(r"(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", r.stdout)
     assert rows and float(rows[-1][3]) > 0, f"no bandwidth row: {r.stdout.strip()[-800:]}"
+
+
+# Where NCCL, Open MPI and UCX read settings from, besides the environment: NCCL's files, the MCA
+# parameter files of any Open MPI (source prefix, wheel, HPC-X) and UCX's config file.
+SETTINGS_FILES = ("for f in /etc/nccl.conf /root/.nccl.conf $(find /etc /opt /usr/local /root -xdev "
+                  "\\( -name openmpi-mca-params.conf -o -name mca-params.conf -o -name ucx.conf \\) 2>/dev/null); "
+                  "do [ -f \"$f\" ] && printf '\\n==> %s\\n' \"$f\" && cat \"$f\"; done; true")
+
+
+@pytest.mark.static
+@pytest.mark.evidence("content")
+def test_no_baked_setting_switches_the_fabric_off(target):
+    """The image bakes in no setting that keeps NCCL, UCX, Open MPI or Intel MPI off
+    InfiniBand/RoCE or pins them to one cluster's device names (NCCL_IB_DISABLE=1, UCX_TLS=tcp,
+    pml=ob1, FI_PROVIDER=tcp, NCCL_IB_HCA=mlx5_0, ...): in the image's ENV, in what a login shell
+    adds, or in nccl.conf / mca-params.conf / ucx.conf. Nothing fails without a fabric, so only
+    this finds them before the cluster runs every job over TCP."""
+    env = (target.inspect.get("Config") or {}).get("Env") or []
+    settings = parse_env("\n".join(env), "image ENV")
+    plain = {s.name: s.value for s in parse_env(target.sh("env -0").stdout, "")}
+    settings += [s for s in parse_env(target.login("env -0").stdout, "login shell (/etc/profile.d)")
+                 if plain.get(s.name) != s.value]
+    files = target.sh(SETTINGS_FILES).stdout
+    for chunk in files.split("\n==> ")[1:]:
+        path, _, text = chunk.partition("\n")
+        settings += parse_config_file(path.strip(), text)
+    found = defects(settings)
+    assert not found, "settings baked into the image that take the fabric away:\n" + "\n".join(found)
