@@ -48,3 +48,23 @@ def test_multinode_mpi_exits_cleanly_under_heap_checks(target, cluster):
     PyTorch/DeepSpeed job at exit, after the work had succeeded."""
     checked = f"env LD_PRELOAD=libc_malloc_debug.so.0 MALLOC_CHECK_=3 {cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"
     _check(cluster, cluster.launch(PER_HOST, checked), "mpi4py allreduce under MALLOC_CHECK_=3")
+
+
+@pytest.mark.multinode
+@pytest.mark.evidence("run")
+@pytest.mark.parametrize("python", ["python3", "python"])
+def test_bare_python_on_every_rank_is_the_images_python(target, cluster, python):
+    """`mpirun ... python3 train.py`, as users and Azure ML commands write it: on every rank of
+    both containers the bare name must be the image's Python (the manifest's prefix, with its
+    frameworks and mpi4py), not the distro's /usr/bin/python3. Ranks on the remote node get the
+    environment the launcher builds over ssh, not the image's ENV: there a venv that is only on
+    the local PATH is not found, and the job fails on node 2 only."""
+    prefix = target.components["python"]["prefix"]
+    code = "import socket, sys, mpi4py; print('TBPY', socket.gethostname(), sys.prefix, flush=True)"
+    r = cluster.launch(PER_HOST, f"{python} -c \"{code}\"", timeout=120)
+    seen = [ln.split()[1:3] for ln in r.stdout.splitlines() if ln.startswith("TBPY ")]
+    assert r.returncode == 0 and len(seen) == PER_HOST * len(cluster.hosts), \
+        f"`{python}` across {cluster.hosts} exited {r.returncode}, {len(seen)} ranks answered: " \
+        f"{(r.stderr or r.stdout).strip()[-1500:]}"
+    wrong = sorted({f"{host}: {pfx}" for host, pfx in seen if pfx != prefix})
+    assert not wrong, f"bare `{python}` is not the image's Python ({prefix}) on: {', '.join(wrong)}"

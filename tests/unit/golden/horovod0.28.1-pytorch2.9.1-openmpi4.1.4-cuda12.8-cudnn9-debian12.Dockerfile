@@ -48,7 +48,14 @@ LABEL org.opencontainers.image.title="horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cu
       io.trainbase.framework.pytorch="2.9.1" \
       io.trainbase.framework.horovod="0.28.1"
 # Login shells (bash -l) reset PATH through /etc/profile: keep this image's PATH there too.
-RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh
+# Ranks started over ssh on the other nodes (Open MPI's ssh launcher, Horovod, DeepSpeed's
+# pdsh) get the environment sshd builds, not this image's ENV: without the PATH there,
+# `mpirun -H a,b python3 train.py` runs the distro's python3, without the frameworks, on node b
+# only. sshd's PAM session reads /etc/environment (pam_env), so the PATH goes there as well.
+RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
+ && touch /etc/environment && sed -i '/^\(PATH\|VIRTUAL_ENV\)=/d' /etc/environment \
+ && echo "PATH=\"$PATH\"" >> /etc/environment \
+ && if [ -n "${VIRTUAL_ENV:-}" ]; then echo "VIRTUAL_ENV=\"$VIRTUAL_ENV\"" >> /etc/environment; fi
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip
