@@ -10,27 +10,22 @@ import re
 # the host's at run time (`--gpus`), so a CUDA library may link them and be whole.
 DRIVER_LIBRARY = re.compile(r"^lib(cuda|nvcuvid|nvoptix|nvidia-[\w.-]+)\.so(\.\d+)*$")
 
-# (file, the libraries it may miss, why). Optional plugins for hardware or stacks no trainbase
-# image targets, loaded only when selected: their absence changes nothing the image claims.
+# Optional plugins for hardware or stacks no trainbase image targets, loaded only when selected:
+# their absence changes nothing the image claims. One row each: the file (a regex on its path),
+# the libraries it may miss (a regex on the soname), and why.
+_GAP_ROWS = r"""
+/site-packages/mpi4py/MPI\.\w+\.cpython-[^/]+\.so$ | ^libmpi(_abi)?\.so\.\d+$ | mpi4py 4.1 ships one extension per MPI ABI and opens the image's libmpi itself; test_mpi4py_linked_to_image_mpi proves the one that matters loads
+/libpsmx2-fi\.so$ | ^libpsm2\.so\.\d+$ | libfabric's PSM2 provider is for Intel Omni-Path; libfabric skips a provider that does not load
+/nvshmem_bootstrap_pmix\.so[.\d]*$ | ^libpmix\.so\.\d+$ | NVSHMEM's PMIx bootstrap, opened only with NVSHMEM_BOOTSTRAP=PMIX
+/nvshmem_transport_libfabric\.so[.\d]*$ | ^libfabric\.so\.\d+$ | NVSHMEM's libfabric transport (Slingshot/EFA), opened only when selected
+/nvshmem_bootstrap_(mpi|shmem)\.so[.\d]*$ | ^lib(mpi|oshmem)\.so\.40$ | NVSHMEM's Open MPI / OpenSHMEM bootstraps, opened only with NVSHMEM_BOOTSTRAP=MPI or SHMEM (PyTorch bootstraps NVSHMEM itself); they need Open MPI's libmpi.so.40 on the loader's path
+/libmpi_ze_hooks\.so$ | ^libze_loader\.so\.\d+$ | Intel MPI's Level Zero hooks, for Intel GPUs
+/libmpifort_abi\.so[.\d]*$ | ^libmpi_abi\.so\.\d+$ | Intel MPI's MPI-ABI Fortran bindings; impi-rt carries no MPI-ABI libmpi
+/IMB-MT$ | ^libiomp5\.so$ | the multi-threaded Intel MPI Benchmarks need Intel's OpenMP runtime, not part of impi-rt
+"""
 EXPECTED_GAPS: list[tuple[re.Pattern[str], re.Pattern[str], str]] = [
-    (re.compile(r"/site-packages/mpi4py/MPI\.\w+\.cpython-[^/]+\.so$"), re.compile(r"^libmpi(_abi)?\.so\.\d+$"),
-     "mpi4py 4.1 ships one extension per MPI ABI and opens the image's libmpi itself; "
-     "test_mpi4py_linked_to_image_mpi proves the one that matters loads"),
-    (re.compile(r"/libpsmx2-fi\.so$"), re.compile(r"^libpsm2\.so\.\d+$"),
-     "libfabric's PSM2 provider is for Intel Omni-Path; libfabric skips a provider that does not load"),
-    (re.compile(r"/nvshmem_bootstrap_pmix\.so[.\d]*$"), re.compile(r"^libpmix\.so\.\d+$"),
-     "NVSHMEM's PMIx bootstrap, opened only with NVSHMEM_BOOTSTRAP=PMIX"),
-    (re.compile(r"/nvshmem_transport_libfabric\.so[.\d]*$"), re.compile(r"^libfabric\.so\.\d+$"),
-     "NVSHMEM's libfabric transport (Slingshot/EFA), opened only when selected"),
-    (re.compile(r"/nvshmem_bootstrap_(mpi|shmem)\.so[.\d]*$"), re.compile(r"^lib(mpi|oshmem)\.so\.40$"),
-     "NVSHMEM's Open MPI / OpenSHMEM bootstraps, opened only with NVSHMEM_BOOTSTRAP=MPI|SHMEM (PyTorch "
-     "bootstraps NVSHMEM itself); they need Open MPI's libmpi.so.40 on the loader's path"),
-    (re.compile(r"/libmpi_ze_hooks\.so$"), re.compile(r"^libze_loader\.so\.\d+$"),
-     "Intel MPI's Level Zero hooks, for Intel GPUs"),
-    (re.compile(r"/libmpifort_abi\.so[.\d]*$"), re.compile(r"^libmpi_abi\.so\.\d+$"),
-     "Intel MPI's MPI-ABI Fortran bindings; impi-rt carries no MPI-ABI libmpi"),
-    (re.compile(r"/IMB-MT$"), re.compile(r"^libiomp5\.so$"),
-     "the multi-threaded Intel MPI Benchmarks need Intel's OpenMP runtime, not part of impi-rt"),
+    (re.compile(f), re.compile(lib), why)
+    for f, lib, why in (tuple(c.strip() for c in row.split(" | ", 2)) for row in _GAP_ROWS.strip().splitlines())
 ]
 
 
