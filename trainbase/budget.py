@@ -15,8 +15,9 @@ from trainbase_common.layers import Waste, WastedFile, instruction, waste_share
 # Run with `sh -c` in a container of the image. -x: the image's own filesystem only (not /proc,
 # /sys, /dev or bind mounts); -b: apparent bytes, as the layers count them. Depth 6 reaches the
 # directories that explain a training image (/usr/local/lib/python3.12/dist-packages/torch);
-# 400 lines, largest first, hold every directory down to the sizes a top ten can show.
-LARGEST_DIRS_COMMAND = "du -x -b --max-depth=6 / 2>/dev/null | sort -rn | head -n 400"
+# 400 lines, largest first, hold every directory down to the sizes a top ten can show; sed, not
+# head, so sort never dies of SIGPIPE if the shell that runs this has pipefail.
+LARGEST_DIRS_COMMAND = "du -x -b --max-depth=6 / 2>/dev/null | sort -rn | sed -n 1,400p"   # sed reads to the end: no SIGPIPE (pipefail_lint)
 
 WASTE_BUDGET_SHARE = 0.03  # the bytes no container sees may be 3% of the image at most
 LARGEST_LAYERS = 5

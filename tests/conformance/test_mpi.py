@@ -185,7 +185,11 @@ def _pml_ucx_job(target):
         pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
     if "pml_ucx_job" not in target.cache:
         exe = _compile_allreduce(target)
-        target.cache["pml_ucx_job"] = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {exe}", timeout=120)
+        # Open MPI's UCX PML selects itself only on RDMA devices (its default pml_ucx_tls/devices),
+        # which this host lacks: the job lets UCX use any transport, to prove the PML computes
+        any_transport = "--mca pml_ucx_tls any --mca pml_ucx_devices any"
+        target.cache["pml_ucx_job"] = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {any_transport} {exe}",
+                                                timeout=120)
     r = target.cache["pml_ucx_job"]
     assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
     return r

@@ -80,6 +80,10 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 
 # --- block: nccl (2.30.7, the image's ONE NCCL: the same wheel the framework pins) ---
 # The CUDA base ships its own libnccl2; it is removed so that exactly one NCCL remains.
+# The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
+# (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
+# SIGPIPE and this SHELL's pipefail fails the build by chance (exit 141, issue 27).
+# trainbase/pipefail_lint.py refuses such a pipeline in every rendered RUN line.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
@@ -87,7 +91,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     apt-get purge -y --allow-change-held-packages libnccl2 libnccl-dev \
  && tb-pip-install /tmp/locks/nccl2.30.7-cuda13.0-py3.12.txt \
  && tb-register-nvidia-libs \
- && ldconfig -p | grep -q 'libnccl.so.2 '
+ && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
 # --- block: intelmpi (2021.18.1 runtime + compiler wrappers from PyPI) ---
 RUN --mount=type=cache,target=/root/.cache/pip \

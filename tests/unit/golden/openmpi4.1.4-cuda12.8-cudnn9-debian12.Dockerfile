@@ -100,12 +100,16 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     TRAINBASE_CUDA_VERSION=12.8.1
 
 # --- block: nccl (2.27.5, the image's ONE NCCL: the same wheel the framework pins) ---
+# The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
+# (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
+# SIGPIPE and this SHELL's pipefail fails the build by chance (exit 141, issue 27).
+# trainbase/pipefail_lint.py refuses such a pipeline in every rendered RUN line.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/nccl2.27.5-cuda12.8-py3.11.txt \
  && tb-register-nvidia-libs \
- && ldconfig -p | grep -q 'libnccl.so.2 '
+ && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
 # --- block: openmpi (4.1.4, built in the openmpi-build stage) ---
 COPY --from=openmpi-build /opt/openmpi /opt/openmpi
@@ -115,13 +119,18 @@ RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \
  && mpirun --version
 # Root is the normal user in training containers (Azure ML, Kubernetes): no extra flags.
 # Containers rarely have CAP_SYS_PTRACE, without which CMA single-copy spams
-# "Read -1, expected ..., errno = 1"; UCX may use any transport, so the UCX PML is
-# selectable without RDMA devices (it still prefers rc/dc where an HCA is present).
+# "Read -1, expected ..., errno = 1": the shared-memory BTL copies in and out instead.
+# Transport selection is Open MPI's own: its UCX PML selects itself only where UCX finds an
+# RDMA device (pml_ucx_tls/devices default to the IB/RoCE transports and mlx* devices), so an
+# HCA gets UCX over verbs/mlx5, and elsewhere ob1 runs shared memory within a node and TCP
+# between nodes. Forcing UCX on every host (pml_ucx_tls=any, pml_ucx_devices=any, as images
+# before issue 28 did) sends large intra-node messages over UCX's TCP rendezvous whenever CMA is
+# refused (Docker 20.10's seccomp profile, per-rank user namespaces): 4 MiB ping-pong 4.4 GB/s
+# against the host's 10.3-10.9 (0.43x); with Open MPI's defaults 10.9 GB/s. bench/mpi_speed.py
+# measures it, and tests/conformance/test_speed.py fails an image below 0.7x of the host.
 ENV OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    OMPI_MCA_btl_vader_single_copy_mechanism=none \
-    OMPI_MCA_pml_ucx_tls=any \
-    OMPI_MCA_pml_ucx_devices=any
+    OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 # --- block: python/mpi4py (linked to this image's own MPI; checked at build time) ---
 RUN --mount=type=cache,target=/root/.cache/pip \
