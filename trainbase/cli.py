@@ -293,9 +293,10 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     code = b.run()
     if args.dry_run:
         return code
-    report.summary(b)
-    if args.report:
+    if args.report:                 # first: a summary that fails to print must not lose the report
         report.write_report(b, args.report)
+    _summary(report, b)
+    if args.report:
         print(f"report: {args.report}")
     if args.test and code != 130:
         import subprocess
@@ -308,10 +309,21 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
             opts.push, opts.dry_run = True, False
             b2 = executor.Executor(m, rendered, selected, opts, root)
             code = b2.run()
-            report.summary(b2)
+            _summary(report, b2)
         elif args.push:
             print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
     return code
+
+
+def _summary(report, b) -> None:
+    """The summary table; if it cannot be printed (a terminal that went away, a rich bug), a
+    plain line per cell instead -- never a traceback in place of the result and exit code."""
+    try:
+        report.summary(b)
+    except Exception as e:  # noqa: BLE001 -- the run's result must still reach the person
+        print(f"(summary table failed: {type(e).__name__}: {e}; plain summary follows)", file=sys.stderr)
+        for j in b.jobs.values():
+            print(f"{j.name}\t{j.tag}\t{j.status}\t{j.reason or ''}")
 
 
 def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:

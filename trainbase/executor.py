@@ -24,7 +24,7 @@ from pathlib import Path
 from trainbase_common import buildkit, engine
 from trainbase_common.states import JobState
 
-from . import base_lock, bootstrap, image_inventory, publish, registry
+from . import base_lock, bootstrap, image_inventory, publish, registry, report
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .plan import Job, Plan
@@ -215,6 +215,7 @@ class Executor:
                 j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
             elif rc != 0:
                 j.status, j.reason = JobState.FAILED, _failure_reason(tail, rc)
+                j.failure_kind = report.failure_kind(j.reason, tail)
         if rc == 0 and not self.interrupted:
             # BUILT only after the supply chain: children start FROM this tag, SBOM included
             self._inspect(j)

@@ -38,6 +38,7 @@ class Job:
     pushed: list[str] = field(default_factory=list)
     repo_digest: str | None = None
     supply_s: float | None = None       # seconds of the supply-chain step (SBOM, audits, budgets)
+    failure_kind: str | None = None     # report.failure_kind: transient | environment | recipe | unknown
 
     @property
     def cell(self) -> Cell:

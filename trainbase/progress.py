@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from .report import fmt_seconds
+from .report import fmt_seconds, plain_console
 from trainbase_common.states import JobState
 
 
@@ -23,13 +23,15 @@ class Progress:
 
     def _table(self):
         from rich.table import Table
+        from rich.text import Text
 
         t = Table(title=f"trainbase build ({fmt_seconds(time.monotonic() - self.t0)})", expand=False)
         for col in ("cell", "status", "time", "last log line"):
             t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=70 if col != "time" else 8)
         for j in self.b.jobs.values():
-            t.add_row(j.name, j.status, fmt_seconds(j.duration) if j.duration else "",
-                      j.last_line if j.status == JobState.BUILDING else (j.reason or ""))
+            # Text, never markup: log lines and engine errors carry `[...]` (issue 27)
+            t.add_row(Text(j.name), Text(str(j.status)), Text(fmt_seconds(j.duration) if j.duration else ""),
+                      Text(j.last_line if j.status == JobState.BUILDING else (j.reason or "")))
         return t
 
     def start(self) -> None:
@@ -40,7 +42,8 @@ class Progress:
         if self.tty:
             from rich.live import Live
 
-            self.live = Live(self._table(), refresh_per_second=2, transient=False)
+            self.live = Live(self._table(), refresh_per_second=2, transient=False,
+                             console=plain_console(self.b.out))
             self.live.start()
 
     def tick(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,9 +25,6 @@ def fmt_seconds(seconds: float | None) -> str:
 def build_report(x) -> dict:
     """The JSON report of an executor's run (schema 1): one record per job, plan order."""
     engine_version = engine.server_version()
-    counts: dict[str, int] = {}
-    for j in x.jobs.values():
-        counts[j.status] = counts.get(j.status, 0) + 1
     return {
         "schema": 1,
         "run_id": x.run_id,
@@ -34,7 +32,7 @@ def build_report(x) -> dict:
         "namespace": x.m.spec.naming.namespace,
         "registry": x.opts.registry if x.opts.push else None,
         "publish_error": x.publish_error,
-        "counts": counts,
+        "counts": counts(x),
         "cells": [
             {
                 "name": j.name,
@@ -47,6 +45,8 @@ def build_report(x) -> dict:
                 "axes": j.cell.axes,
                 "status": j.status,
                 "reason": j.reason,
+                "failure_kind": getattr(j, "failure_kind", None) if j.status.bad else None,
+                "skipped_because_of_this": skipped_because_of(x, j) if j.status.bad else [],
                 "duration_s": round(j.duration, 1) if j.duration is not None else None,
                 "size_bytes": j.size,
                 "image_id": j.image_id,
@@ -72,25 +72,110 @@ def _supply(x, j) -> dict | None:
     return {"dir": str(d), "documents": docs, "seconds": round(j.supply_s, 1) if j.supply_s is not None else None}
 
 
-def summary(b, out=None) -> None:
-    """The table a person reads at the end: cell, tag, status, duration, size, digest."""
+def plain_console(out=None, **kw):
+    """A rich console that prints text as text: no markup, emoji codes or highlighting.
+    Everything trainbase shows comes from outside -- engine errors (`executor failed running
+    [/bin/bash -o pipefail -c ...]`), build log lines, cell names, paths -- and rich would parse
+    `[...]` in them as markup (a MarkupError crashed the summary of a failed build, issue 27)."""
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(file=out or sys.stdout, width=200)
+    return Console(file=out or sys.stdout, markup=False, emoji=False, highlight=False, **kw)
+
+
+def summary(b, out=None) -> None:
+    """The table a person reads at the end: cell, tag, status, duration, size, digest; then,
+    for each failed cell, what to do next and which cells were skipped because of it."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console = plain_console(out, width=200)
     t = Table(title="trainbase build summary")
     for col in ("cell", "tag", "status", "time", "size", "image id / digest", "reason"):
         t.add_column(col, overflow="fold")
     for j in b.jobs.values():
         digest = j.repo_digest or (j.image_id[:19] if j.image_id else "")
         size = f"{j.size / 1e9:.2f} GB" if j.size else ""
-        t.add_row(j.name + ("" if j.selected else " (dep)"), j.tag, j.status, fmt_seconds(j.duration), size, digest,
-                  j.reason if j.status != JobState.CACHED else "")
+        cells = (j.name + ("" if j.selected else " (dep)"), j.tag, str(j.status), fmt_seconds(j.duration), size,
+                 digest, (j.reason or "") if j.status != JobState.CACHED else "")
+        t.add_row(*(Text(c) for c in cells))      # Text: never parsed as markup
     console.print(t)
-    counts: dict[str, int] = {}
+    for line in next_steps(b):
+        console.print(line)
+    console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts(b).items())))
+
+
+def counts(b) -> dict[str, int]:
+    out: dict[str, int] = {}
     for j in b.jobs.values():
-        counts[j.status] = counts.get(j.status, 0) + 1
-    console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        out[str(j.status)] = out.get(str(j.status), 0) + 1
+    return out
+
+
+def skipped_because_of(b, j) -> list[str]:
+    """The cells never built because `j` did not complete: its children, theirs, and so on."""
+    out, frontier = [], [j.name]
+    while frontier:
+        parent = frontier.pop(0)
+        for k in b.jobs.values():
+            if k.parent == parent and k.status == JobState.SKIPPED:
+                out.append(k.name)
+                frontier.append(k.name)
+    return out
+
+
+def next_steps(b) -> list[str]:
+    """One paragraph per failed cell: the cause, whether it looks transient, what to do, where
+    the log is, and the cells skipped because of it."""
+    lines = []
+    for j in b.jobs.values():
+        if j.status not in (JobState.FAILED, JobState.REFUSED):
+            continue
+        kind = getattr(j, "failure_kind", None) or failure_kind(j.reason or "", [])
+        lines.append(f"{j.name}: {j.status}: {j.reason}")
+        lines.append(f"  next: {NEXT_STEP[kind]}")
+        if j.log:
+            lines.append(f"  log:  {j.log}")
+        skipped = skipped_because_of(b, j)
+        if skipped:
+            lines.append(f"  skipped because of it ({len(skipped)}): {', '.join(skipped)}")
+    return lines
+
+
+# What a failure most likely is, read from the end of its log: a rerun fixes a transient one
+# (every cell that completed is reused from cache), not a recipe error.
+_TRANSIENT = re.compile(
+    r"(?i)exit code: (141|137)\b|\bSIGPIPE\b|Temporary failure (in name resolution|resolving)|Could not resolve|"
+    r"Connection (reset|refused|timed out)|timed out|Read timed out|\b50[234]\b.*(Server|Gateway|Unavailable)|"
+    r"Hash Sum mismatch|File has unexpected size|TLS handshake timeout|unexpected EOF|IncompleteRead|"
+    r"ProtocolError|Network is unreachable|Failed to fetch")
+_ENVIRONMENT = re.compile(r"(?i)no space left on device|Cannot connect to the Docker daemon|permission denied while trying "
+                          r"to connect|only [\d.]+ GB free")
+_RECIPE = re.compile(r"(?i)sha256 mismatch|checksum|THESE PACKAGES DO NOT MATCH THE HASHES|No matching distribution|"
+                     r"Unable to locate package|error: |\bSyntaxError\b|not found")
+
+NEXT_STEP = {
+    "transient": "this looks transient (network, package mirror, a process killed by a signal): run the same "
+                 "command again -- every cell that completed is reused from cache, only this one and the cells "
+                 "skipped because of it are built",
+    "environment": "this is the machine, not the recipe: fix it (free disk space with `build.py --prune` / "
+                   "`docker builder prune`, start the engine with scripts/setup.sh), then run the same command again",
+    "recipe": "this is the recipe (a pinned input, a package name, a command in a block): rerunning will fail "
+              "the same way; read the log, fix matrix.yaml or the block, `build.py --render`, and build again",
+    "unknown": "read the log; if the failing step does not fail when run again (a race, a flaky mirror) it is "
+               "transient and a rerun reuses every cell that completed",
+}
+
+
+def failure_kind(reason: str, tail: list[str]) -> str:
+    """transient | environment | recipe | unknown, from the reason and the end of the log."""
+    text = "\n".join([reason, *tail[-60:]])
+    if _ENVIRONMENT.search(text):
+        return "environment"
+    if _TRANSIENT.search(text):
+        return "transient"
+    if _RECIPE.search(text):
+        return "recipe"
+    return "unknown"
 
 
 def write_report(b, path: str) -> None:
