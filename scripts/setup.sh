@@ -56,6 +56,8 @@ if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>
 fi
 
 want=(ca-certificates git curl xz-utils debootstrap docker-registry)   # docker-registry: the loopback registry of the publish tests
+# the speed check's reference (conformance/speed.py): the host's own MPI running the same mpi4py probe
+want+=(openmpi-bin python3-mpi4py)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   want+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

@@ -77,14 +77,14 @@ class FakeNccl:
 class FakeNode(core.Node):
     def __init__(self, root: Path, env: dict | None = None, expect=(), manifest: dict | None = MANIFEST,
                  libs: dict | None = None, commands: dict | None = None, memlock: int = -1, caps: int = 0,
-                 shm: int | None = 8 << 30, driver: str | None = None):
+                 shm: int | None = 8 << 30, driver: str | None = None, cma: int = 0):
         super().__init__(env=env or {"PATH": "/usr/bin:/bin"}, root=root, expect=expect)
         if manifest is not None:
             self.write("/etc/trainbase/manifest.json", json.dumps(manifest))
         if driver:
             self.write("/proc/driver/nvidia/version", f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Sat")
         self.libs, self.commands = libs or {}, commands or {}
-        self._memlock, self._caps, self._shm = memlock, caps, shm
+        self._memlock, self._caps, self._shm, self._cma = memlock, caps, shm, cma
         self.loaded: dict[str, str] = {}
 
     def write(self, path: str, text: str = "") -> Path:
@@ -111,6 +111,9 @@ class FakeNode(core.Node):
 
     def memlock(self):
         return self._memlock
+
+    def cma_probe(self):
+        return self._cma
 
     def capabilities(self):
         return self._caps

@@ -224,3 +224,72 @@ def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypat
         assert "docker login ghcr.io" in str(e.value) and "write:packages" in str(e.value)
     else:
         assert not isinstance(e.value, registry.RegistryAuthError) and "could not say whether" in str(e.value)
+
+
+# -- issue 27: a failed cell's text is printed as text, the report survives, the next step is said
+BRACKETS = ("executor failed running [/bin/bash -o pipefail -c tb-pip-install /tmp/locks/nccl.txt && "
+            "ldconfig -p | grep -q 'libnccl.so.2 ']: exit code: 141 [bold red]x[/] :smile: [link=http://a]b")
+
+
+def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skipped(m, monkeypatch):
+    from trainbase import report
+
+    b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
+    b.run()
+    bad = b.jobs["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    bad.reason, bad.failure_kind, bad.log = BRACKETS, "transient", "logs/run/x [1].log"
+    out = io.StringIO()
+    report.summary(b, out=out)
+    text = out.getvalue()
+    flat = re.sub(r"\s+", "", text)
+    assert re.sub(r"\s+", "", BRACKETS) in flat           # verbatim: no markup parsed, no emoji replaced
+    assert "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12: failed:" in text
+    assert "run the same command again" in text and "reused from cache" in text
+    said = next(ln for ln in text.splitlines() if "skipped because of it" in ln)
+    assert "(2)" in said and all(c in said for c in LOCAL[:2])
+    assert "logs/run/x [1].log" in text
+    rep = build_report(b)
+    by = {c["name"]: c for c in rep["cells"]}
+    assert by[bad.name]["failure_kind"] == "transient"
+    assert sorted(by[bad.name]["skipped_because_of_this"]) == sorted(LOCAL[:2])
+
+
+@pytest.mark.parametrize("reason,tail,kind", [
+    ("docker build exited 1: executor failed running [/bin/bash -o pipefail -c x | grep -q y]: exit code: 141", [],
+     "transient"),
+    ("E: Failed to fetch http://deb.debian.org/debian/pool/x.deb  Connection reset by peer", [], "transient"),
+    ("tb-fetch: sha256 mismatch for http://x: expected 0, got 1", [], "recipe"),
+    ("E: Unable to locate package libfoo", [], "recipe"),
+    ("no space left on device (free disk space or prune the build cache)", [], "environment"),
+    ("docker build exited 1", ["#12 ERROR: process did not complete successfully: exit code: 137"], "transient"),
+    ("make: *** [Makefile:1] Error 2", [], "unknown"),
+])
+def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
+    from trainbase.report import failure_kind
+
+    assert failure_kind(reason, tail) == kind
+
+
+def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, monkeypatch, tmp_path, capsys):
+    """Even when printing the summary raises, the report is on disk and the exit code is the
+    documented 1 for a failed cell."""
+    from trainbase import cli, report
+
+    def run_failing(self):
+        for j in self.jobs.values():
+            j.status, j.reason = JobState.FAILED, BRACKETS
+        return 1
+
+    def broken_summary(b, out=None):
+        raise RuntimeError("terminal went away")
+
+    monkeypatch.setattr(executor.Executor, "run", run_failing)
+    monkeypatch.setattr(report, "summary", broken_summary)
+    path = tmp_path / "r" / "build.json"
+    code = cli.main(["--matrix", "--select", "name=intelmpi2021.18-cuda12.8-cudnn9-debian12", "--no-supply",
+                     "--report", str(path)])
+    assert code == 1
+    import json
+    assert json.loads(path.read_text())["cells"][0]["reason"] == BRACKETS
+    out = capsys.readouterr()
+    assert "summary table failed" in out.err and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in out.out

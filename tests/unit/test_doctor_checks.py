@@ -285,3 +285,29 @@ def test_version_codes_round_trip():
     assert stack.nccl_version_code("2.27.5") == 22705 and stack.nccl_version_name(22705) == "2.27.5"
     assert stack.nccl_version_code("2.8.4") == 2804 and stack.nccl_version_name(2804) == "2.8.4"
     assert ctypes.sizeof(ctypes.c_int) == 4
+
+
+# -- mem.cma: which single-copy path the node's MPI can use (issue 28) ---------------------------
+def test_cma_refused_warns_and_names_every_runtime_fix(tmp_path):
+    r = result(FakeNode(tmp_path, cma=1), "mem.cma")
+    assert r.status == core.WARN and "refused" in r.summary and r.facts["single_copy"] == "none (refused)"
+    for fix in ("--cap-add SYS_PTRACE", "securityContext", "ch-run --join", "--sharens"):
+        assert fix in r.hint, fix
+
+
+def test_cma_working_is_ok_and_says_when_the_image_switched_single_copy_off(tmp_path):
+    assert result(FakeNode(tmp_path, cma=0), "mem.cma").facts["single_copy"] == "cma"
+    r = result(FakeNode(tmp_path, cma=0, env={"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}), "mem.cma")
+    assert r.status == core.OK and r.facts["single_copy"] == "none (configured)"
+
+
+def test_cma_yama_scope_2_is_named(tmp_path):
+    n = FakeNode(tmp_path, cma=1)
+    n.write("/proc/sys/kernel/yama/ptrace_scope", "2")
+    assert "ptrace_scope 2" in result(n, "mem.cma").summary
+
+
+def test_the_real_cma_probe_reads_a_sibling_process_on_this_host():
+    """The probe itself, for real: on this host (no seccomp filter on the test process) two
+    sibling processes can read each other's memory."""
+    assert core.Node().cma_probe() == 0
