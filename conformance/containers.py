@@ -4,8 +4,10 @@ leftovers can be found (`docker ps -a --filter label=io.trainbase.conformance`).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,3 +82,42 @@ def create_network() -> str:
 
 def remove_network(name: str) -> None:
     engine.remove_network(name)
+
+
+@contextlib.contextmanager
+def ssh_cluster(image: str, opts: Callable[[str], engine.RunOptions], hostnames: tuple[str, ...] = ("a", "b"),
+                prepare: Callable[[Container], None] | None = None) -> Iterator[tuple[list[Container], str]]:
+    """Containers of ``image`` (one per hostname) on a private network, sshd started in each
+    with host keys made now and a client key made for this cluster only, every node known to
+    every other: what `mpirun -H a,b` needs. ``opts(hostname)`` gives each its run options;
+    ``prepare`` runs on each container once started (copying probes in)."""
+    network = create_network()
+    nodes: list[Container] = []
+    try:
+        for h in hostnames:
+            nodes.append(Container.start(image, opts(h), hostname=h, network=network, prefix=f"tbconf-{h}"))
+            if prepare:
+                prepare(nodes[-1])
+        for n in nodes:
+            r = n.exec("set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; "
+                       "/usr/sbin/sshd")
+            assert r.returncode == 0, f"sshd did not start in {n.hostname}: {r.stderr.strip()}"
+        r = nodes[0].exec("ssh-keygen -q -t ed25519 -N '' -C tbconf -f /root/.ssh/id_ed25519 && "
+                          "cat /root/.ssh/id_ed25519.pub")
+        assert r.returncode == 0, f"ssh-keygen failed: {r.stderr.strip()}"
+        pub = r.stdout.strip()
+        hosts = " ".join(n.hostname for n in nodes)
+        for n in nodes:
+            n.write("/root/.ssh/authorized_keys", pub + "\n")
+            r = n.exec("chmod 600 /root/.ssh/authorized_keys; "
+                       f"for i in $(seq 50); do ssh-keyscan -t ed25519 {hosts} > /root/.ssh/known_hosts 2>/dev/null "
+                       f"&& [ $(wc -l < /root/.ssh/known_hosts) -eq {len(nodes)} ] && exit 0; sleep 0.2; done; exit 1")
+            assert r.returncode == 0, f"ssh-keyscan from {n.hostname} did not see every sshd"
+        for n in nodes[1:]:
+            r = nodes[0].exec(f"ssh -o BatchMode=yes {n.hostname} true", timeout=60)
+            assert r.returncode == 0, f"ssh a -> {n.hostname} failed: {r.stderr.strip()}"
+        yield nodes, network
+    finally:
+        for n in nodes:
+            n.remove()
+        remove_network(network)

@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from conformance import EVIDENCE, MANIFEST_PATH, TIERS  # noqa: E402
-from conformance.containers import Container, create_network, inspect_image, remove_network, short_name  # noqa: E402
+from conformance.containers import Container, inspect_image, short_name, ssh_cluster  # noqa: E402
 from conformance.flavors import MpiFlavor  # noqa: E402
 from conformance.host import HostCaps, probe_host  # noqa: E402
 from conformance.results import Results  # noqa: E402
@@ -278,35 +278,16 @@ def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any
     """Two containers of the image (hostnames ``a``, ``b``) on a private network with sshd;
     ``extra`` adds run options per hostname (e.g. a tmpfs only one node has)."""
     mpi = target.need_mpi()
-    network = create_network()
-    nodes: list[Container] = []
-    try:
-        for h in ("a", "b"):
-            opts = dataclasses.replace(caps.run_options(), **(extra or {}).get(h, {}))
-            nodes.append(_start(target.ref, caps, hostname=h, network=network, prefix=f"tbconf-{h}", opts=opts))
-        for n in nodes:
-            r = n.exec("set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; "
-                       "/usr/sbin/sshd")
-            assert r.returncode == 0, f"sshd did not start in {n.hostname}: {r.stderr.strip()}"
-        r = nodes[0].exec("ssh-keygen -q -t ed25519 -N '' -C tbconf -f /root/.ssh/id_ed25519 && "
-                          "cat /root/.ssh/id_ed25519.pub")
-        assert r.returncode == 0, f"ssh-keygen failed: {r.stderr.strip()}"
-        pub = r.stdout.strip()
-        hosts = " ".join(n.hostname for n in nodes)
-        for n in nodes:
-            n.write("/root/.ssh/authorized_keys", pub + "\n")
-            r = n.exec("chmod 600 /root/.ssh/authorized_keys; "
-                       f"for i in $(seq 50); do ssh-keyscan -t ed25519 {hosts} > /root/.ssh/known_hosts 2>/dev/null "
-                       f"&& [ $(wc -l < /root/.ssh/known_hosts) -eq {len(nodes)} ] && exit 0; sleep 0.2; done; exit 1")
-            assert r.returncode == 0, f"ssh-keyscan from {n.hostname} did not see every sshd"
-        for n in nodes[1:]:
-            r = nodes[0].exec(f"ssh -o BatchMode=yes {n.hostname} true", timeout=60)
-            assert r.returncode == 0, f"ssh a -> {n.hostname} failed: {r.stderr.strip()}"
+
+    def opts(h: str):
+        return dataclasses.replace(caps.run_options(), **(extra or {}).get(h, {}))
+
+    def probes(c: Container) -> None:
+        c.exec(f"mkdir -p {PROBE_DIR}", timeout=60)
+        c.put(f"{PROBES}/.", PROBE_DIR)
+
+    with ssh_cluster(target.ref, opts, prepare=probes) as (nodes, network):
         yield Cluster(nodes=nodes, network=network, mpi=mpi, python=target.python)
-    finally:
-        for n in nodes:
-            n.remove()
-        remove_network(network)
 
 
 @pytest.fixture(scope="session")

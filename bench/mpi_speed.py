@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""MPI speed benchmark (not a timed test): each image, run the ways it is run here, against the
+host's own MPI measured in the same run; printed as ratios.
+
+    .venv/bin/python bench/mpi_speed.py --report reports/build.json          # every built image
+    .venv/bin/python bench/mpi_speed.py --image trainbase/openmpi4.1.4-...:rTAG --rounds 3
+
+The probe is tests/conformance/probes/pingpong_mpi4py.py (mpi4py, standard library only): ping-
+pong latency at 8 B, bandwidth at 64 KiB and 4 MiB between two ranks, a 4 MiB float64 Allreduce.
+OSU micro-benchmarks and IMB are not reachable from this machine (their tarballs live on
+mvapich.cse.ohio-state.edu and GitHub, and no package registry here ships them), so the probe
+is mpi4py, as docs/performance.md says. The host reference is Debian's `openmpi-bin` with
+`python3-mpi4py` (scripts/setup.sh installs them), run as root with the same probe.
+
+Runtimes measured, two ranks each:
+  docker          Docker's default profile, no extra capability (how users run the images)
+  docker-uid      the same as a uid with no passwd entry (--user 4242:4242, HOME=/tmp)
+  docker-ptrace   --cap-add SYS_PTRACE (cross-memory attach allowed: the upper bound)
+  two-containers  one rank in each of two containers on a private network (mpirun over ssh)
+Each runtime alternates with a host run; each side keeps its best of --rounds runs.
+Writes Markdown to stdout and JSON to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from conformance import speed  # noqa: E402
+from conformance.containers import ssh_cluster  # noqa: E402
+from conformance.flavors import MpiFlavor  # noqa: E402
+from trainbase_common import buildkit, engine  # noqa: E402
+from trainbase_common.manifest import MANIFEST_PATH  # noqa: E402
+from trainbase_common.states import usable_images  # noqa: E402
+
+PROBE = ROOT / "tests" / "conformance" / "probes" / "pingpong_mpi4py.py"
+RUNTIMES = ("docker", "docker-uid", "docker-ptrace", "two-containers")
+
+
+def manifest(docker: str, image: str) -> dict:
+    r = subprocess.run([docker, "run", "--rm", "--entrypoint", "cat", image, MANIFEST_PATH],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[str]) -> dict:
+    launch = mpi.local(2)
+    cmd = [docker, "run", "--rm", "--shm-size=1g", *flags, "-v", f"{PROBE}:/tmp/pingpong.py:ro", "-e", "HOME=/tmp",
+           image, "bash", "-c", f"{launch} {python} /tmp/pingpong.py 5"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"exited {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}")
+    return speed.parse(p.stdout)
+
+
+def across_two(image: str, mpi: MpiFlavor, python: str) -> dict:
+    opts = engine.RunOptions(shm_size="1g")
+    with ssh_cluster(image, lambda _h: opts,
+                     prepare=lambda c: c.put(PROBE, "/tmp")) as (nodes, _net):
+        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 5", timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
+        return speed.parse(r.stdout)
+
+
+def measure(image: str, runtimes: tuple[str, ...], rounds: int) -> list[dict]:
+    docker = buildkit.build_cli()
+    man = manifest(docker, image)
+    mpi = MpiFlavor.from_manifest(man)
+    python = f"{man['components']['python']['prefix']}/bin/python"
+    rows = []
+    for rt in runtimes:
+        hosts, imgs, error = [], [], None
+        t0 = time.monotonic()
+        for _ in range(rounds):
+            hosts.append(speed.host_reference(str(PROBE)))
+            try:
+                if rt == "two-containers":
+                    imgs.append(across_two(image, mpi, python))
+                else:
+                    flags = {"docker": [], "docker-uid": ["--user", "4242:4242"],
+                             "docker-ptrace": ["--cap-add", "SYS_PTRACE"]}[rt]
+                    imgs.append(in_docker(docker, image, mpi, python, flags))
+            except (RuntimeError, subprocess.TimeoutExpired, AssertionError) as e:
+                error = str(e)
+                break
+        host = speed.best(hosts)
+        row = {"image": image.rsplit("/", 1)[-1], "runtime": rt, "host": host, "seconds": round(time.monotonic() - t0)}
+        if imgs and not error:
+            best = speed.best(imgs)
+            row |= {"result": best, "ratios": speed.Ratios.of(best, host).as_dict()}
+        else:
+            row["error"] = error
+        rows.append(row)
+        print(f"  {row['image'][:60]:<60} {rt:<15} "
+              + (json.dumps(row.get("ratios")) if "ratios" in row else f"ERROR {error}"), file=sys.stderr, flush=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| image | runtime | 8 B latency µs (× host) | 64 KiB GB/s (× host) | 4 MiB GB/s (× host) | "
+           "allreduce 4 MiB ms (host ÷ image) | host 4 MiB GB/s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "ratios" not in r:
+            out.append(f"| {r['image']} | {r['runtime']} | error: {r['error'][:80]} | | | | |")
+            continue
+        x, q, h = r["result"], r["ratios"], r["host"]
+        out.append(f"| {r['image']} | {r['runtime']} | {x['lat_8B_us']:.2f} ({q['lat_8B']:.2f}×) | "
+                   f"{x['bw_64KiB_GBs']:.2f} ({q['bw_64KiB']:.2f}×) | {x['bw_4MiB_GBs']:.2f} ({q['bw_4MiB']:.2f}×) | "
+                   f"{x['allreduce_4MiB_ms']:.2f} ({q['allreduce_4MiB']:.2f}×) | {h['bw_4MiB_GBs']:.2f} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--image", action="append", default=[])
+    ap.add_argument("--report", help="every usable image of this build report")
+    ap.add_argument("--runtime", action="append", choices=RUNTIMES, help="default: all")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="reports/mpi-speed.json")
+    a = ap.parse_args()
+    images = a.image + (usable_images(a.report) if a.report else [])
+    if not images:
+        ap.error("give --image or --report")
+    rows = []
+    for img in images:
+        rows += measure(img, tuple(a.runtime or RUNTIMES), a.rounds)
+    print(markdown(rows))
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"rounds": a.rounds, "rows": rows}, indent=2) + "\n")
+    slow = [r for r in rows if r.get("ratios") and r["runtime"] != "two-containers"
+            and r["ratios"]["bw_4MiB"] < speed.GOAL_4MIB]
+    print(f"\n{len(rows)} measurement(s); {len(slow)} intra-node below {speed.GOAL_4MIB}× the host's 4 MiB bandwidth")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
