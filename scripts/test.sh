@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # trainbase's test command (what .ci/run runs after scripts/setup.sh):
 #   1. the drift check  (images/ and locks/ equal a fresh render of matrix.yaml + templates/)
-#   2. hadolint on every rendered Dockerfile
+#   2. hadolint on every rendered Dockerfile, and the pipefail rule (no pipeline that can die of
+#      SIGPIPE by chance: rendered RUN lines, workflows, scripts, in-image tools)
 #   3. the build of the `ci` profile through the Docker engine (when one answers)
 #   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode
 #      tiers; gpu/fabric skip with their reason) against the images built in step 3, plus the
@@ -18,9 +19,9 @@ PROFILE="${TRAINBASE_TEST_PROFILE:-ci}"
 echo "==> drift check"
 "$PY" build.py --check
 
-echo "==> hadolint"
+echo "==> hadolint + pipefail rule"
 "$PY" build.py --lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
-tail -n 1 reports/hadolint.txt
+tail -n 2 reports/hadolint.txt
 
 pytest_args=(tests/unit)
 if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engine.available() else 1)' >/dev/null 2>&1; then

@@ -128,7 +128,8 @@ def run(args: argparse.Namespace) -> int:
         return render(m, root)
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)
-        return lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
+        code = lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
+        return max(code, pipefail_lint(rendered, root))
     if args.matrix:
         return build_matrix(m, root, selected, args)
     if args.prune:
@@ -138,6 +139,19 @@ def run(args: argparse.Namespace) -> int:
     if args.ci_matrix:
         return ci_matrix(m, root, selected, args)
     return 0
+
+
+def pipefail_lint(rendered: dict[str, rendermod.Rendered], root: Path) -> int:
+    """No pipeline that can die of SIGPIPE under pipefail, in the rendered RUN lines and in
+    the repository's own shell (trainbase/pipefail_lint.py says why)."""
+    from . import pipefail_lint as pl
+
+    findings = pl.check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
+    for f in findings:
+        print(f"{f}")
+    print(f"pipefail: {len(rendered)} Dockerfile(s) and the repository's shell, {len(findings)} pipeline(s) that "
+          f"can fail by chance")
+    return 1 if findings else 0
 
 
 def render(m: Matrix, root: Path) -> int:

@@ -221,3 +221,34 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     assert not engine.image_exists(image)
     ps = subprocess.run(["pgrep", "-f", f"docker build .*{name}"], capture_output=True, text=True)
     assert ps.stdout.strip() == "", "a docker build process survived Ctrl-C"
+
+
+def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_exit_code(scratch, docker,
+                                                                                          build_report):
+    """Issue 27: BuildKit's error names the failed command in brackets (`executor failed running
+    [/bin/bash -o pipefail -c ...]`) and rich parsed it as markup: the summary crashed, no report
+    was written, the exit code was Python's. A real build whose last RUN fails printing
+    markup-like text must end in the summary (text verbatim), the report, and exit 1."""
+    block = scratch / "templates" / "blocks" / "manifest.j2"
+    text = block.read_text()
+    last = "RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher"
+    assert last in text
+    noise = "[bold red]boom[/] [/bin/bash -o pipefail] :smile: [link=x]y"
+    block.write_text(text.replace(last, f"RUN echo '{noise}' && exit 3"))
+    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    parent, child = "intelmpi2021.18-cuda12.8-cudnn9-debian12", "pytorch2.9.1-intelmpi2021.18-cuda12.8-cudnn9-debian12"
+    report = scratch / "reports" / "build.json"
+    r = _build(scratch, "--select", f"name={child}", "--no-supply", "--report", str(report), "-j", "1")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "MarkupError" not in out, out[-3000:]
+    flat = "".join(out.split())
+    assert "executorfailedrunning[/bin/bash-opipefail-cecho'" + "".join(noise.split()) in flat, out[-3000:]
+    assert f"skipped because of it (1): {child}" in out and "next: " in out
+    rep = {c["name"]: c for c in json.loads(report.read_text())["cells"]}
+    assert rep[parent]["status"] == "failed" and rep[parent]["failure_kind"] in ("recipe", "unknown")
+    assert rep[parent]["skipped_because_of_this"] == [child]
+    assert rep[child]["status"] == "skipped" and parent in rep[child]["reason"]
+    assert not engine.image_exists(f"trainbase/{parent}:{rep[parent]['tag']}")
