@@ -104,3 +104,18 @@ def test_cluster_report_validates_against_the_schema(tmp_path, monkeypatch):
     jsonschema.validate({**result, "allreduce": coll}, SCHEMA)
     assert coll["busbw_GBps"] == pytest.approx(coll["algbw_GBps"])  # 2 ranks: busbw = algbw * 2(n-1)/n
     assert "values correct" in cluster.describe_collective(coll)
+
+
+def test_a_singleton_world_under_srun_fails_the_cluster_verdict(tmp_path):
+    """srun --mpi=none -n 2 (issue 22): every task is rank 0 of a world of 1 and prints its own
+    table; each must fail, saying how many ranks the launch started and why they never met."""
+    rep = cluster.with_check(rank_report(tmp_path, "a", 0),
+                             cluster.world_check(1, {"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}))
+    assert rep["exit_code"] == 1 and rep["summary"]["fail"] >= 1
+    jsonschema.validate(rep, SCHEMA)
+    agg = cluster.aggregate([rep])
+    assert agg["nodes"][0]["status"]["cluster.world"] == "fail"
+    text = cluster.render(agg, 1, None)
+    assert text.splitlines()[0] == "tb-doctor: 1 node(s), 1 rank(s), expected 2 (SLURM_NTASKS)"
+    assert "cluster.world: MPI's world has 1 rank" in text and "--mpi=pmix" in text
+    assert "world" in text.splitlines()[1].split()

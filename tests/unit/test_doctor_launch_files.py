@@ -66,3 +66,16 @@ def test_azureml_job_is_an_mpi_command_job():
 def test_the_parser_refuses_what_the_files_must_not_say(bad, capsys):
     with pytest.raises(SystemExit):
         cli.main(bad)
+
+
+def test_slurm_script_asks_for_the_pmi_the_doctor_names():
+    """Under `srun --mpi=none` the doctor fails the two singletons naming the flag this file
+    uses; with that flag's environment (PMIx) the same world passes."""
+    cluster = __import__("trainbase_doctor.cluster", fromlist=["x"])
+    text = (HERE / "slurm.sbatch").read_text()
+    argv = shlex.split("srun " + " ".join(ln.rstrip("\\").strip() for ln in text.split("srun ", 1)[1].splitlines()[:2]))
+    flag = next(a for a in argv if a.startswith("--mpi="))
+    slurm = {"SLURM_NTASKS": "16", "SLURM_PROCID": "0"}
+    bare = cluster.world_check(1, slurm)
+    assert bare["status"] == "fail" and f"`srun {flag}`" in bare["hint"]
+    assert cluster.world_check(16, {**slurm, "PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.1.0"})["status"] == "ok"

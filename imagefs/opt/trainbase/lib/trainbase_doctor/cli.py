@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         backend = a.allreduce
         if backend == "auto":
             backend = "nccl" if _torch_with_gpus() else "mpi"
-        result, text, code = cluster.run(report, backend, a.allreduce_mib)
+        # the launcher's environment as this process got it, before MPI_Init adds its own
+        result, text, code = cluster.run(report, backend, a.allreduce_mib, env=node.env)
     except ImportError as e:
         print(f"tb-doctor: --cluster needs mpi4py from the image's Python: {e}", file=sys.stderr)
         return 2
