@@ -77,7 +77,8 @@ class FakeNccl:
 class FakeNode(core.Node):
     def __init__(self, root: Path, env: dict | None = None, expect=(), manifest: dict | None = MANIFEST,
                  libs: dict | None = None, commands: dict | None = None, memlock: int = -1, caps: int = 0,
-                 shm: int | None = 8 << 30, driver: str | None = None, cma: int = 0):
+                 shm: int | None = 8 << 30, driver: str | None = None, cma: int = 0,
+                 unwritable: dict[str, str] | None = None):
         super().__init__(env=env or {"PATH": "/usr/bin:/bin"}, root=root, expect=expect)
         if manifest is not None:
             self.write("/etc/trainbase/manifest.json", json.dumps(manifest))
@@ -85,6 +86,7 @@ class FakeNode(core.Node):
             self.write("/proc/driver/nvidia/version", f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {driver}  Sat")
         self.libs, self.commands = libs or {}, commands or {}
         self._memlock, self._caps, self._shm, self._cma = memlock, caps, shm, cma
+        self._unwritable = unwritable or {}  # directory -> why it cannot be written (others can)
         self.loaded: dict[str, str] = {}
 
     def write(self, path: str, text: str = "") -> Path:
@@ -114,6 +116,9 @@ class FakeNode(core.Node):
 
     def cma_probe(self):
         return self._cma
+
+    def unwritable(self, p):
+        return self._unwritable.get(p, "")
 
     def capabilities(self):
         return self._caps

@@ -220,3 +220,23 @@ def mounts(node: Node) -> Result:
     points = mount_points(node)
     return Result("", OK, f"{len(points)} mount(s) beyond the container's own: {', '.join(points) or 'none'}",
                   facts={"mounts": points})
+
+
+@check("node.tmpdir", "the temporary directory is writable (Open MPI's PMIx session directory, tempfile)", "tmpdir")
+def tmpdir(node: Node) -> Result:
+    """A read-only root (`docker run --read-only`, Charliecloud/Apptainer images) without a
+    writable /tmp: Open MPI 5's PMIx cannot make its session directory and stops with a bare
+    mkdir error (issue 22). PMIx, PRRTE and Python look at TMPDIR, TEMP, TMP, then /tmp."""
+    var = next((v for v in ("TMPDIR", "TEMP", "TMP") if node.env.get(v)), None)
+    where = node.env[var] if var else "/tmp"
+    err = node.unwritable(where)
+    facts = {"tmpdir": where, "from": var, "writable": not err, "error": err or None}
+    said = f"{var}={where}" if var else "/tmp"
+    if not err:
+        return Result("", OK, f"{said} is writable" + ("" if var else " (no TMPDIR, TEMP or TMP set)"), facts=facts)
+    shm = "writable here" if not node.unwritable("/dev/shm") else "not writable here either: mount a tmpfs"
+    return Result("", FAIL, f"{said} is not writable ({err}): Open MPI's PMIx cannot create its session directory "
+                  "(mpirun and MPI_Init stop with a mkdir error) and Python's tempfile fails",
+                  hint=f"start the ranks with TMPDIR=/dev/shm ({shm}), or give the container a writable /tmp "
+                  "(`--tmpfs /tmp` for Docker/Podman, an emptyDir on Kubernetes, a bind mount for ch-run/Apptainer)",
+                  facts=facts)

@@ -54,6 +54,32 @@ def _launcher_problem(node: Node, name: str, regex: str, prefix: str, want: str,
     return ""
 
 
+def _not_the_images_path(node: Node, prefix: str, problems: list[str], facts: dict) -> Result:
+    """The launcher is missing from PATH or another one comes first: often the container runs
+    with the host's PATH (bare `ch-run DIR --`, enroot without the image's environment), where
+    the image's python3 is not found either. Says so, and the runtime's fix (issue 22)."""
+    py = node.component("python", "prefix") or ""
+    bins = [f"{p.rstrip('/')}/bin" for p in (prefix, py) if p]
+    entries = [e.rstrip("/") for e in node.env.get("PATH", "").split(":")]
+    lacking = [b for b in bins if b not in entries]
+    python3 = shutil.which("python3", path=node.env.get("PATH", ""))
+    facts["python3"] = python3
+    said = list(problems)
+    if lacking:
+        said.append(f"PATH lacks the image's {' and '.join(lacking)}: this process did not get the image's "
+                    "environment (Charliecloud and enroot keep the host's PATH)")
+    if py and (not python3 or not os.path.abspath(python3).startswith(py.rstrip("/") + "/")):
+        said.append(f"python3 on this PATH is {python3 or 'missing'}, not the image's {py.rstrip('/')}/bin/python3")
+    want = ":".join(bins) or "the image's MPI and Python bin directories"
+    return Result("", FAIL, "; ".join(said), facts=facts,
+                  hint=f"run with the image's environment, PATH={want}:...: Charliecloud `ch-run --set-env DIR -- ...` "
+                  "(applies the image's /ch/environment), enroot/pyxis set it from the image's /etc/environment "
+                  f"(check that it names {want}; `enroot start --env PATH` or pyxis `--container-env=PATH` bring the "
+                  "host's back), "
+                  f"Docker/Podman/Kubernetes from the image's ENV; or put {bins[0] if bins else 'the MPI bin dir'} "
+                  "first on PATH in the job, never a path only one image has")
+
+
 @check("mpi.launcher", "the MPI launchers are on PATH, in login shells too, at the manifest's version", "mpirun",
        compare=("version",))
 def mpi_launcher(node: Node) -> Result:
@@ -67,6 +93,9 @@ def mpi_launcher(node: Node) -> Result:
             "which Azure ML uses); never call the launcher by a path only one image has")
     problems = [p for p in (_launcher_problem(node, n, regex, prefix, want, facts) for n in names) if p]
     if problems:
+        found = [n for n in names if facts.get(n)]
+        if len(found) < len(names) or any("not under the manifest's MPI prefix" in p for p in problems):
+            return _not_the_images_path(node, prefix, problems, facts)
         return Result("", FAIL, "; ".join(problems), hint=hint, facts=facts)
     rc, out = node.run(["bash", "-lc", f"command -v {names[0]}"], timeout=20)
     facts["login_shell"] = out.strip() if rc == 0 else None

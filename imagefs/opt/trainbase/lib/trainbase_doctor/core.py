@@ -211,6 +211,18 @@ class Node:
                 h.update("\n".join(sorted(d.name for d in sp.glob("*.dist-info"))).encode())
         return h.hexdigest()[:12]
 
+    def unwritable(self, p: str) -> str:
+        """'' when this process can make (and remove) a directory in ``p``, as Open MPI's PMIx
+        does for its session directory; else why not, as the OS said it (EROFS: a read-only root)."""
+        import errno
+        import tempfile
+
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".tb-doctor-", dir=self.path(p)))
+        except OSError as e:
+            return f"{errno.errorcode.get(e.errno or 0, e.errno)}: {e.strerror}"
+        return ""
+
 
 def human_bytes(n: int) -> str:
     if n < 0:
