@@ -49,9 +49,9 @@ def manifest(docker: str, image: str) -> dict:
     return json.loads(r.stdout)
 
 
-def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[str]) -> dict:
+def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[str], env: dict[str, str]) -> dict:
     launch = mpi.local(2)
-    cmd = [docker, "run", "--rm", "--shm-size=1g", *flags, "-v", f"{PROBE}:/tmp/pingpong.py:ro", "-e", "HOME=/tmp",
+    cmd = [docker, "run", "--rm", "--shm-size=1g", *flags, *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], "-v", f"{PROBE}:/tmp/pingpong.py:ro", "-e", "HOME=/tmp",
            image, "bash", "-c", f"{launch} {python} /tmp/pingpong.py 5"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
@@ -59,17 +59,19 @@ def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[
     return speed.parse(p.stdout)
 
 
-def across_two(image: str, mpi: MpiFlavor, python: str) -> dict:
+def across_two(image: str, mpi: MpiFlavor, python: str, env: dict[str, str]) -> dict:
     opts = engine.RunOptions(shm_size="1g")
     with ssh_cluster(image, lambda _h: opts,
                      prepare=lambda c: c.put(PROBE, "/tmp")) as (nodes, _net):
-        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 5", timeout=600)
+        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 5", timeout=600,
+                          env=env or None)
         if r.returncode != 0:
             raise RuntimeError(f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
         return speed.parse(r.stdout)
 
 
-def measure(image: str, runtimes: tuple[str, ...], rounds: int) -> list[dict]:
+def measure(image: str, runtimes: tuple[str, ...], rounds: int, env: dict[str, str] | None = None) -> list[dict]:
+    env = env or {}
     docker = buildkit.build_cli()
     man = manifest(docker, image)
     mpi = MpiFlavor.from_manifest(man)
@@ -82,16 +84,16 @@ def measure(image: str, runtimes: tuple[str, ...], rounds: int) -> list[dict]:
             hosts.append(speed.host_reference(str(PROBE)))
             try:
                 if rt == "two-containers":
-                    imgs.append(across_two(image, mpi, python))
+                    imgs.append(across_two(image, mpi, python, env))
                 else:
                     flags = {"docker": [], "docker-uid": ["--user", "4242:4242"],
                              "docker-ptrace": ["--cap-add", "SYS_PTRACE"]}[rt]
-                    imgs.append(in_docker(docker, image, mpi, python, flags))
+                    imgs.append(in_docker(docker, image, mpi, python, flags, env))
             except (RuntimeError, subprocess.TimeoutExpired, AssertionError) as e:
                 error = str(e)
                 break
         host = speed.best(hosts)
-        row = {"image": image.rsplit("/", 1)[-1], "runtime": rt, "host": host, "seconds": round(time.monotonic() - t0)}
+        row = {"image": image.rsplit("/", 1)[-1] + "".join(f" {k}={v}" for k, v in env.items()), "runtime": rt, "host": host, "seconds": round(time.monotonic() - t0)}
         if imgs and not error:
             best = speed.best(imgs)
             row |= {"result": best, "ratios": speed.Ratios.of(best, host).as_dict()}
@@ -123,6 +125,8 @@ def main() -> int:
     ap.add_argument("--report", help="every usable image of this build report")
     ap.add_argument("--runtime", action="append", choices=RUNTIMES, help="default: all")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--setenv", action="append", default=[], metavar="K=V",
+                    help="run the image with this variable set (e.g. the transport setting of an older image)")
     ap.add_argument("--out", default="reports/mpi-speed.json")
     a = ap.parse_args()
     images = a.image + (usable_images(a.report) if a.report else [])
@@ -130,7 +134,7 @@ def main() -> int:
         ap.error("give --image or --report")
     rows = []
     for img in images:
-        rows += measure(img, tuple(a.runtime or RUNTIMES), a.rounds)
+        rows += measure(img, tuple(a.runtime or RUNTIMES), a.rounds, dict(kv.split("=", 1) for kv in a.setenv))
     print(markdown(rows))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"rounds": a.rounds, "rows": rows}, indent=2) + "\n")
