@@ -63,7 +63,7 @@ def across_two(image: str, mpi: MpiFlavor, python: str, env: dict[str, str]) -> 
     opts = engine.RunOptions(shm_size="1g")
     with ssh_cluster(image, lambda _h: opts,
                      prepare=lambda c: c.put(PROBE, "/tmp")) as (nodes, _net):
-        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 5", timeout=600,
+        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 3 0.05", timeout=600,
                           env=env or None)
         if r.returncode != 0:
             raise RuntimeError(f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")

@@ -125,12 +125,17 @@ RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \
 # HCA gets UCX over verbs/mlx5, and elsewhere ob1 runs shared memory within a node and TCP
 # between nodes. Forcing UCX on every host (pml_ucx_tls=any, pml_ucx_devices=any, as images
 # before issue 28 did) sends large intra-node messages over UCX's TCP rendezvous whenever CMA is
-# refused (Docker 20.10's seccomp profile, per-rank user namespaces): 4 MiB ping-pong 4.4 GB/s
-# against the host's 10.3-10.9 (0.43x); with Open MPI's defaults 10.9 GB/s. bench/mpi_speed.py
-# measures it, and tests/conformance/test_speed.py fails an image below 0.7x of the host.
+# refused (Docker 20.10's seccomp profile, per-rank user namespaces): 4 MiB ping-pong 0.43-0.57x
+# the host's. ob1's shared-memory BTL (what runs instead) copies in and out in fragments of max_send_size
+# (32 KiB by default): 8.1-8.3 GB/s at 4 MiB against the host's 11.3-11.9 with CMA (0.71x), and
+# a 4 MiB allreduce 6x slower on Open MPI 5. 256 KiB fragments: 26-27 GB/s (2.2x: fewer
+# hand-offs, each cache-resident) and allreduce 1.1x the host, on both series, 8 ranks correct
+# in Docker's default 64 MiB /dev/shm. bench/mpi_speed.py measures it; tests/conformance/
+# test_speed.py fails an image below 0.7x of the host.
 ENV OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    OMPI_MCA_btl_vader_single_copy_mechanism=none
+    OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    OMPI_MCA_btl_vader_max_send_size=262144
 
 # --- block: python/mpi4py (linked to this image's own MPI; checked at build time) ---
 RUN --mount=type=cache,target=/root/.cache/pip \
