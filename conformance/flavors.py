@@ -47,6 +47,15 @@ class MpiFlavor:
             return f"mpirun -np {n} --oversubscribe"
         return f"mpiexec -n {n}"
 
+    def forward(self, names: list[str]) -> str:
+        """Launcher options handing these variables of the launching environment to every rank,
+        remote ones included (how Azure ML's own mpirun passes AZ_BATCH_* on)."""
+        if not names:
+            return ""
+        if self.kind == "openmpi":
+            return " ".join(f"-x {n}" for n in names)
+        return f"-genvlist {','.join(names)}"
+
     def across(self, hosts: list[str], per_host: int) -> str:
         n = len(hosts) * per_host
         if self.kind == "openmpi":

@@ -49,12 +49,14 @@ def parameters_agree(model: torch.nn.Module, world: int, rank: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", default=None, help="override Lightning's devices (default: from the launch)")
+    ap.add_argument("--num-nodes", default=None, help="override Lightning's num_nodes (Azure ML type: pytorch "
+                    "gives no node count)")
     ap.add_argument("--steps", type=int, default=5)
     a = ap.parse_args()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     data = torch.utils.data.TensorDataset(torch.randn(256, 8, generator=torch.Generator().manual_seed(7)))
     loader = torch.utils.data.DataLoader(data, batch_size=16)   # Lightning adds the DistributedSampler
-    extra = {"devices": int(a.devices)} if a.devices else {}
+    extra = {k: int(v) for k, v in (("devices", a.devices), ("num_nodes", a.num_nodes)) if v}
     trainer = L.Trainer(accelerator="auto", strategy="ddp", max_steps=a.steps, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         **extra)

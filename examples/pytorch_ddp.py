@@ -9,6 +9,7 @@ Backend: nccl when GPUs are visible, else gloo (override with --backend).
 import argparse
 import hashlib
 import os
+import socket
 import sys
 
 import torch
@@ -55,7 +56,7 @@ def main() -> int:
     assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
     line = (f"OK rank={rank} world={world} local_rank={local_rank} "
             f"node_rank={os.environ.get('NODE_RANK', os.environ.get('GROUP_RANK'))} "
-            f"backend={a.backend} allreduce={t.item():g} params={digest[:12]}\n")
+            f"host={socket.gethostname()} backend={a.backend} allreduce={t.item():g} params={digest[:12]}\n")
     os.write(1, line.encode())   # one write: ranks sharing a pipe cannot interleave mid-line
     # Leave together: a rank that exits while rank 0 still serves the rendezvous store makes
     # rank 0 abort at shutdown ("terminate called without an active exception").

@@ -8,7 +8,7 @@ parametrized so test ids name the image) or ``cluster`` (two containers on a pri
 network with sshd) and checks one thing against the image's OWN manifest
 (/etc/trainbase/manifest.json): no test knows any image by name.
 
-Tiers are markers (static, cpu, multinode, gpu, fabric). Every test carries exactly one; a
+Tiers are markers (static, cpu, multinode, azureml, gpu, fabric). Every test carries exactly one; a
 tier this host cannot run (no GPU, no RDMA device) is skipped with the reason, never passed.
 """
 from __future__ import annotations
