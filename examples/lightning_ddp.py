@@ -61,11 +61,13 @@ def main() -> int:
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         **extra)
     model = TinyRegression()
+    # the launcher's world, read before fit: Lightning's own environment (LightningEnvironment,
+    # chosen under Azure ML's type: pytorch) deletes WORLD_SIZE when it tears down
+    want = int(os.environ.get("WORLD_SIZE", "0"))
     trainer.fit(model, loader)
 
     env = type(trainer.strategy.cluster_environment).__name__
     world, rank = trainer.world_size, trainer.global_rank
-    want = int(os.environ.get("WORLD_SIZE", "0"))
     assert world == want, f"Lightning sees a world of {world}, the launcher's is {want} ({env})"
     digest = parameters_agree(model, world, rank)
     os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "

@@ -11,6 +11,7 @@ import pytest
 from .conftest import ROOT
 
 TOOL = ROOT / "imagefs" / "opt" / "trainbase" / "lib" / "trainbase_launch.py"
+sys.path.insert(0, str(TOOL.parent))   # its helper modules, as trainbase.pth puts them on the image's path
 spec = importlib.util.spec_from_file_location("trainbase_launch", TOOL)
 tl = importlib.util.module_from_spec(spec)
 sys.modules["trainbase_launch"] = tl
@@ -367,9 +368,23 @@ def test_cli_torchrun_on_the_per_node_environment(tmp_path, node, extra):
     seen = json.loads(r.stdout)["env"]
     assert (seen["NODE_RANK"], seen["MASTER_ADDR"], seen["MASTER_PORT"]) == (str(node), N0, "6105")
     assert seen.get("NNODES", "2") == "2"
+    # what torchrun itself reads (its options' PET_* variables): NNODES/NODE_RANK alone left it
+    # at --nnodes 1, and each node trained as a world of its own (seen in the azureml tier)
+    assert {k: seen.get(k) for k in ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")} == \
+        {"PET_NNODES": "2", "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": N0, "PET_MASTER_PORT": "6105"}
     # torchrun starts nproc-per-node workers: a per-node "devices 1" default would make
     # Lightning refuse the 4-process world torchrun builds
     assert "PL_TRAINER_DEVICES" not in seen
+
+
+def test_cli_torchrun_keeps_its_own_options_and_refuses_one_agent_per_process(tmp_path):
+    env = {**azure_pytorch(1, per_node=1, **AZ_BATCH), **_fake_torchrun(tmp_path), "PET_MASTER_PORT": "29400"}
+    r = subprocess.run([sys.executable, str(TOOL), "torchrun", "train.py"], env=env, capture_output=True, text=True)
+    assert json.loads(r.stdout)["env"]["PET_MASTER_PORT"] == "29400"
+    # `type: pytorch` with 2 processes a node and torchrun as the command: 2 agents a node
+    env = {**azure_pytorch(3, **AZ_BATCH), "PATH": env["PATH"]}
+    r = subprocess.run([sys.executable, str(TOOL), "torchrun", "train.py"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "once a node" in r.stderr and "LOCAL_WORLD_SIZE=2" in r.stderr, r.stderr
 
 
 # --- Azure ML `type: tensorflow`: Azure writes TF_CONFIG per worker (here 2 workers a node)

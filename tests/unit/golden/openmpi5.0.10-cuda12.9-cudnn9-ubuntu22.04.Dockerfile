@@ -159,13 +159,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # launcher's variables -- Open MPI, Intel MPI/MPICH, Slurm, torchrun, Azure ML -- to RANK,
 # LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; and `tb-doctor`, the
 # image's own preflight on the cluster, sharing its checks with the conformance suite;
-# stdlib only) ---
+# stdlib only; trainbase.pth also loads trainbase_exit, the exit hook that lets a finished
+# PyTorch job end with exit 0 instead of an abort in interpreter finalization -- see its header) ---
 COPY imagefs/opt/trainbase/lib/ /opt/trainbase/lib/
 RUN ln -sf /opt/trainbase/lib/trainbase_launch.py /usr/local/bin/tb-launch \
  && ln -sf /opt/trainbase/lib/tb-doctor /usr/local/bin/tb-doctor \
  && tb-doctor --list > /dev/null \
- && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\n')" \
- && python -c "import trainbase_launch" \
+ && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\nimport trainbase_exit\n')" \
+ && python -c "import sys, trainbase_launch; assert 'trainbase_exit' in sys.modules, 'trainbase.pth did not load the exit hook'" \
  && tb-launch --json > /dev/null
 
 # --- block: manifest (what this image claims to contain; the conformance suite checks it) ---

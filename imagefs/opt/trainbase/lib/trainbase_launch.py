@@ -20,12 +20,10 @@ What it sets (for PyTorch, DeepSpeed, Lightning, TensorFlow):
   more than one process it makes Lightning read the world above and refuse a mismatched
   `devices`), and TF_CONFIG with --tf (an existing one is kept byte for byte).
 
-Use:  mpirun ... tb-launch python train.py        (wrapper: exec with the mapped env)
-      eval "$(tb-launch --export)"                (shell)
-      import trainbase_launch; trainbase_launch.apply()   (Python)
-When it cannot decide (e.g. a multi-node job with no master address), or two launchers'
-variables disagree, it stops with a message naming the variables: never a silent wrong rank.
-Standard library only.
+Use:  mpirun ... tb-launch python train.py  |  eval "$(tb-launch --export)"  |  trainbase_launch.apply()
+      tb-launch torchrun ... (once a node): torchrun's PET_NNODES/NODE_RANK/MASTER_* set too.
+When it cannot decide, or two launchers' variables disagree, it stops naming the variables:
+never a silent wrong rank. Standard library only.
 """
 from __future__ import annotations
 
@@ -33,11 +31,12 @@ import contextlib
 import ipaddress
 import json
 import os
-import re
 import shlex
 import socket
 import sys
 from dataclasses import asdict, dataclass
+
+from trainbase_slurm import expand_hostlist, slurm_tasks_per_node  # noqa: F401 (expand_hostlist: API)
 
 DEFAULT_MASTER_PORT = 29500    # torch.distributed's default
 DEFAULT_TF_PORT = 12345
@@ -146,30 +145,11 @@ def _node_index(launcher: str, rank: int, size: int, local_rank: int, local_size
     return rank // local_size
 
 
-def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist: 'gpu[01-03,07],login1' -> gpu01 gpu02 gpu03 gpu07 login1."""
-    hosts: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", expr):
-        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
-        if not m:
-            hosts.append(part)
-            continue
-        prefix, ranges, suffix = m.groups()
-        for r in ranges.split(","):
-            lo, _, hi = r.partition("-")
-            for i in range(int(lo), int(hi or lo) + 1):
-                hosts.append(f"{prefix}{str(i).zfill(len(lo))}{suffix}")
-    return hosts
-
-
 def _slurm_tasks_per_node(env: dict) -> int:
-    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE")
-    if not spec:
-        raise LaunchError("Slurm: SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE is not set")
-    counts = {int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", spec)}
-    if len(counts) != 1:
-        raise LaunchError(f"Slurm: uneven tasks per node ({spec}): LOCAL_WORLD_SIZE differs between nodes")
-    return counts.pop()
+    try:
+        return slurm_tasks_per_node(env)
+    except ValueError as e:
+        raise LaunchError(f"Slurm: {e}") from None
 
 
 def _hosts(env: dict, slurm: bool) -> tuple[list[str], str]:
@@ -342,6 +322,20 @@ def resolve(env: dict | None = None) -> World:
                  given_tf_config=env["TF_CONFIG"] if tf else "")
 
 
+def torchrun_options(world: "World | None", env: dict) -> dict[str, str]:
+    """torchrun's options as the PET_* variables it reads them from (its command line wins).
+    torchrun is started once a node, so the launch's world is the nodes and its rank the node
+    index; without these (it reads no NNODES/NODE_RANK) every node ran a world of its own."""
+    if world is None or world.world_size == 1:
+        return {}
+    if world.local_world_size > 1 or world.node_rank != world.rank:
+        raise LaunchError(f"torchrun starts the node's processes itself: start it once a node (here rank "
+                          f"{world.rank} on node {world.node_rank}, LOCAL_WORLD_SIZE={world.local_world_size or 'unset'})")
+    return {k: str(v) for k, v in (("PET_NNODES", world.world_size), ("PET_NODE_RANK", world.rank),
+                                   ("PET_MASTER_ADDR", world.master_addr), ("PET_MASTER_PORT", world.master_port))
+            if k not in env}
+
+
 def apply(tf: bool = False, env: dict | None = None) -> World:
     """Set the mapped variables in os.environ (for `import trainbase_launch; apply()`)."""
     world = resolve(env)
@@ -387,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         # torchrun starts the node's workers itself: "devices = 1 per node" from a one-per-node
         # launch would make Lightning refuse the world torchrun builds
         mapped.pop("PL_TRAINER_DEVICES", None)
+        try:
+            mapped.update(torchrun_options(world, os.environ))
+        except LaunchError as e:
+            print(f"tb-launch: error: {e}", file=sys.stderr)
+            return 2
     os.environ.update(mapped)
     try:
         os.execvp(cmd[0], cmd)
