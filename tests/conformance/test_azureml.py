@@ -125,16 +125,22 @@ def wrapped(job: Job, wrapper: str, cmd: str) -> str:
     return WRAP[wrapper].format(python=job.python) + cmd
 
 
+def type_mpi(job: Job, wrapper: str, cmd: str, what: str, check) -> None:
+    """`type: mpi` with ``wrapper`` around ``cmd``; the guides' helper on another MPI than Open
+    MPI must refuse with the fix, everything else must pass ``check``."""
+    results = job.mpi(wrapped(job, wrapper, cmd))
+    if wrapper == "guides-helper" and job.cluster.mpi.kind != "openmpi":
+        return helper_refuses_with_the_fix(job, results, what)
+    check(job, outputs(results, what), what)
+
+
 # ----------------------------------------------------------------------------- every image
 
 @pytest.mark.parametrize("wrapper", ["tb-launch", "guides-helper"])
 def test_type_mpi_rendezvous(target, job, wrapper):
     """`type: mpi`: every launch variable from the MPI launcher + Azure's Batch variables."""
-    what = f"type: mpi, {wrapper}, rendezvous probe"
-    results = job.mpi(wrapped(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py"))
-    if wrapper == "guides-helper" and job.cluster.mpi.kind != "openmpi":
-        return helper_refuses_with_the_fix(job, results, what)
-    check_topology(job, outputs(results, what), what)
+    type_mpi(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py", f"type: mpi, {wrapper}, rendezvous probe",
+             check_topology)
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
@@ -164,11 +170,7 @@ DDP = f"{EX}/pytorch_ddp.py --backend gloo"
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch", "guides-helper"])
 def test_type_mpi_pytorch_ddp(target, job, wrapper):
     need(target, "pytorch")
-    what = f"type: mpi, {wrapper}, pytorch_ddp.py"
-    results = job.mpi(wrapped(job, wrapper, f"{job.python} {DDP}"))
-    if wrapper == "guides-helper" and job.cluster.mpi.kind != "openmpi":
-        return helper_refuses_with_the_fix(job, results, what)
-    check_ok(job, outputs(results, what), what)
+    type_mpi(job, wrapper, f"{job.python} {DDP}", f"type: mpi, {wrapper}, pytorch_ddp.py", check_ok)
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
