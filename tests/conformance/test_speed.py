@@ -13,7 +13,11 @@ from conformance import speed
 
 from .conftest import PROBE_DIR, PROBES
 
-ROUNDS = 2      # host and image alternate this many times; each keeps its best figures
+ROUNDS = 2      # host and image alternate at least this many times; each keeps its best figures
+# ... and up to this many while the image is below the floor: a loaded machine (a CI runner
+# building next door) slowed one side by 3x in a round here and failed two good images; a
+# transport that really falls back stays below in every round (0.43x), so it still fails.
+MAX_ROUNDS = 6
 
 
 def _transport(target) -> str:
@@ -39,17 +43,21 @@ def test_intra_node_bandwidth_is_near_the_hosts(target):
     except FileNotFoundError as e:
         pytest.skip(f"no host reference: {e}")
     hosts, images = [], []
-    for _ in range(ROUNDS):
+    for n in range(1, MAX_ROUNDS + 1):
         hosts.append(speed.host_reference(str(PROBES / "pingpong_mpi4py.py")))
         r = target.sh(f"{mpi.local(2)} {target.python} {PROBE_DIR}/pingpong_mpi4py.py 5", timeout=300)
         assert r.rc == 0, f"the ping-pong probe exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
         images.append(speed.parse(r.stdout))
-    host, image = speed.best(hosts), speed.best(images)
-    ratios = speed.Ratios.of(image, host)
-    print(f"host {host}\nimage {image}\nratios {ratios.as_dict()}")
+        host, image = speed.best(hosts), speed.best(images)
+        ratios = speed.Ratios.of(image, host)
+        if n >= ROUNDS and ratios.bw_4MiB >= speed.FLOOR_4MIB:
+            break
+    print(f"host {host}\nimage {image}\nratios {ratios.as_dict()} after {n} rounds")
     if ratios.bw_4MiB < speed.FLOOR_4MIB:
         pytest.fail(f"4 MiB ping-pong at {image['bw_4MiB_GBs']} GB/s is {ratios.bw_4MiB}x the host's "
-                    f"{host['bw_4MiB_GBs']} GB/s ({host['library']}), below {speed.FLOOR_4MIB}x; the image's MPI "
+                    f"{host['bw_4MiB_GBs']} GB/s ({host['library']}; best of {n} alternating rounds each: image "
+                    f"{[x['bw_4MiB_GBs'] for x in images]}, host {[x['bw_4MiB_GBs'] for x in hosts]}), "
+                    f"below {speed.FLOOR_4MIB}x; the image's MPI "
                     f"used: {_transport(target)}. Cross-memory attach is refused in this container (Docker's "
                     f"default seccomp profile without SYS_PTRACE): a transport that falls back to TCP "
                     f"for large intra-node messages is the usual cause (docs/performance.md)")
