@@ -276,6 +276,8 @@ def test_pytorch_teardown_never_aborts_a_finished_job(target, job):
             if r.returncode != 0 and len(aborted) < 3:
                 aborted.append(f"run {run} rank {p.env['RANK']}: exit {r.returncode}: "
                                f"{' '.join((r.stderr or '').split())[-400:]}")
+        if (run + 1) % 10 == 0:     # long: say how far it got (pytest -s shows it)
+            print(f"teardown: {run + 1}/{TEARDOWN_RUNS} jobs, exit codes {codes}", flush=True)
     bad = sum(v for k, v in codes.items() if k != 0)
     assert not bad, (f"{bad} of {TEARDOWN_RUNS * len(procs)} processes in {TEARDOWN_RUNS} finished jobs did not "
                      f"exit 0 (exit codes {codes}): " + " | ".join(aborted))
