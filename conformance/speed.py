@@ -58,6 +58,21 @@ def host_reference(probe: str, reps: int = 5, timeout: int = 300) -> dict[str, A
     return parse(p.stdout)
 
 
+def loopback_bytes(proc_net_dev: str) -> int:
+    """Bytes received by the loopback device, from a /proc/net/dev read inside a container.
+
+    Every TCP or UDP packet between two processes of one network namespace crosses `lo`,
+    whichever of the namespace's addresses they use, so the counter's growth over an
+    intra-node MPI run is what that run sent through the network stack. Counting it is exact
+    where a bandwidth ratio is noisy: a TCP fallback at 0.57x and a slow round of a good
+    transport can look alike on a loaded 2-core machine, their bytes on `lo` never do."""
+    for line in proc_net_dev.splitlines():
+        name, sep, counters = line.partition(":")
+        if sep and name.strip() == "lo":
+            return int(counters.split()[0])
+    raise ValueError("no loopback device in /proc/net/dev")
+
+
 def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per figure, the best of several runs: highest bandwidth, lowest latency and time."""
     out = dict(runs[0])

@@ -4,7 +4,8 @@ float64 Allreduce over every rank, each value-checked (every byte of a ping-pong
 reference: Debian's Open MPI + python3-mpi4py) and in the image, so the two are comparable.
 
 Rank 0 prints one line: TBSPEED {"library":..,"size":..,"lat_8B_us":..,"bw_64KiB_GBs":..,
-"bw_4MiB_GBs":..,"allreduce_4MiB_ms":..}. Best of --reps timed rounds (noise on a shared
+"bw_4MiB_GBs":..,"allreduce_4MiB_ms":..,"pingpong_bytes":..}: pingpong_bytes is the payload every
+ping-pong moved, for the check that intra-node payload stays off the network stack. Best of --reps timed rounds (noise on a shared
 machine only ever makes a round slower). Exit 1 on a wrong value."""
 import json
 import sys
@@ -19,11 +20,14 @@ REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 SCALE = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
+moved = 0   # payload bytes of every ping-pong message, both directions
 
 
 def pingpong(nbytes: int, iters: int) -> float:
     """Seconds of one round trip, best of REPS rounds of ITERS round trips."""
+    global moved
     iters = max(3, int(iters * SCALE))
+    moved += 2 * nbytes * (iters * (REPS + 1) + 1)
     buf = bytearray(nbytes)
     best = float("inf")
     for _ in range(REPS + 1):          # the first round warms up (registration, page faults)
@@ -78,4 +82,5 @@ if rank == 0:
     print("TBSPEED " + json.dumps({
         "library": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(), "size": size,
         "lat_8B_us": round(lat * 1e6, 3), "bw_64KiB_GBs": round(bw64 / 1e9, 3),
-        "bw_4MiB_GBs": round(bw4m / 1e9, 3), "allreduce_4MiB_ms": round(ar * 1e3, 3)}), flush=True)
+        "bw_4MiB_GBs": round(bw4m / 1e9, 3), "allreduce_4MiB_ms": round(ar * 1e3, 3),
+        "pingpong_bytes": moved}), flush=True)
