@@ -279,6 +279,8 @@ class RunOptions:
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     tmpfs: tuple[str, ...] = ()  # mount points given a tmpfs (a volume one node of a job may lack)
+    user: str = ""               # uid[:gid] the container runs as (HPC sites run the user's own uid)
+    read_only: bool = False      # a read-only root filesystem (enroot, Apptainer SIF, hardened sites)
 
     def describe(self) -> str:
         """The same as docker run flags, for reports."""
@@ -286,6 +288,7 @@ class RunOptions:
             (["--gpus", "all"] if self.gpus else [])
         flags += [a for d in self.devices for a in ("--device", d)] + [a for c in self.cap_add for a in ("--cap-add", c)]
         flags += [a for t in self.tmpfs for a in ("--tmpfs", t)]
+        flags += (["--user", self.user] if self.user else []) + (["--read-only"] if self.read_only else [])
         return " ".join(flags)
 
 
@@ -303,7 +306,9 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
 
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
                               devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
-                              tmpfs={t: "" for t in opts.tmpfs})
+                              tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only)
+    if opts.user:
+        kw["user"] = opts.user
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     if hostname:
@@ -372,6 +377,17 @@ def copy_into(cid: str, src: str | Path, dst_dir: str) -> None:
 
 def remove_container(cid: str) -> None:
     _unless_absent(client().api.remove_container, cid, force=True, v=True)
+
+
+def export_filesystem(image: str, out) -> None:
+    """Write the image's flattened filesystem as a tar stream to the binary file ``out``
+    (`docker create` + `docker export`; the container is removed afterwards)."""
+    cid = _call(client().api.create_container, image, command=["true"])["Id"]
+    try:
+        for chunk in _call(client().api.export, cid):
+            out.write(chunk)
+    finally:
+        remove_container(cid)
 
 
 def create_network(labels: dict[str, str], prefix: str = "tbnet") -> str:

@@ -161,6 +161,29 @@ def test_ucx_ib_transports_load(target):
     assert not failures, f"UCX module loads that failed: {failures[:5]}"
 
 
+# libfabric's RDMA providers, which Intel MPI uses across nodes over InfiniBand (mlx through
+# UCX, verbs directly); tcp alone is what it fell back to, without a word, when they were gone
+LIBFABRIC_RDMA_PROVIDERS = {"verbs", "mlx"}
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_intel_mpi_libfabric_loads_its_rdma_providers(target):
+    """The image's own `fi_info -l` (libfabric dlopens and registers every provider it finds)
+    lists the RDMA providers, with the image's ENV and without it (FI_PROVIDER_PATH unset:
+    bare ch-run, Apptainer --cleanenv)."""
+    mpi = target.need_mpi()
+    if mpi.kind != "intelmpi":
+        pytest.skip(f"{target.name}'s MPI is {mpi.kind}: libfabric is Intel MPI's transport layer")
+    for how, prefix in (("with the image's ENV", ""), ("without FI_PROVIDER_PATH", "env -u FI_PROVIDER_PATH ")):
+        r = target.sh(f"{prefix}fi_info -l")
+        assert r.rc == 0, f"fi_info -l {how} exited {r.rc}: {(r.stderr or r.stdout).strip()[-600:]}"
+        listed = {ln[:-1] for ln in r.stdout.splitlines() if ln.endswith(":") and not ln.startswith(" ")}
+        missing = LIBFABRIC_RDMA_PROVIDERS - listed
+        assert not missing, (f"libfabric {how} does not load {sorted(missing)} (it lists {sorted(listed)}): Intel "
+                             f"MPI would run across nodes over TCP (FI_PROVIDER_PATH, /usr/local/lib/libfabric)")
+
+
 @pytest.mark.cpu
 @pytest.mark.evidence("run")
 def test_no_device_fails_cleanly(target):

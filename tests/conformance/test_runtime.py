@@ -1,0 +1,225 @@
+"""Runtime tier (issue 22): the image started the ways HPC clusters start it, each time with the
+same value checks (probes/runtime_world.py: MPI ranks and an Allreduce through mpi4py, the
+launch contract's world against MPI's, a 2-process gloo all-reduce where the image has PyTorch)
+and the image's own tb-doctor:
+
+* Docker as a uid with no passwd entry; the same with a read-only root and a tmpfs /tmp; a
+  read-only root with no writable /tmp at all (the doctor must name TMPDIR=/dev/shm, and the
+  job must run with it);
+* Charliecloud (Debian's `ch-run`) as an unprivileged host user: with `--set-env` (the image's
+  ENV) and bare, with nothing but the host's ordinary PATH;
+* a real one-node Slurm (conformance/slurm.py): `srun -n 2 ch-run` with every `--mpi` plugin
+  Slurm offers (none, pmi2, pmix), with and without `--join`. Where the image's MPI speaks the
+  PMI the ranks form one world; where it cannot, the ranks must not pass as a job: tb-doctor
+  --cluster fails naming the flag to use.
+
+Host packages (charliecloud, slurmctld, slurmd, slurm-client, munge, libpmix-dev) come from
+scripts/setup.sh; a host without them skips the runtime it lacks, saying which package."""
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conformance import runtimes, slurm
+from conformance.containers import Container
+from trainbase_common import engine
+
+from .conftest import PROBES
+
+pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run")]
+
+NOBODY = "54321:54321"      # a uid and gid no image has in /etc/passwd (HPC sites map the user's own)
+PROBE = (PROBES / "runtime_world.py").read_text()
+RANKS = 2
+# What each MPI kind can use from `srun --mpi=...` in these images: Open MPI (4 with its PMIx,
+# 5 PMIx only) speaks PMIx; Intel MPI speaks Slurm's PMI-2 natively and PMIx through the
+# image's libpmix. Anything else must be refused loudly, never run as N singletons.
+SLURM_PMI = {"openmpi": {"pmix"}, "intelmpi": {"pmi2", "pmix"}}
+
+
+def worlds(stdout: str) -> list[dict]:
+    return [json.loads(ln.split("TBWORLD ", 1)[1]) for ln in stdout.splitlines() if ln.startswith("TBWORLD ")]
+
+
+def check_world(out: str, err: str, rc: int, what: str, n: int = RANKS, torch: bool = False) -> list[dict]:
+    """Every rank of an n-rank job reported, in one world, with a correct Allreduce, and the
+    launch contract agrees with MPI on each rank's place."""
+    assert rc == 0, f"{what}: exit {rc}: {(err or out).strip()[-1500:]}"
+    ranks = worlds(out)
+    assert sorted(r["rank"] for r in ranks) == list(range(n)) and {r["size"] for r in ranks} == {n}, \
+        f"{what}: MPI ranks {[(r['rank'], r['size']) for r in ranks]}, want 0..{n - 1} of {n}: {out.strip()[-1500:]}"
+    for r in ranks:
+        assert r["allreduce_ok"], f"{what}: rank {r['rank']}: Allreduce gave {r['allreduce']}"
+        launch = r["launch"]
+        assert "error" not in launch, f"{what}: rank {r['rank']}: tb-launch refused: {launch['error']}"
+        assert (launch["rank"], launch["world_size"]) == (r["rank"], n), \
+            f"{what}: rank {r['rank']}: the launch contract says {launch}, MPI says rank {r['rank']} of {n}"
+        if torch:
+            assert r.get("torch_allreduce") == n * (n + 1) / 2, f"{what}: rank {r['rank']}: gloo all-reduce {r}"
+    return ranks
+
+
+def has_torch(target) -> bool:
+    return "pytorch" in (target.manifest.get("frameworks") or {})
+
+
+def probe_cmd(python: str, torch: bool) -> str:
+    return f"{python} -c {shlex.quote(PROBE)}" + (" --torch" if torch else "")
+
+
+# ----------------------------------------------------------------------------- Docker
+
+DOCKER_WAYS = {
+    "uid-without-passwd": dict(user=NOBODY),
+    "uid-read-only-tmpfs-tmp": dict(user=NOBODY, read_only=True, tmpfs=("/tmp",)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(DOCKER_WAYS))
+def docker_way(request, target):
+    """A container of the image started one of the ways in DOCKER_WAYS (its own, not the
+    suite's root container)."""
+    import dataclasses
+
+    opts = dataclasses.replace(target.caps.run_options(), **DOCKER_WAYS[request.param])
+    c = Container.start(target.ref, opts, prefix="tbconf-rt")
+    yield request.param, c
+    c.remove()
+
+
+def test_docker_mpi_launch_and_framework(target, docker_way):
+    """mpirun in the image, 2 ranks, as a uid the image does not know (and read-only)."""
+    way, c = docker_way
+    mpi = target.need_mpi()
+    torch = has_torch(target)
+    r = c.exec(f"cd /tmp && {mpi.local(RANKS)} {probe_cmd(target.python, torch)}", timeout=300)
+    check_world(r.stdout, r.stderr, r.returncode, f"docker {way}", torch=torch)
+    assert "cannot find name for user ID" not in r.stdout + r.stderr, \
+        f"docker {way}: the launcher complains about the uid without a passwd entry: {r.stderr.strip()[-800:]}"
+
+
+def test_docker_doctor_passes(target, docker_way):
+    way, c = docker_way
+    r = c.exec("cd /tmp && tb-doctor --json", timeout=180)
+    assert r.returncode in (0, 1), f"docker {way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
+    failed = [f"{x['id']}: {x.get('detail', '')}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
+    assert not failed, f"docker {way}: tb-doctor fails: {failed}"
+
+
+def test_docker_read_only_without_writable_tmp(target):
+    """--read-only and no tmpfs on /tmp: the doctor names the fix (TMPDIR=/dev/shm), and with it
+    the job runs; never a raw mkdir error as the only word."""
+    import dataclasses
+
+    mpi = target.need_mpi()
+    opts = dataclasses.replace(target.caps.run_options(), user=NOBODY, read_only=True, tmpfs=())
+    c = Container.start(target.ref, opts, prefix="tbconf-rt")
+    try:
+        r = c.exec("tb-doctor --json --only node.tmpdir", timeout=120)
+        check = next(x for x in json.loads(r.stdout)["checks"] if x["id"] == "node.tmpdir")
+        assert check["status"] == "fail" and "TMPDIR=/dev/shm" in json.dumps(check), \
+            f"tb-doctor's node.tmpdir on a read-only root without /tmp: {check}"
+        r = c.exec(f"cd /dev/shm && {mpi.local(RANKS)} {probe_cmd(target.python, False)}", timeout=300,
+                   env={"TMPDIR": "/dev/shm"})
+        check_world(r.stdout, r.stderr, r.returncode, "docker read-only, TMPDIR=/dev/shm")
+    finally:
+        c.remove()
+
+
+# ----------------------------------------------------------------------------- Charliecloud
+
+@pytest.fixture(scope="module")
+def runtime_user():
+    try:
+        return runtimes.ensure_user().pw_name
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def unpacked(target, runtime_user):
+    try:
+        path = runtimes.unpack(target.ref)
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    with tempfile.TemporaryDirectory(prefix="tbconf-rt-") as probes:
+        Path(probes, "runtime_world.py").write_text(PROBE)
+        Path(probes).chmod(0o755)
+        Path(probes, "runtime_world.py").chmod(0o644)
+        yield path, probes
+    runtimes.remove_unpacked(path)
+
+
+@pytest.mark.parametrize("set_env", [True, False], ids=["ch-run--set-env", "ch-run-bare"])
+def test_charliecloud_as_user(target, unpacked, runtime_user, set_env):
+    """`ch-run DIR -- mpirun -n 2 python3 ...` as an unprivileged user. Bare (no --set-env) the
+    host's ordinary PATH is all there is: the image must still find its MPI, its Python (with
+    the framework) and the trainbase tools."""
+    mpi = target.need_mpi()
+    path, probes = unpacked
+    torch = has_torch(target)
+    flags = ["--set-env"] if set_env else []
+    what = f"ch-run {'--set-env' if set_env else '(bare)'} as {runtime_user}"
+    r = runtimes.as_user(runtime_user, ["ch-run", *flags, "-b", f"{probes}:/mnt", str(path), "--", "sh", "-c",
+                                        f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
+                                        + (" --torch" if torch else "")], timeout=300)
+    ranks = check_world(r.stdout, r.stderr, r.returncode, what, torch=torch)
+    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), \
+        f"{what}: python3 is not the image's ({target.components['python']['prefix']}): {[x['python'] for x in ranks]}"
+    for tool in ("tb-launch --json", "tb-doctor --list"):
+        t = runtimes.as_user(runtime_user, ["ch-run", *flags, str(path), "--", "sh", "-c", tool], timeout=120)
+        assert t.returncode == 0, f"{what}: `{tool}` exited {t.returncode}: {(t.stderr or t.stdout).strip()[-600:]}"
+
+
+# ----------------------------------------------------------------------------- Slurm
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    if missing := slurm.missing():
+        pytest.skip(f"no Slurm here ({', '.join(missing)} missing; Debian: munge slurmctld slurmd slurm-client "
+                    "libpmix-dev, which scripts/setup.sh installs)")
+    with tempfile.TemporaryDirectory(prefix="tbconf-slurm-") as root:
+        s = slurm.start(Path(root))
+        try:
+            yield s
+        finally:
+            s.stop()
+
+
+@pytest.mark.parametrize("join", [True, False], ids=["join", "no-join"])
+@pytest.mark.parametrize("pmi", ["pmix", "pmi2", "none"])
+def test_srun_ch_run(target, unpacked, runtime_user, slurm_cluster, pmi, join):
+    """`srun -n 2 --mpi=PMI ch-run [--join] --set-env DIR -- ...` as the unprivileged user: one
+    world where the image's MPI speaks PMI, else tb-doctor --cluster fails naming the fix."""
+    mpi = target.need_mpi()
+    if pmi not in slurm_cluster.mpi_plugins():
+        pytest.skip(f"this Slurm offers no --mpi={pmi} (srun --mpi=list: {slurm_cluster.mpi_plugins()})")
+    path, probes = unpacked
+    ch = ["ch-run", *(["--join"] if join else []), "--set-env", "-b", f"{probes}:/mnt", str(path), "--"]
+    what = f"srun --mpi={pmi} ch-run{' --join' if join else ''}"
+    env = {"HOME": f"/home/{runtime_user}", "USER": runtime_user, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    if pmi in SLURM_PMI[mpi.kind]:
+        torch = has_torch(target)
+        r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "python3", "/mnt/runtime_world.py",
+                                *(["--torch"] if torch else [])], user=runtime_user, env=env)
+        check_world(r.stdout, r.stderr, r.returncode, what, torch=torch)
+        doctor_rc = 0
+    else:
+        doctor_rc = 1
+    r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "tb-doctor", "--cluster"], user=runtime_user,
+                           env=env, timeout=300)
+    text = r.stdout + r.stderr
+    if doctor_rc == 0:
+        assert r.returncode == 0, f"{what}: tb-doctor --cluster failed where the job works: {text[-1500:]}"
+        assert f"{RANKS} rank(s)" in text, f"{what}: tb-doctor --cluster saw another world: {text[-800:]}"
+    else:
+        assert r.returncode != 0, f"{what}: {mpi.kind} cannot use --mpi={pmi}, yet tb-doctor --cluster passed: " \
+                                  f"{text[-1500:]}"
+        # tb-doctor's cluster.world names the flag; Open MPI 4 stops in MPI_Init before it can,
+        # with its own words for the same fix ("use SLURM's PMIx support")
+        assert ("cluster.world" in text and "--mpi=pmix" in text) or "SLURM's PMIx support" in text, \
+            f"{what}: the job failed without naming the --mpi to use: {text[-1500:]}"
