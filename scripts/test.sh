@@ -4,7 +4,7 @@
 #   2. hadolint on every rendered Dockerfile, and the pipefail rule (no pipeline that can die of
 #      SIGPIPE by chance: rendered RUN lines, workflows, scripts, in-image tools)
 #   3. the build of the `ci` profile through the Docker engine (when one answers)
-#   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode, azureml
+#   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode, azureml, runtime
 #      tiers; gpu/fabric skip with their reason) against the images built in step 3, plus the
 #      suite's self-test (broken variants of a real image must fail the right check)
 # Reports (JUnit, JSON, logs) land in reports/.
