@@ -307,14 +307,9 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
                               devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
                               tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only)
-    if opts.user:
-        kw["user"] = opts.user
+    kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network)) if v})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
-    if hostname:
-        kw["hostname"] = hostname
-    if network:
-        kw["network"] = network
     c = _call(client().containers.run, image, command, **kw)
     if network and hostname:                       # the alias other containers resolve it by
         net = _call(client().networks.get, network)
@@ -349,16 +344,12 @@ def _demux(sock) -> tuple[bytes, bytes]:
         if not chunk:
             break
         data += chunk
-    out, err, i = b"", b"", 0
+    streams, i = [b"", b""], 0                     # stdout (and stdin echo), stderr
     while i + 8 <= len(data):
         kind, size = data[i], int.from_bytes(data[i + 4:i + 8], "big")
-        part = data[i + 8:i + 8 + size]
-        if kind == 2:
-            err += part
-        else:
-            out += part
+        streams[kind == 2] += data[i + 8:i + 8 + size]
         i += 8 + size
-    return out, err
+    return streams[0], streams[1]
 
 
 def copy_into(cid: str, src: str | Path, dst_dir: str) -> None:
@@ -380,8 +371,7 @@ def remove_container(cid: str) -> None:
 
 
 def export_filesystem(image: str, out) -> None:
-    """Write the image's flattened filesystem as a tar stream to the binary file ``out``
-    (`docker create` + `docker export`; the container is removed afterwards)."""
+    """The image's flattened filesystem as a tar stream into the binary file ``out`` (create + export)."""
     cid = _call(client().api.create_container, image, command=["true"])["Id"]
     try:
         for chunk in _call(client().api.export, cid):
@@ -391,14 +381,9 @@ def export_filesystem(image: str, out) -> None:
 
 
 def create_network(labels: dict[str, str], prefix: str = "tbnet") -> str:
-    """A user-defined bridge: containers resolve each other by name/alias through the engine's
-    DNS, which forwards every other name to the host's resolvers.
-
-    Not ``internal``: on a bridge with no route out that forwarding waits for an answer that
-    never comes, 10 s per lookup, and PyTorch's TCPStore looks up the address of every client
-    that connects ("the hostname of the client socket cannot be retrieved"): a 4-process gloo
-    job took 16 s instead of 6, 26 s with Azure ML's variables. No cluster a job really runs on
-    has a resolver that never answers."""
+    """A user-defined bridge (containers resolve each other by name/alias). Not ``internal``: with
+    no route out the engine's DNS waits 10 s per name it forwards, and PyTorch's TCPStore looks up
+    every client's address (a 4-process gloo job: 16-26 s instead of 7; no real cluster does that)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     _call(client().networks.create, name, driver="bridge", labels=labels)
     return name
@@ -409,8 +394,7 @@ def remove_network(name: str) -> None:
 
 
 def image_history(ref: str) -> list[dict]:
-    """`docker history REF`, bottom layer first: [{"created_by": instruction, "size": bytes}],
-    one per history step (steps that only set metadata have size 0)."""
+    """`docker history REF`, bottom layer first: [{"created_by": ..., "size": bytes}] (metadata steps: 0)."""
     image = _call(client().images.get, ref)
     steps = _call(image.history)               # the engine lists the newest step first
     return [{"created_by": str(h.get("CreatedBy") or ""), "size": int(h.get("Size") or 0)} for h in reversed(steps)]

@@ -94,18 +94,36 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
 # --- block: intelmpi (2021.18.1 runtime + compiler wrappers from PyPI) ---
+# Under `srun --mpi=pmix` Intel MPI opens "libpmix.so" by that name to reach Slurm's PMIx
+# server; without one each rank ran as a singleton of its own ("Could not open libpmix.so",
+# exit 0). The distro's PMIx client (the same v4 line as Slurm's pmix plugin) goes in, linked
+# under that name in trainbase's link folder, not in the distro's lib folder (libpmix-dev
+# owns that name there).
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+ && apt-get install -y --no-install-recommends libpmix2 \
+ && pmix="$(dpkg -L libpmix2 | grep -E '^/usr/lib/[^/]+/libpmix\.so\.2$')" \
+ && mkdir -p /opt/trainbase/ld/intelmpi \
+ && ln -s "$pmix" /opt/trainbase/ld/intelmpi/libpmix.so
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/intelmpi2021.18-py3.12.txt \
- && mkdir -p /opt/trainbase/ld/intelmpi \
  && for so in libmpi.so.12 libmpicxx.so.12 libmpifort.so.12 libmpi_ilp64.so.4 libfabric.so.1; do \
         test -e /opt/conda/lib/$so \
      && ln -s /opt/conda/lib/$so /opt/trainbase/ld/intelmpi/$so || exit 1; \
     done \
  && echo /opt/trainbase/ld/intelmpi > /etc/ld.so.conf.d/trainbase-intelmpi.conf \
  && ldconfig \
+ && ldconfig -p | grep -F 'libpmix.so (' \
  && test ! -e /opt/conda/lib/libverbs-fi.so \
+ && ln -s /opt/conda/lib /usr/local/lib/libfabric \
+ && for t in fi_info fi_pingpong; do \
+        test -x /opt/conda/bin/libfabric/$t && ln -sf libfabric/$t /opt/conda/bin/$t || exit 1; \
+    done \
+ && env -u FI_PROVIDER_PATH fi_info -l > /tmp/fi-providers \
+ && grep -x 'verbs:' /tmp/fi-providers && grep -x 'mlx:' /tmp/fi-providers && rm /tmp/fi-providers \
  && mpiexec --version
 # libmpi loads libfabric.so.1 by name, so the linker cache must know it (programs built with
 # mpicc otherwise fail MPI_Init across nodes). The cache gets a folder of links to the MPI
@@ -113,8 +131,12 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # libverbs-fi.so link there (both verbs provider builds have that soname), libfabric would
 # then load the verbs provider twice and free it twice at exit, aborting every multi-node
 # job with "malloc_consolidate(): unaligned fastbin chunk detected".
-# libfabric looks for its providers next to itself; loaded through the link folder it needs
-# to be told where they are (Intel's own setvars.sh sets the same variable).
+# libfabric looks for its providers in FI_PROVIDER_PATH (Intel's own setvars.sh sets it, so
+# does the ENV below) or else in its compiled-in /usr/local/lib/libfabric: the link there
+# keeps the RDMA providers (verbs, mlx) loading where a runtime drops the image's ENV (bare
+# ch-run, Apptainer --cleanenv); without it Intel MPI fell back to TCP without a word.
+# The PyPI package's fi_info / fi_pingpong are scripts that exec a path that does not exist
+# in the wheel ($I_MPI_ROOT/opt/mpi/libfabric/bin): the real tools ship in bin/libfabric/.
 # The PyPI wrappers (mpicc, mpicxx) find mpi.h and libmpi through I_MPI_ROOT: without it they
 # keep an unsubstituted placeholder.
 ENV I_MPI_ROOT=/opt/conda \
@@ -163,6 +185,11 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
  && touch /etc/environment && sed -i '/^\(PATH\|VIRTUAL_ENV\)=/d' /etc/environment \
  && echo "PATH=\"$PATH\"" >> /etc/environment \
  && if [ -n "${VIRTUAL_ENV:-}" ]; then echo "VIRTUAL_ENV=\"$VIRTUAL_ENV\"" >> /etc/environment; fi
+# Runtimes that keep the host's environment (bare ch-run, Apptainer --cleanenv) see none of
+# the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
+# ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
+RUN /opt/trainbase/lib/tb-entrypoints \
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip
