@@ -72,7 +72,9 @@ FAULTS = {
     # renamed out of ldconfig's sight: it re-links any lib*.so* file by its soname
     "libnccl-hidden": ("find / -xdev -name 'libnccl.so*' -exec sh -c 'mv \"$0\" \"${0%/*}/hidden-nccl-${0##*/}\"' {} \\; "
                        "&& ldconfig", {}, "nccl.library", "does not load"),
-    "launcher-off-path": ("for l in mpirun mpiexec; do p=$(command -v $l) && mv $p $p.moved; done", {},
+    # every PATH folder: the image's own and tb-entrypoints' wrappers in /usr/local/bin
+    "launcher-off-path": ("for l in mpirun mpiexec; do for d in $(echo $PATH | tr : ' '); do "
+                          "if [ -e $d/$l ]; then mv $d/$l $d/$l.moved; fi; done; done", {},
                           "mpi.launcher", "command not found"),
     "second-nccl-first-on-library-path": (
         "mkdir -p /opt/shadow && cp \"$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')\" /opt/shadow/",
