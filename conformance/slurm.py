@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance import runtimes
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm", "/usr/lib64/slurm")
 
@@ -31,10 +33,6 @@ class SlurmUnavailable(RuntimeError):
 def missing() -> list[str]:
     """The host programs a one-node Slurm needs and does not find."""
     return [p for p in (*DAEMONS, "srun", "sinfo") if not shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
-
-
-def _runuser() -> str:
-    return _which("runuser")
 
 
 def _free_port() -> int:
@@ -82,13 +80,12 @@ class Slurm:
         """`srun ARGS` as ``user`` (root when None), bounded by ``timeout`` (Slurm's own --time
         too, so a hung step is cancelled by slurmctld, not just abandoned)."""
         cmd = [_which("srun"), f"--time={max(1, timeout // 60 + 1)}", *args]
-        full_env = {**os.environ, **(env or {}), **self.env}
         if user:
-            # exactly ``env`` and SLURM_CONF, nothing of root's environment: srun hands its
-            # environment to the tasks, as it does for a user's own login
-            cmd = [_runuser(), "-u", user, "--", "env", "-i",
-                   *[f"{k}={v}" for k, v in {**(env or {}), **self.env}.items()], *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout + 30)
+            # a login's environment plus ``env`` and SLURM_CONF, nothing of root's: srun hands
+            # its environment to the tasks, as it does for the user's own jobs
+            return runtimes.as_user(user, cmd, env={**(env or {}), **self.env}, timeout=timeout + 30)
+        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {}), **self.env},
+                              timeout=timeout + 30)
 
     def logs(self, tail: int = 40) -> str:
         out = []

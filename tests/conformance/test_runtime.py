@@ -17,6 +17,7 @@ Host packages (charliecloud, slurmctld, slurmd, slurm-client, munge, libpmix-dev
 scripts/setup.sh; a host without them skips the runtime it lacks, saying which package."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import tempfile
@@ -83,8 +84,6 @@ DOCKER_WAYS = {
 def docker_way(request, target):
     """A container of the image started one of the ways in DOCKER_WAYS (its own, not the
     suite's root container)."""
-    import dataclasses
-
     opts = dataclasses.replace(target.caps.run_options(), **DOCKER_WAYS[request.param])
     c = Container.start(target.ref, opts, prefix="tbconf-rt")
     yield request.param, c
@@ -113,8 +112,6 @@ def test_docker_doctor_passes(target, docker_way):
 def test_docker_read_only_without_writable_tmp(target):
     """--read-only and no tmpfs on /tmp: the doctor names the fix (TMPDIR=/dev/shm), and with it
     the job runs; never a raw mkdir error as the only word."""
-    import dataclasses
-
     mpi = target.need_mpi()
     opts = dataclasses.replace(target.caps.run_options(), user=NOBODY, read_only=True, tmpfs=())
     c = Container.start(target.ref, opts, prefix="tbconf-rt")
@@ -201,16 +198,15 @@ def test_srun_ch_run(target, unpacked, runtime_user, slurm_cluster, pmi, join):
     path, probes = unpacked
     ch = ["ch-run", *(["--join"] if join else []), "--set-env", "-b", f"{probes}:/mnt", str(path), "--"]
     what = f"srun --mpi={pmi} ch-run{' --join' if join else ''}"
-    env = {"HOME": f"/home/{runtime_user}", "USER": runtime_user, "PATH": "/usr/local/bin:/usr/bin:/bin"}
     works = pmi in SLURM_PMI[mpi.kind]
     torch = works and has_torch(target)
     if works:
         r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "python3", "/mnt/runtime_world.py",
-                                *(["--torch"] if torch else [])], user=runtime_user, env=env)
+                                *(["--torch"] if torch else [])], user=runtime_user)
         check_world(r.stdout, r.stderr, r.returncode, what, torch=torch)
     # a step of its own: Slurm's PMI-2 hands each task one PMI connection, for one MPI_Init
     r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "tb-doctor", "--cluster"], user=runtime_user,
-                           env=env, timeout=300)
+                           timeout=300)
     text = r.stdout + r.stderr
     if works:
         assert r.returncode == 0, f"{what}: tb-doctor --cluster failed where the job works: {text[-1500:]}"

@@ -98,12 +98,14 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # server; without one each rank ran as a singleton of its own ("Could not open libpmix.so",
 # exit 0). The distro's PMIx client (the same v4 line as Slurm's pmix plugin) goes in, linked
 # under that name in trainbase's link folder, not in the distro's lib folder (libpmix-dev
-# owns that name there).
+# owns that name there). Debian 12's package holds the library at two paths (the multiarch
+# folder and pmix2/lib); the first one listed is taken, whichever layout an Ubuntu row has.
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
  && apt-get install -y --no-install-recommends libpmix2 \
- && pmix="$(dpkg -L libpmix2 | grep -E '^/usr/lib/[^/]+/libpmix\.so\.2$')" \
+ && pmix_files="$(dpkg -L libpmix2 | grep -E '/libpmix\.so\.2$')" \
+ && set -- $pmix_files && pmix="$1" \
  && mkdir -p /opt/trainbase/ld/intelmpi \
  && ln -s "$pmix" /opt/trainbase/ld/intelmpi/libpmix.so
 RUN --mount=type=cache,target=/root/.cache/pip \
