@@ -58,10 +58,10 @@ fi
 want=(ca-certificates git curl xz-utils debootstrap docker-registry)   # docker-registry: the loopback registry of the publish tests
 # the speed check's reference (conformance/speed.py): the host's own MPI running the same mpi4py probe
 want+=(openmpi-bin python3-mpi4py)
-# the runtime tier (tests/conformance/test_runtime.py): Charliecloud's ch-run as an unprivileged
+# the runtime tier (tests/conformance/test_runtime.py): Charliecloud's ch-run and rootless Podman as an unprivileged
 # user, and a one-node Slurm (munged, slurmctld, slurmd on loopback, started and stopped by the
 # tier itself) whose srun offers --mpi=pmi2 and, with libpmix-dev, --mpi=pmix
-want+=(charliecloud slurmctld slurmd slurm-client munge libpmix-dev)
+want+=(charliecloud podman uidmap slurmctld slurmd slurm-client munge libpmix-dev)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   want+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

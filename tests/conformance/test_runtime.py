@@ -8,12 +8,13 @@ and the image's own tb-doctor:
   job must run with it);
 * Charliecloud (Debian's `ch-run`) as an unprivileged host user: with `--set-env` (the image's
   ENV) and bare, with nothing but the host's ordinary PATH;
+* rootless Podman as the same user, container root mapped onto them and `--userns=keep-id`;
 * a real one-node Slurm (conformance/slurm.py): `srun -n 2 ch-run` with every `--mpi` plugin
   Slurm offers (none, pmi2, pmix), with and without `--join`. Where the image's MPI speaks the
   PMI the ranks form one world; where it cannot, the ranks must not pass as a job: tb-doctor
   --cluster fails naming the flag to use.
 
-Host packages (charliecloud, slurmctld, slurmd, slurm-client, munge, libpmix-dev) come from
+Host packages (charliecloud, podman, uidmap, slurmctld, slurmd, slurm-client, munge, libpmix-dev) come from
 scripts/setup.sh; a host without them skips the runtime it lacks, saying which package."""
 from __future__ import annotations
 
@@ -138,16 +139,22 @@ def runtime_user():
 
 
 @pytest.fixture(scope="module")
-def unpacked(target, runtime_user):
-    try:
-        path = runtimes.unpack(target.ref)
-    except runtimes.RuntimeUnavailable as e:
-        pytest.skip(str(e))
+def probes_dir():
+    """The probe in a directory every user can read, bind-mounted at /mnt by ch-run and Podman."""
     with tempfile.TemporaryDirectory(prefix="tbconf-rt-") as probes:
         Path(probes, "runtime_world.py").write_text(PROBE)
         Path(probes).chmod(0o755)
         Path(probes, "runtime_world.py").chmod(0o644)
-        yield path, probes
+        yield probes
+
+
+@pytest.fixture(scope="module")
+def unpacked(target, runtime_user, probes_dir):
+    try:
+        path = runtimes.unpack(target.ref)
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    yield path, probes_dir
     runtimes.remove_unpacked(path)
 
 
@@ -170,6 +177,40 @@ def test_charliecloud_as_user(target, unpacked, runtime_user, set_env):
     for tool in ("tb-launch --json", "tb-doctor --list"):
         t = runtimes.as_user(runtime_user, ["ch-run", *flags, str(path), "--", "sh", "-c", tool], timeout=120)
         assert t.returncode == 0, f"{what}: `{tool}` exited {t.returncode}: {(t.stderr or t.stdout).strip()[-600:]}"
+
+
+# ----------------------------------------------------------------------------- rootless Podman
+
+# Container root mapped onto the user (Podman's default), and the user's own uid inside
+# (--userns=keep-id, what podman-hpc and most HPC wrappers use).
+PODMAN_WAYS = {"podman-rootless": [], "podman-rootless-keep-id": ["--userns=keep-id"]}
+
+
+@pytest.fixture(scope="module")
+def podman_image(target, runtime_user):
+    try:
+        ref = runtimes.podman_load(runtime_user, target.ref)
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    yield ref
+    runtimes.podman_remove(runtime_user, ref)
+
+
+@pytest.mark.parametrize("way", sorted(PODMAN_WAYS))
+def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir, way):
+    """`podman run IMAGE mpirun -n 2 python3 ...` and tb-doctor as an unprivileged user."""
+    mpi = target.need_mpi()
+    torch = has_torch(target)
+    args = [*PODMAN_WAYS[way], "-v", f"{probes_dir}:/mnt:ro"]
+    r = runtimes.podman_run(runtime_user, podman_image, args, f"cd /tmp && {mpi.local(RANKS)} python3 "
+                            f"/mnt/runtime_world.py" + (" --torch" if torch else ""))
+    ranks = check_world(r.stdout, r.stderr, r.returncode, f"{way} as {runtime_user}", torch=torch)
+    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), \
+        f"{way}: python3 is not the image's: {[x['python'] for x in ranks]}"
+    r = runtimes.podman_run(runtime_user, podman_image, PODMAN_WAYS[way], "cd /tmp && tb-doctor --json", timeout=180)
+    assert r.returncode in (0, 1), f"{way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
+    failed = [f"{x['id']}: {x.get('detail', '')}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
+    assert not failed, f"{way}: tb-doctor fails: {failed}"
 
 
 # ----------------------------------------------------------------------------- Slurm
@@ -218,3 +259,81 @@ def test_srun_ch_run(target, unpacked, runtime_user, slurm_cluster, pmi, join):
         # with its own words for the same fix ("use SLURM's PMIx support")
         assert ("cluster.world" in text and "--mpi=pmix" in text) or "SLURM's PMIx support" in text, \
             f"{what}: the job failed without naming the --mpi to use: {text[-1500:]}"
+
+
+# ----------------------------------------------------------------------------- Apptainer, enroot
+# Not packaged in Debian 12: these run on runners that have them (`-m apptainer`, `-m enroot`;
+# both are also in the runtime tier) and skip elsewhere, naming what is missing.
+
+@pytest.fixture(scope="module")
+def apptainer_image(target, tmp_path_factory):
+    try:
+        return runtimes.apptainer_sif(target.ref, tmp_path_factory.mktemp("tbconf-sif"))
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.apptainer
+@pytest.mark.parametrize("clean", [False, True], ids=["exec", "exec--cleanenv"])
+def test_apptainer_as_user(target, apptainer_image, runtime_user, probes_dir, clean):
+    """`apptainer exec [--cleanenv] SIF mpirun -n 2 python3 ...` as the user: the image's ENV
+    (from the SIF) without the host's."""
+    mpi = target.need_mpi()
+    torch = has_torch(target)
+    flags = ["--cleanenv"] if clean else []
+    r = runtimes.as_user(runtime_user, ["apptainer", "exec", *flags, "-B", f"{probes_dir}:/mnt", str(apptainer_image),
+                                        "sh", "-c", f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
+                                        + (" --torch" if torch else "")], timeout=300)
+    check_world(r.stdout, r.stderr, r.returncode, f"apptainer exec {' '.join(flags)}", torch=torch)
+
+
+@pytest.mark.apptainer
+@pytest.mark.parametrize("sharens", [True, False], ids=["sharens", "no-sharens"])
+def test_srun_apptainer(target, apptainer_image, runtime_user, probes_dir, slurm_cluster, sharens):
+    """`srun -n 2 --mpi=PMI apptainer exec [--sharens] SIF ...` for each PMI the image speaks."""
+    mpi = target.need_mpi()
+    for pmi in sorted(SLURM_PMI[mpi.kind] & set(slurm_cluster.mpi_plugins())):
+        cmd = ["-n", str(RANKS), f"--mpi={pmi}", "apptainer", "exec", *(["--sharens"] if sharens else []),
+               "-B", f"{probes_dir}:/mnt", str(apptainer_image), "python3", "/mnt/runtime_world.py"]
+        r = slurm_cluster.srun(cmd, user=runtime_user)
+        check_world(r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} apptainer exec{' --sharens' if sharens else ''}")
+
+
+@pytest.fixture(scope="module")
+def enroot_container(target, runtime_user, tmp_path_factory):
+    """The image imported (root, from the Docker engine) and created as the user's container,
+    with enroot's paths under the user's home (no XDG_RUNTIME_DIR in a runuser session)."""
+    try:
+        sqsh = runtimes.enroot_squashfs(target.ref, tmp_path_factory.mktemp("tbconf-enroot"))
+    except runtimes.RuntimeUnavailable as e:
+        pytest.skip(str(e))
+    home = Path(runtimes.ensure_user(runtime_user).pw_dir)
+    env = {f"ENROOT_{k}_PATH": str(home / ".tbconf-enroot" / k.lower()) for k in ("RUNTIME", "CACHE", "DATA")}
+    runtimes.as_user(runtime_user, ["mkdir", "-p", *env.values()], timeout=30)
+    name = f"tbconf-{target.name.split(':')[0][:40]}"
+    r = runtimes.as_user(runtime_user, ["enroot", "create", "--force", "--name", name, str(sqsh)], env=env, timeout=900)
+    assert r.returncode == 0, f"enroot create {name} as {runtime_user}: {(r.stderr or r.stdout).strip()[-800:]}"
+    yield name, env
+    runtimes.as_user(runtime_user, ["enroot", "remove", "--force", name], env=env, timeout=300)
+
+
+@pytest.mark.enroot
+def test_enroot_as_user(target, enroot_container, runtime_user, probes_dir):
+    mpi = target.need_mpi()
+    name, env = enroot_container
+    torch = has_torch(target)
+    r = runtimes.as_user(runtime_user, ["enroot", "start", "--mount", f"{probes_dir}:/mnt", name, "sh", "-c",
+                                        f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
+                                        + (" --torch" if torch else "")], env=env, timeout=300)
+    check_world(r.stdout, r.stderr, r.returncode, "enroot start", torch=torch)
+
+
+@pytest.mark.enroot
+def test_srun_enroot(target, enroot_container, runtime_user, probes_dir, slurm_cluster):
+    """`srun -n 2 --mpi=PMI enroot start NAME ...`: one container per task, as pyxis runs them."""
+    mpi = target.need_mpi()
+    name, env = enroot_container
+    for pmi in sorted(SLURM_PMI[mpi.kind] & set(slurm_cluster.mpi_plugins())):
+        r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", "enroot", "start", "--mount", f"{probes_dir}:/mnt",
+                                name, "python3", "/mnt/runtime_world.py"], user=runtime_user, env=env)
+        check_world(r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} enroot start")
