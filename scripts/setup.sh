@@ -56,6 +56,8 @@ if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>
 fi
 
 want=(ca-certificates git curl xz-utils debootstrap docker-registry)   # docker-registry: the loopback registry of the publish tests
+# skopeo: writes zstd layers for the pull + start bench (bench/pull_start.py)
+want+=(skopeo)
 # the speed check's reference (conformance/speed.py): the host's own MPI running the same mpi4py probe
 want+=(openmpi-bin python3-mpi4py)
 # the runtime tier (tests/conformance/test_runtime.py): Charliecloud's ch-run and rootless Podman as an unprivileged
