@@ -37,8 +37,11 @@ def fetch(key: Path, pin: str, keyring: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpg")
-    return {"repo": make_key(d / "a", "Repo Signing <repo@example.invalid>"),
-            "other": make_key(d / "b", "Someone Else <else@example.invalid>")}
+    yield {"repo": make_key(d / "a", "Repo Signing <repo@example.invalid>"),
+           "other": make_key(d / "b", "Someone Else <else@example.invalid>")}
+    # key generation starts a gpg-agent per home that outlives the test run otherwise
+    for home in (d / "a", d / "b"):
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
 
 
 def test_the_pinned_key_by_full_fingerprint_is_kept(keys, tmp_path):
