@@ -15,18 +15,27 @@ PACKAGES = ("trainbase", "trainbase_common", "conformance")
 ADAPTER = ("trainbase_common/engine.py", "trainbase_common/buildkit.py")
 
 
-def modules() -> dict[str, Path]:
+def package_modules(root: Path, packages) -> dict[str, Path]:
+    """Every module of ``packages`` under ``root``, subpackages included: dotted name -> file
+    (a package is named by its ``__init__.py``)."""
     out = {}
-    for pkg in PACKAGES:
-        for f in sorted((ROOT / pkg).glob("*.py")):
-            name = pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"
-            out[name] = f
+    for pkg in packages:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
     return out
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """The package-internal modules ``name`` imports (absolute and relative)."""
-    pkg = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
+def modules() -> dict[str, Path]:
+    return package_modules(ROOT, PACKAGES)
+
+
+def imports(name: str, path: Path, known: dict[str, Path] | None = None) -> set[str]:
+    """The modules of ``known`` (default: ``modules()``) that ``name`` imports, absolute and
+    relative (``from ..define import matrix`` climbs one package per extra dot), at module
+    level or inside a function alike."""
+    known = modules() if known is None else known
+    here = name.split(".") if path.stem == "__init__" else name.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -34,19 +43,26 @@ def imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = pkg + (f".{base}" if base else "")
+                anchor = here[:len(here) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
-    known = modules()
     return {m for m in found if m in known and m != name}
 
 
-def test_no_import_circle():
-    graph = {name: imports(name, path) for name, path in modules().items()}
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def assert_no_circle(known: dict[str, Path]) -> None:
     try:
-        list(TopologicalSorter(graph).static_order())
+        list(TopologicalSorter(import_graph(known)).static_order())
     except CycleError as e:
         pytest.fail(f"import circle: {' -> '.join(e.args[1])}")
+
+
+def test_no_import_circle():
+    assert_no_circle(modules())
 
 
 @pytest.mark.parametrize("pkg", ["conformance", "trainbase_common"])
@@ -78,6 +94,7 @@ def test_docker_is_reached_only_through_the_adapter():
 
 
 IN_IMAGE = ROOT / "imagefs" / "opt" / "trainbase" / "lib"
+DOCTOR = IN_IMAGE / "trainbase_doctor"
 # What the in-image tools may import lazily, inside a function, for the modes that need it:
 # the image's own mpi4py (doctor --cluster) and torch (doctor --allreduce with torch).
 IN_IMAGE_OPTIONAL = {"mpi4py", "torch"}
@@ -112,3 +129,15 @@ def test_in_image_tools_use_the_standard_library_only():
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert not bad, bad
     assert not long, f"split these by responsibility: {long}"
+
+
+def test_no_import_circle_in_the_in_image_tools():
+    """The same rule inside the image: the doctor's check modules (node, fabric, stack) share
+    what they ask the hardware through one lower module (``hardware``), never through each
+    other; the loose tools (tb-launch's module, the Slurm and exit helpers) are in the graph too."""
+    known = package_modules(IN_IMAGE, [DOCTOR.name]) | {p.stem: p for p in sorted(IN_IMAGE.glob("*.py"))}
+    assert {"trainbase_doctor.checks_node", "trainbase_doctor.checks_fabric", "trainbase_doctor.hardware"} <= set(known)
+    assert_no_circle(known)
+    graph = import_graph(known)
+    checks = {n for n in known if n.startswith("trainbase_doctor.checks_")}
+    assert not {n: graph[n] & checks for n in checks if graph[n] & checks}, "a check module imports another"
