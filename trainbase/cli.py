@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
         return render(m, root)
     if args.lock_bases:
-        entries = base_lock.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+        from . import bases
+
+        entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
         locked = sum(1 for e in entries.values() if e.identity)
         print(f"{base_lock.LOCK_FILE}: {locked} base(s) locked, {len(entries) - locked} unlocked")
         return render(m, root)

@@ -24,7 +24,7 @@ from pathlib import Path
 from trainbase_common import buildkit, engine
 from trainbase_common.states import JobState
 
-from . import base_lock, bootstrap, image_inventory, publish, registry, report
+from . import base_lock, bases, bootstrap, publish, registry, report
 from .errors import TrainbaseError
 from .matrix import Cell, Matrix
 from .plan import Job, Plan
@@ -117,17 +117,17 @@ class Executor:
 
     # -- base images --------------------------------------------------------------------------
     def ensure_bases(self) -> None:
-        bases: dict[str, list[Job]] = {}
+        by_base: dict[str, list[Job]] = {}
         for j in self.jobs.values():
             if not j.cell.parent and (j.status == JobState.QUEUED or self._documents_need_base(j)):
-                bases.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
+                by_base.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
         locks = base_lock.load(self.root)
-        for ref, jobs in bases.items():
+        for ref, jobs in by_base.items():
             row = self.m.spec.os[jobs[0].cell.os]
             lock = base_lock.entry_for(locks, ref, row.bootstrap is not None)
             try:
-                self.base_refs[ref], why = base_lock.resolve(ref, row, lock,
-                                                             log=lambda s: self.out.write(f"base: {s}\n"))
+                self.base_refs[ref], why = bases.resolve(ref, row, lock,
+                                                         log=lambda s: self.out.write(f"base: {s}\n"))
             except bootstrap.BootstrapError as e:
                 why = f"base image {ref} unavailable: {str(e).splitlines()[0]}"
             if why:
@@ -142,7 +142,7 @@ class Executor:
         if j.status != JobState.CACHED or self.supply is None or self.supply.has_documents(j):
             return False
         info = engine.inspect_image(j.image)
-        return info is not None and image_inventory.recorded_base(info.labels) is None
+        return info is not None and bases.recorded_base(info.labels) is None
 
     def check_space(self) -> None:
         todo = [j for j in self.jobs.values() if j.status == JobState.QUEUED]
@@ -171,7 +171,7 @@ class Executor:
         if j.parent:
             return {}
         os_base = j.rendered.context.data["os"]["base"]
-        return image_inventory.base_labels(image_inventory.base_identity(self.base_refs.get(os_base, os_base)))
+        return bases.base_labels(bases.base_identity(self.base_refs.get(os_base, os_base)))
 
     def _base_arg(self, j: Job) -> dict[str, str]:
         """TRAINBASE_BASE for a base cell of a row whose Dockerfile takes its base as an argument."""

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from trainbase import base_lock, bootstrap, executor, image_inventory, render
+from trainbase import base_lock, bases, bootstrap, executor, render
 from trainbase.errors import TrainbaseError
 from trainbase.matrix import load
 from trainbase_common import engine
@@ -102,7 +102,7 @@ def _executor(tmp_path, monkeypatch, resolved_identities):
 
     idents = iter(resolved_identities)
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(image_inventory, "base_identity",
+    monkeypatch.setattr(bases, "base_identity",
                         lambda ref: {"ref": ref, "identity": next(idents), "how": "bootstrap"})
     monkeypatch.setattr(bootstrap, "packages_of", lambda image: ["apt 2.6.1", "libc6 2.36-9+deb12u13"])
     monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: removed.append(ref) or True)
@@ -190,11 +190,11 @@ def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, mo
         return "pulled", ref
 
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(image_inventory, "base_identity",
+    monkeypatch.setattr(bases, "base_identity",
                         lambda ref: {"ref": ref, "identity": CUDA_DIGEST, "how": "registry digest"})
     row = m.spec.os["ubuntu22.04"]
     lock = base_lock.load(tmp_path)[CUDA_BASE]
-    assert base_lock.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
+    assert bases.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
     assert calls == [(f"nvidia/cuda@{CUDA_DIGEST}", None, False)]
 
 
@@ -203,9 +203,9 @@ def test_the_identity_of_an_image_pulled_under_two_names_is_its_own_repositorys(
     monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
         id="sha256:" + "1" * 64, size=1, labels={}, env={},
         raw={"RepoDigests": [f"mirror.example:5000/nvidia/cuda@{other}", f"nvidia/cuda@{CUDA_DIGEST}"]}))
-    assert image_inventory.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
-    assert image_inventory.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
-    assert image_inventory.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
+    assert bases.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert bases.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert bases.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
 
 
 def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(monkeypatch):
@@ -214,6 +214,6 @@ def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(mo
     monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
         id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.packages-sha256": "ab" * 32}, env={},
         raw={"RepoDigests": [f"registry.example/team/debian@{CUDA_DIGEST}"]}))
-    assert image_inventory.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
+    assert bases.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
         "ref": f"registry.example/team/debian@{CUDA_DIGEST}", "identity": CUDA_DIGEST, "how": "registry digest"}
-    assert image_inventory.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"
+    assert bases.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"

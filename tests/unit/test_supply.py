@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainbase import executor, image_inventory, render, supply
+from trainbase import bases, executor, image_inventory, render, supply
 from trainbase.inventory import Inventory, Package
 from trainbase.matrix import load
 from trainbase_common import engine
@@ -103,12 +103,12 @@ def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
 def test_the_base_is_recorded_in_labels_and_read_back():
     base = {"ref": "trainbase-bootstrap/debian:12.15-slim", "identity": "packages-sha256:" + "ab" * 32,
             "how": "bootstrap"}
-    labels = image_inventory.base_labels(base)
+    labels = bases.base_labels(base)
     assert labels["io.trainbase.base.identity"] == base["identity"]
-    assert image_inventory.recorded_base({**labels, "other": "x"}) == base
+    assert bases.recorded_base({**labels, "other": "x"}) == base
     # built before the record, or from a base nothing could identify: no record to lock to
-    assert image_inventory.recorded_base({}) is None
-    assert image_inventory.recorded_base(image_inventory.base_labels({"ref": "x", "identity": "", "how": "absent"})) is None
+    assert bases.recorded_base({}) is None
+    assert bases.recorded_base(bases.base_labels({"ref": "x", "identity": "", "how": "absent"})) is None
 
 
 def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
@@ -127,7 +127,7 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
         seen.append(ref)
         return {"ref": ref, "identity": "packages-sha256:" + "cd" * 32, "how": "bootstrap"}
 
-    monkeypatch.setattr(image_inventory, "base_identity", identity)
+    monkeypatch.setattr(bases, "base_identity", identity)
     root_cmd = " ".join(b.command(b.jobs[cells[0].name])[0])
     child_cmd = " ".join(b.command(b.jobs[cells[1].name])[0])
     assert seen == ["trainbase-bootstrap/debian:12.15-slim"]
