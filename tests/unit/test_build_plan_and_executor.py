@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from trainbase import executor, plan, registry, render
+from trainbase import docker_build, executor, plan, registry, render
 from trainbase_common import buildkit, engine
 from trainbase.report import build_report
 from trainbase.errors import TrainbaseError
@@ -178,7 +178,7 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
 
 def test_missing_ca_bundle_is_bad_input():
     with pytest.raises(TrainbaseError, match="no such file"):
-        executor._ca_bundle("/nonexistent/ca.pem")
+        docker_build.ca_bundle("/nonexistent/ca.pem")
 
 
 @pytest.mark.parametrize("tail, expected", [
@@ -188,7 +188,7 @@ def test_missing_ca_bundle_is_bad_input():
     ([], "docker build exited 1"),
 ])
 def test_failure_reason_picks_the_telling_line(tail, expected):
-    assert expected in executor._failure_reason(tail, 1)
+    assert expected in docker_build.failure_reason(tail, 1)
 
 
 @pytest.mark.parametrize("bad", ["127.0.0.1:5000", "/trainbase", "host:5000/Upper"])
