@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from trainbase import pipefail_lint as pl  # noqa: E402
 from trainbase import render  # noqa: E402
-from trainbase.matrix import load  # noqa: E402
+from trainbase.define.matrix import load  # noqa: E402
 from trainbase_common import buildkit  # noqa: E402
 
 # Commands a pipeline may consist of to be run here: they read and print, nothing else.

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import render as rendermod
 from .errors import TrainbaseError
-from .matrix import Matrix, load
+from .define.matrix import Matrix, load
 
 # What `render_all` reads besides matrix.yaml: exported from the base revision to render it.
 RECIPE_INPUTS = ("matrix.yaml", rendermod.TEMPLATES_DIR, rendermod.IMAGEFS_DIR, "locks", "patches")

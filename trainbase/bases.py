@@ -22,8 +22,9 @@ from typing import Any
 
 from trainbase_common import engine
 
-from . import base_lock, bootstrap, context
-from .base_lock import BOOTSTRAP, REGISTRY, BaseLock
+from .define import base_lock
+from . import bootstrap, context
+from .define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
 
 
 def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:

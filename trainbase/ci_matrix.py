@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .matrix import Cell, Matrix
+from .define.matrix import Cell, Matrix
 from .plan import Plan
 from .registry import split_registry
 from .render import Rendered

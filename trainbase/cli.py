@@ -9,12 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from . import base_lock
+from .define import base_lock
 from . import lint as lintmod
-from . import locks as lockmod
+from .define import pip_locks as lockmod
 from . import render as rendermod
 from .errors import TrainbaseError
-from .matrix import Cell, Matrix, load, parse_selects
+from .define.matrix import Cell, Matrix, load, parse_selects
 
 
 def parser() -> argparse.ArgumentParser:

@@ -24,9 +24,10 @@ from pathlib import Path
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
-from . import base_lock, bases, bootstrap, docker_build, publish, registry, report
+from .define import base_lock
+from . import bases, bootstrap, docker_build, publish, registry, report
 from .errors import TrainbaseError
-from .matrix import Cell, Matrix
+from .define.matrix import Cell, Matrix
 from .plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS

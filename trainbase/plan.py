@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import TextIO
 
-from .matrix import Cell, Matrix
+from .define.matrix import Cell, Matrix
 from .render import Rendered
 from trainbase_common.states import JobState
 

@@ -153,7 +153,8 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
     base is pushed and locked, then its tag is moved upstream to another image. The build's
     resolver still pulls the locked digest, not the tag, and a Dockerfile FROM the rendered
     ``name:tag@digest`` is built from the locked image."""
-    from trainbase import base_lock, bootstrap
+    from trainbase.define import base_lock
+    from trainbase import bootstrap
 
     src = bootstrap.bootstrap_ref("debian:12.15-slim")
     assert engine.image_exists(src), f"{src} is made by the ci build that runs before these tests"

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from trainbase import affected, render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 
 from .conftest import run_cli
 

@@ -10,9 +10,10 @@ import shutil
 
 import pytest
 
-from trainbase import base_lock, bases, bootstrap, executor, render
+from trainbase.define import base_lock
+from trainbase import bases, bootstrap, executor, render
 from trainbase.errors import TrainbaseError
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

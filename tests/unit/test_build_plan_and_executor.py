@@ -10,7 +10,7 @@ from trainbase import docker_build, executor, plan, registry, render
 from trainbase_common import buildkit, engine
 from trainbase.report import build_report
 from trainbase.errors import TrainbaseError
-from trainbase.matrix import load, parse_selects
+from trainbase.define.matrix import load, parse_selects
 from trainbase_common.states import JobState
 
 from .conftest import ROOT

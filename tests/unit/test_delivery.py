@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainbase import ci_matrix, publish, registry
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

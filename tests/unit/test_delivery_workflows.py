@@ -12,7 +12,7 @@ import yaml
 
 from trainbase import render
 from trainbase.ci_matrix import by_level, entries
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 
 from .conftest import ROOT
 

@@ -5,7 +5,7 @@ import pytest
 
 from trainbase import pipefail_lint as pl
 from trainbase import render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 
 from .conftest import ROOT
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trainbase import render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 
 from .conftest import ROOT, run_cli
 

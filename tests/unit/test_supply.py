@@ -8,7 +8,7 @@ import pytest
 
 from trainbase import bases, executor, image_inventory, render, supply
 from trainbase.inventory import Inventory, Package
-from trainbase.matrix import load
+from trainbase.define.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

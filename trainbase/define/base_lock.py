@@ -29,7 +29,7 @@ from typing import Any
 
 from trainbase_common import engine
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 LOCK_FILE = "locks/bases.json"
 SCHEMA = 1
