@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainbase import pipefail_lint as pl  # noqa: E402
-from trainbase import render  # noqa: E402
+from trainbase.render import pipefail_lint as pl  # noqa: E402
+from trainbase.render import recipes  # noqa: E402
 from trainbase.define.matrix import load  # noqa: E402
 from trainbase_common import buildkit  # noqa: E402
 
@@ -66,7 +66,7 @@ def pipelines(root: Path) -> dict[str, dict]:
 
     m = load(root / "matrix.yaml")
     out: dict[str, dict] = {}
-    for r in render.render_all(m, root=root).values():
+    for r in recipes.render_all(m, root=root).values():
         text = r.files[r.dockerfile]
         lines = text.splitlines()
         for ins in DockerfileParser(fileobj=io.BytesIO(text.encode())).structure:

@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import render as rendermod
+from .render import recipes as rendermod
 from .errors import TrainbaseError
 from .define.matrix import Matrix, load
 

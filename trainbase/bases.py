@@ -23,7 +23,8 @@ from typing import Any
 from trainbase_common import engine
 
 from .define import base_lock
-from . import bootstrap, context
+from . import bootstrap
+from .render import context
 from .define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from .define.matrix import Cell, Matrix
 from .plan import Plan
 from .registry import split_registry
-from .render import Rendered
+from .render.recipes import Rendered
 
 
 class TooDeep(Exception):

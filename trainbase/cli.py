@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from .define import base_lock
-from . import lint as lintmod
+from .render import hadolint
 from .define import pip_locks as lockmod
-from . import render as rendermod
+from .render import recipes as rendermod
 from .errors import TrainbaseError
 from .define.matrix import Cell, Matrix, load, parse_selects
 
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         return render(m, root)
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)
-        code = lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
+        code = hadolint.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
         return max(code, pipefail_lint(rendered, root))
     if args.matrix:
         return build_matrix(m, root, selected, args)
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 def pipefail_lint(rendered: dict[str, rendermod.Rendered], root: Path) -> int:
     """No pipeline that can die of SIGPIPE under pipefail, in the rendered RUN lines and in
     the repository's own shell (trainbase/pipefail_lint.py says why)."""
-    from . import pipefail_lint as pl
+    from .render import pipefail_lint as pl
 
     findings = pl.check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
     for f in findings:

@@ -31,7 +31,7 @@ from .define.matrix import Cell, Matrix
 from .plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS
-from .render import Rendered
+from .render.recipes import Rendered
 from .supply import SupplyChain, SupplyOptions
 
 @dataclass

@@ -16,7 +16,7 @@ from graphlib import TopologicalSorter
 from typing import TextIO
 
 from .define.matrix import Cell, Matrix
-from .render import Rendered
+from .render.recipes import Rendered
 from trainbase_common.states import JobState
 
 

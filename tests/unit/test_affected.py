@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase import affected, render
+from trainbase import affected
+from trainbase.render import recipes
 from trainbase.define.matrix import load
 
 from .conftest import run_cli
@@ -17,7 +18,7 @@ from .conftest import run_cli
 
 def tags(root: Path) -> dict[str, str]:
     m = load(root / "matrix.yaml")
-    return {name: r.tag for name, r in render.render_all(m, root=root).items()}
+    return {name: r.tag for name, r in recipes.render_all(m, root=root).items()}
 
 
 def after(workdir: Path, base: dict[str, str], changed: list[str], problem: str = "") -> affected.Affected:

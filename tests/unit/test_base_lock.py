@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from trainbase.define import base_lock
-from trainbase import bases, bootstrap, executor, render
+from trainbase import bases, bootstrap, executor
+from trainbase.render import recipes
 from trainbase.errors import TrainbaseError
 from trainbase.define.matrix import load
 from trainbase_common import engine
@@ -42,7 +43,7 @@ def test_the_committed_lock_locks_the_local_row_and_reads_back():
     assert deb.how == base_lock.BOOTSTRAP and deb.identity.startswith("packages-sha256:") and len(deb.packages) > 50
     # every base a cell of matrix.yaml names has an entry (locked, or unlocked with the reason)
     m = load(ROOT / "matrix.yaml")
-    from trainbase import context
+    from trainbase.render import context
     bases = {context.build(m, c).data["os"]["base"] for c in m.included if not c.parent}
     assert bases <= set(entries), bases - set(entries)
     assert all(e.identity or e.note for e in entries.values())
@@ -59,9 +60,9 @@ def test_the_tag_folds_in_the_locked_base(tmp_path):
     """A new locked identity changes every debian12 tag (children through their parent) and no
     tag of another row."""
     m = _scratch(tmp_path / "a")
-    before = {n: r.tag for n, r in render.render_all(m, root=tmp_path / "a").items()}
+    before = {n: r.tag for n, r in recipes.render_all(m, root=tmp_path / "a").items()}
     m2 = _scratch(tmp_path / "b", identity="packages-sha256:" + "cd" * 32)
-    after = {n: r.tag for n, r in render.render_all(m2, root=tmp_path / "b").items()}
+    after = {n: r.tag for n, r in recipes.render_all(m2, root=tmp_path / "b").items()}
     moved = {n for n in before if before[n] != after[n]}
     assert moved == {n for n in before if n.endswith("-debian12")}, sorted(set(before) - moved)[:3]
 
@@ -93,7 +94,7 @@ def test_a_locked_bootstrap_row_never_looks_at_the_official_image(monkeypatch):
 def _executor(tmp_path, monkeypatch, resolved_identities):
     m = _scratch(tmp_path)
     cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
-    rendered = render.render_all(m, [cell], root=tmp_path)
+    rendered = recipes.render_all(m, [cell], root=tmp_path)
     b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), tmp_path, out=io.StringIO())
     ensured, removed = [], []
 
@@ -163,9 +164,9 @@ def test_a_registry_locked_base_is_built_from_its_digest(tmp_path):
     Dockerfiles (and so into their tags); every other row renders as before."""
     base = tmp_path / "a"
     m = _scratch(base)
-    before = render.render_all(m, root=base)
+    before = recipes.render_all(m, root=base)
     m2 = _registry_locked(tmp_path / "b")
-    after = render.render_all(m2, root=tmp_path / "b")
+    after = recipes.render_all(m2, root=tmp_path / "b")
     pinned = {n for n, r in after.items() if f"FROM {CUDA_BASE}@{CUDA_DIGEST} AS os" in r.files[r.dockerfile]}
     row = {n for n, r in after.items() if r.context.data["os"]["base"] == CUDA_BASE}
     assert pinned and pinned == {n for n in row if not after[n].cell.parent}

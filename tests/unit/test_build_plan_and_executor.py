@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from trainbase import docker_build, executor, plan, registry, render
+from trainbase import docker_build, executor, plan, registry
+from trainbase.render import recipes
 from trainbase_common import buildkit, engine
 from trainbase.report import build_report
 from trainbase.errors import TrainbaseError
@@ -23,7 +24,7 @@ def m():
 
 def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     cells = [m.cell(n) for n in names]
-    rendered = render.render_all(m, cells, root=ROOT)
+    rendered = recipes.render_all(m, cells, root=ROOT)
     b = executor.Executor(m, rendered, cells, executor.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
     log: list[tuple[str, str, float]] = []
 
@@ -141,7 +142,7 @@ def test_stage_groups_share_the_os_stage(m):
     names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "intelmpi2021.18-cuda12.8-cudnn9-debian12",
              "openmpi5.0.11-cuda13.0-cudnn9-debian12", "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
     cells = [m.cell(n) for n in names]
-    p = plan.Plan(m, render.render_all(m, cells, root=ROOT), cells)
+    p = plan.Plan(m, recipes.render_all(m, cells, root=ROOT), cells)
     groups = sorted(sorted(g) for g in p.stage_groups().values())
     assert sorted(names[:3]) in groups and ["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"] in groups
 
@@ -149,7 +150,7 @@ def test_stage_groups_share_the_os_stage(m):
 def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m):
     """Pure plan: graph order (graphlib), a cached predicate, and skip propagation down two levels."""
     top = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
-    p = plan.Plan(m, render.render_all(m, [top], root=ROOT), [top])
+    p = plan.Plan(m, recipes.render_all(m, [top], root=ROOT), [top])
     assert list(p.jobs) == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
                             top.name]
     assert p.levels() == {n: i for i, n in enumerate(p.jobs)}
@@ -166,7 +167,7 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
     ca.write_text("x")
     monkeypatch.setattr(buildkit, "build_cli", lambda: "/usr/bin/docker")
     cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
-    b = executor.Executor(m, render.render_all(m, cells, root=ROOT), cells,
+    b = executor.Executor(m, recipes.render_all(m, cells, root=ROOT), cells,
                         executor.Options(ca_bundle=str(ca), network="host"), ROOT)
     cmd, env = b.command(b.jobs[cells[0].name])
     assert env["DOCKER_BUILDKIT"] == "1"

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trainbase import bases, executor, image_inventory, render, supply
+from trainbase import bases, executor, image_inventory, supply
+from trainbase.render import recipes
 from trainbase.inventory import Inventory, Package
 from trainbase.define.matrix import load
 from trainbase_common import engine
@@ -77,7 +78,7 @@ def test_lock_differences_are_named_with_locked_and_now():
 def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
     m = load(ROOT / "matrix.yaml")
     cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
-    rendered = render.render_all(m, [cell], root=ROOT)
+    rendered = recipes.render_all(m, [cell], root=ROOT)
     b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
     removed = []
 
@@ -117,7 +118,7 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
     these labels, so the tag's SBOM does not depend on what the engine resolves that day."""
     m = load(ROOT / "matrix.yaml")
     cells = [m.cell("openmpi5.0.11-cuda13.2-cudnn9-debian12"), m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12")]
-    rendered = render.render_all(m, cells, root=ROOT)
+    rendered = recipes.render_all(m, cells, root=ROOT)
     b = executor.Executor(m, rendered, cells, executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
     root_base = rendered[cells[0].name].context.data["os"]["base"]
     b.base_refs[root_base] = "trainbase-bootstrap/debian:12.15-slim"
