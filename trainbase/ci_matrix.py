@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 
 from .define.matrix import Cell, Matrix
-from .plan import Plan
+from .build.plan import Plan
 from .registry import split_registry
 from .render.recipes import Rendered
 

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
         return render(m, root)
     if args.lock_bases:
-        from . import bases
+        from .build import bases
 
         entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
         locked = sum(1 for e in entries.values() if e.identity)

@@ -25,10 +25,11 @@ from trainbase_common import engine
 from trainbase_common.states import JobState
 
 from .define import base_lock
-from . import bases, bootstrap, docker_build, publish, registry, report
+from .build import bases, bootstrap, docker_build
+from . import publish, registry, report
 from .errors import TrainbaseError
 from .define.matrix import Cell, Matrix
-from .plan import Job, Plan
+from .build.plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS
 from .render.recipes import Rendered

@@ -22,9 +22,10 @@ from typing import Any
 
 from trainbase_common import engine
 
-from . import audit, bases, budget, image_inventory, release_notes, sbom
+from . import audit, budget, image_inventory, release_notes, sbom
+from .build import bases
 from .inventory import Inventory
-from .plan import Job
+from .build.plan import Job
 
 SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1

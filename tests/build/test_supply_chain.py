@@ -154,7 +154,7 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
     resolver still pulls the locked digest, not the tag, and a Dockerfile FROM the rendered
     ``name:tag@digest`` is built from the locked image."""
     from trainbase.define import base_lock
-    from trainbase import bootstrap
+    from trainbase.build import bootstrap
 
     src = bootstrap.bootstrap_ref("debian:12.15-slim")
     assert engine.image_exists(src), f"{src} is made by the ci build that runs before these tests"

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from trainbase.define import base_lock
-from trainbase import bases, bootstrap, executor
+from trainbase.build import bases, bootstrap
+from trainbase import executor
 from trainbase.render import recipes
 from trainbase.errors import TrainbaseError
 from trainbase.define.matrix import load

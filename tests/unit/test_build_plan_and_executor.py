@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from trainbase import docker_build, executor, plan, registry
+from trainbase.build import docker_build, plan
+from trainbase import executor, registry
 from trainbase.render import recipes
 from trainbase_common import buildkit, engine
 from trainbase.report import build_report

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trainbase import bases, executor, image_inventory, supply
+from trainbase.build import bases
+from trainbase import executor, image_inventory, supply
 from trainbase.render import recipes
 from trainbase.inventory import Inventory, Package
 from trainbase.define.matrix import load

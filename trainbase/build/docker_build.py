@@ -17,7 +17,7 @@ from pathlib import Path
 from trainbase_common import buildkit, engine
 
 from . import bases
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 from .plan import Job
 
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import TextIO
 
-from .define.matrix import Cell, Matrix
-from .render.recipes import Rendered
+from ..define.matrix import Cell, Matrix
+from ..render.recipes import Rendered
 from trainbase_common.states import JobState
 
 
