@@ -282,7 +282,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
     from . import executor, registry, report
-    from .supply import SupplyOptions
+    from .supply.chain import SupplyOptions
 
     if args.push:
         registry.split_registry(args.registry or "")

@@ -33,7 +33,7 @@ from .build.plan import Job, Plan
 from .progress import Progress
 from .publish import ALIAS
 from .render.recipes import Rendered
-from .supply import SupplyChain, SupplyOptions
+from .supply.chain import SupplyChain, SupplyOptions
 
 @dataclass
 class Options:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.audit import (APT_SECURITY_COMMAND, PIP_AUDIT_FLAGS, AuditError, Finding, apt_security_findings,
-                             evaluate, load_allowlist, parse_pip_audit, pip_audit)
-from trainbase.inventory import Package
+from trainbase.supply.audit import (APT_SECURITY_COMMAND, PIP_AUDIT_FLAGS, AuditError, Finding,
+                                    apt_security_findings, evaluate, load_allowlist, parse_pip_audit, pip_audit)
+from trainbase.supply.inventory import Package
 
 from .conftest import ROOT
 

@@ -2,7 +2,7 @@
 that says where the bytes are."""
 import pytest
 
-from trainbase.budget import LARGEST_DIRS_COMMAND, check_budget, fmt_size, largest_dirs
+from trainbase.supply.budget import LARGEST_DIRS_COMMAND, check_budget, fmt_size, largest_dirs
 from trainbase_common.layers import LayerFile, LayerScan, layer_waste
 
 GB = 10 ** 9

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from trainbase.build import bases
-from trainbase import executor, image_inventory, supply
+from trainbase import executor
+from trainbase.supply import chain, inventory_reader
 from trainbase.render import recipes
-from trainbase.inventory import Inventory, Package
+from trainbase.supply.inventory import Inventory, Package
 from trainbase.define.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
@@ -36,9 +37,9 @@ zlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib
 
 def test_inventory_from_the_images_answer():
     base = {"ref": "debian:12.15-slim", "identity": "packages-sha256:92bc", "how": "bootstrap"}
-    comps = image_inventory.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
-                                            "sha256": "a" * 64}], "f" * 64)
-    inv = image_inventory.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
+    comps = inventory_reader.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
+                                             "sha256": "a" * 64}], "f" * 64)
+    inv = inventory_reader.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
     assert inv.os == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "VERSION_ID": "12",
                       "VERSION_CODENAME": "bookworm", "ID": "debian"}
     debs = {p.name: p for p in inv.of_kind("deb")}
@@ -49,11 +50,11 @@ def test_inventory_from_the_images_answer():
                                                                        ("trainbase-tools", "f" * 12)}
     assert Inventory.from_json(json.loads(json.dumps(inv.to_json()))) == inv
     with pytest.raises(Exception, match="no pypi, manifest section"):
-        image_inventory.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
+        inventory_reader.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
 
 
 def test_component_names_and_versions_from_artifact_keys():
-    got = image_inventory.components_of([
+    got = inventory_reader.components_of([
         {"key": "miniforge-25.3.0-3", "url": "u", "sha256": "b" * 64},
         {"key": "horovod-0.28.1-sdist", "url": "u", "sha256": "c" * 64},
         {"key": "doca-gpg-key", "url": "u", "sha256": None, "openpgp_fingerprint": "CAE649B3B3929F8470D4D33BA024F6F0E6D6A281"},
@@ -67,12 +68,12 @@ def test_lock_differences_are_named_with_locked_and_now():
               "pip_locks": {"locks/python-py3.11.txt": "x"}}
     now = {"base": {"identity": "packages-sha256:bbb"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "2" * 64}},
            "pip_locks": {"locks/python-py3.11.txt": "x"}}
-    msg = supply._diff("input", locked, now)
+    msg = chain._diff("input", locked, now)
     assert "input artifacts.openmpi-4.1.4-debian.sha256: locked '" + "1" * 64 + "', now '" + "2" * 64 + "'" in msg
     assert "input base.identity: locked 'packages-sha256:aaa', now 'packages-sha256:bbb'" in msg
     assert "pip_locks" not in msg
-    assert supply._diff("input", locked, locked) is None
-    many = supply._diff("output", {"deb": {f"p{i}": "1" for i in range(12)}}, {"deb": {f"p{i}": "2" for i in range(12)}})
+    assert chain._diff("input", locked, locked) is None
+    many = chain._diff("output", {"deb": {f"p{i}": "1" for i in range(12)}}, {"deb": {f"p{i}": "2" for i in range(12)}})
     assert many.endswith("and 4 more")
 
 

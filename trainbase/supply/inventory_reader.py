@@ -15,7 +15,7 @@ from typing import Any
 
 from trainbase_common import engine
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 from .inventory import Inventory, Package
 
 # One shell script, sections marked with @@NAME lines; $TB_PYTHON is the manifest's Python.

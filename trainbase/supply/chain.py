@@ -22,10 +22,10 @@ from typing import Any
 
 from trainbase_common import engine
 
-from . import audit, budget, image_inventory, release_notes, sbom
-from .build import bases
+from . import audit, budget, inventory_reader, release_notes, sbom
+from ..build import bases
 from .inventory import Inventory
-from .build.plan import Job
+from ..build.plan import Job
 
 SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1
@@ -57,7 +57,7 @@ class SupplyChain:
         self.network = network   # the builds' network: the audit's apt-get update goes out the same way
         self.allowlist = audit.load_allowlist(root / opts.allowlist) if (root / opts.allowlist).exists() else \
             audit.load_allowlist(None)
-        self.tools = image_inventory.tools_digest(root)
+        self.tools = inventory_reader.tools_digest(root)
 
     # -- what the build reads --------------------------------------------------------------
     def cell_dir(self, j: Job) -> Path:
@@ -116,8 +116,8 @@ class SupplyChain:
         if recorded and not j.cell.parent:
             inputs["base"] = recorded   # what this image was built FROM, not what resolves today
         base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
-        inv = image_inventory.read(j.image, j.name, j.tag, base,
-                                   image_inventory.components_of(self.artifacts(j), self.tools))
+        inv = inventory_reader.read(j.image, j.name, j.tag, base,
+                                    inventory_reader.components_of(self.artifacts(j), self.tools))
         text = sbom.to_cyclonedx(inv)
         sbom.validate(text)
         (d / "inventory.json").write_text(json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
