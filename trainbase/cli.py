@@ -281,7 +281,8 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import executor, registry, report
+    from . import executor, report
+    from .deliver import registry
     from .supply.chain import SupplyOptions
 
     if args.push:
@@ -343,7 +344,7 @@ def _summary(report, b) -> None:
 
 
 def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
-    from . import affected as affectedmod
+    from .deliver import affected as affectedmod
 
     a = affectedmod.since(m, root, rev)
     print(json.dumps(a.as_json(), indent=2) if as_json else affectedmod.describe(a))
@@ -351,8 +352,8 @@ def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
 
 
 def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import affected as affectedmod
-    from . import ci_matrix as cimod
+    from .deliver import affected as affectedmod
+    from .deliver import ci_matrix as cimod
 
     if args.only and not args.registry:
         raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
@@ -365,7 +366,7 @@ def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namesp
         chosen = {c.name for c in cimod.cover(m, [m.cell(e["name"]) for e in items])}
         items = [e for e in items if e["name"] in chosen]
     if args.only:
-        from . import registry     # the engine adapter, only when a registry is asked
+        from .deliver import registry     # the engine adapter, only when a registry is asked
 
         items, unwanted = cimod.with_registry_state(items, args.registry, args.only, registry.digest)
         left_out.update(unwanted)

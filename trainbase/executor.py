@@ -26,12 +26,13 @@ from trainbase_common.states import JobState
 
 from .define import base_lock
 from .build import bases, bootstrap, docker_build
-from . import publish, registry, report
+from .deliver import publish, registry
+from . import report
 from .errors import TrainbaseError
 from .define.matrix import Cell, Matrix
 from .build.plan import Job, Plan
 from .progress import Progress
-from .publish import ALIAS
+from .deliver.publish import ALIAS
 from .render.recipes import Rendered
 from .supply.chain import SupplyChain, SupplyOptions
 

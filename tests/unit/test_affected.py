@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase import affected
+from trainbase.deliver import affected
 from trainbase.render import recipes
 from trainbase.define.matrix import load
 

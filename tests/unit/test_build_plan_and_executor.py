@@ -7,7 +7,8 @@ import time
 import pytest
 
 from trainbase.build import docker_build, plan
-from trainbase import executor, registry
+from trainbase import executor
+from trainbase.deliver import registry
 from trainbase.render import recipes
 from trainbase_common import buildkit, engine
 from trainbase.report import build_report

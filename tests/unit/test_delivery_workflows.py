@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from trainbase.render import recipes
-from trainbase.ci_matrix import by_level, entries
+from trainbase.deliver.ci_matrix import by_level, entries
 from trainbase.define.matrix import load
 
 from .conftest import ROOT

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .define.matrix import Cell, Matrix
-from .build.plan import Plan
+from ..define.matrix import Cell, Matrix
+from ..build.plan import Plan
 from .registry import split_registry
-from .render.recipes import Rendered
+from ..render.recipes import Rendered
 
 
 class TooDeep(Exception):
