@@ -281,7 +281,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import executor, report
+    from .run import executor, report
     from .deliver import registry
     from .supply.chain import SupplyOptions
 

@@ -12,7 +12,7 @@ import pytest
 
 from trainbase.define import base_lock
 from trainbase.build import bases, bootstrap
-from trainbase import executor
+from trainbase.run import executor
 from trainbase.render import recipes
 from trainbase.errors import TrainbaseError
 from trainbase.define.matrix import load

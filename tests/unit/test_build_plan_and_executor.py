@@ -7,11 +7,11 @@ import time
 import pytest
 
 from trainbase.build import docker_build, plan
-from trainbase import executor
+from trainbase.run import executor
 from trainbase.deliver import registry
 from trainbase.render import recipes
 from trainbase_common import buildkit, engine
-from trainbase.report import build_report
+from trainbase.run.report import build_report
 from trainbase.errors import TrainbaseError
 from trainbase.define.matrix import load, parse_selects
 from trainbase_common.states import JobState
@@ -235,7 +235,7 @@ BRACKETS = ("executor failed running [/bin/bash -o pipefail -c tb-pip-install /t
 
 
 def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skipped(m, monkeypatch):
-    from trainbase import report
+    from trainbase.run import report
 
     b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
     b.run()
@@ -268,7 +268,7 @@ def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skippe
     ("make: *** [Makefile:1] Error 2", [], "unknown"),
 ])
 def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
-    from trainbase.report import failure_kind
+    from trainbase.run.report import failure_kind
 
     assert failure_kind(reason, tail) == kind
 
@@ -276,7 +276,8 @@ def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
 def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, monkeypatch, tmp_path, capsys):
     """Even when printing the summary raises, the report is on disk and the exit code is the
     documented 1 for a failed cell."""
-    from trainbase import cli, report
+    from trainbase import cli
+    from trainbase.run import report
 
     def run_failing(self):
         for j in self.jobs.values():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainbase.build import bases
-from trainbase import executor
+from trainbase.run import executor
 from trainbase.supply import chain, inventory_reader
 from trainbase.render import recipes
 from trainbase.supply.inventory import Inventory, Package

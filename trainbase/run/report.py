@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trainbase_common import engine
 
-from .deliver.publish import ALIAS
+from ..deliver.publish import ALIAS
 from trainbase_common.states import JobState
 
 
