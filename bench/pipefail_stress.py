@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from trainbase.define.matrix import load  # noqa: E402
 from trainbase.render import pipefail_lint as pl  # noqa: E402
 from trainbase.render import recipes  # noqa: E402
-from trainbase.define.matrix import load  # noqa: E402
 from trainbase_common import buildkit  # noqa: E402
 
 # Commands a pipeline may consist of to be run here: they read and print, nothing else.

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from .define import base_lock
-from .render import hadolint
 from .define import pip_locks as lockmod
-from .render import recipes as rendermod
-from .errors import TrainbaseError
 from .define.matrix import Cell, Matrix, load, parse_selects
+from .errors import TrainbaseError
+from .render import hadolint
+from .render import recipes as rendermod
 
 
 def parser() -> argparse.ArgumentParser:
@@ -281,8 +281,8 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from .run import executor, report
     from .deliver import registry
+    from .run import executor, report
     from .supply.chain import SupplyOptions
 
     if args.push:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainbase.define.matrix import load
 from trainbase.deliver import affected
 from trainbase.render import recipes
-from trainbase.define.matrix import load
 
 from .conftest import run_cli
 

@@ -10,12 +10,12 @@ import shutil
 
 import pytest
 
-from trainbase.define import base_lock
 from trainbase.build import bases, bootstrap
-from trainbase.run import executor
-from trainbase.render import recipes
-from trainbase.errors import TrainbaseError
+from trainbase.define import base_lock
 from trainbase.define.matrix import load
+from trainbase.errors import TrainbaseError
+from trainbase.render import recipes
+from trainbase.run import executor
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

@@ -7,13 +7,13 @@ import time
 import pytest
 
 from trainbase.build import docker_build, plan
-from trainbase.run import executor
 from trainbase.deliver import registry
 from trainbase.render import recipes
+from trainbase.run import executor
 from trainbase_common import buildkit, engine
-from trainbase.run.report import build_report
-from trainbase.errors import TrainbaseError
 from trainbase.define.matrix import load, parse_selects
+from trainbase.errors import TrainbaseError
+from trainbase.run.report import build_report
 from trainbase_common.states import JobState
 
 from .conftest import ROOT

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase.render import recipes
-from trainbase.deliver.ci_matrix import by_level, entries
 from trainbase.define.matrix import load
+from trainbase.deliver.ci_matrix import by_level, entries
+from trainbase.render import recipes
 
 from .conftest import ROOT
 

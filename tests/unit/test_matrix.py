@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from trainbase.errors import MatrixError
 from trainbase.define.matrix import load, parse_selects
+from trainbase.errors import MatrixError
 
 from .conftest import ROOT, run_cli
 

@@ -3,9 +3,9 @@ line under `SHELL [... "-o", "pipefail" ...]` failed a fresh build with exit 141
 The rule runs over every rendered cell, the workflows, scripts/ and the in-image tools."""
 import pytest
 
+from trainbase.define.matrix import load
 from trainbase.render import pipefail_lint as pl
 from trainbase.render import recipes
-from trainbase.define.matrix import load
 
 from .conftest import ROOT
 

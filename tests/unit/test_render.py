@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.render import recipes
 from trainbase.define.matrix import load
+from trainbase.render import recipes
 
 from .conftest import ROOT, run_cli
 

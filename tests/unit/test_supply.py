@@ -7,11 +7,11 @@ import json
 import pytest
 
 from trainbase.build import bases
+from trainbase.define.matrix import load
+from trainbase.render import recipes
 from trainbase.run import executor
 from trainbase.supply import chain, inventory_reader
-from trainbase.render import recipes
 from trainbase.supply.inventory import Inventory, Package
-from trainbase.define.matrix import load
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

@@ -23,9 +23,9 @@ from typing import Any
 from trainbase_common import engine
 
 from ..define import base_lock
-from . import bootstrap
-from ..render import context
 from ..define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
+from ..render import context
+from . import bootstrap
 
 
 def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:

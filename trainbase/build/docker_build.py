@@ -16,8 +16,8 @@ from pathlib import Path
 
 from trainbase_common import buildkit, engine
 
-from . import bases
 from ..errors import TrainbaseError
+from . import bases
 from .plan import Job
 
 DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"

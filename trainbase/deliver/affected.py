@@ -27,9 +27,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..render import recipes as rendermod
-from ..errors import TrainbaseError
 from ..define.matrix import Matrix, load
+from ..errors import TrainbaseError
+from ..render import recipes as rendermod
 
 # What `render_all` reads besides matrix.yaml: exported from the base revision to render it.
 RECIPE_INPUTS = ("matrix.yaml", rendermod.TEMPLATES_DIR, rendermod.IMAGEFS_DIR, "locks", "patches")

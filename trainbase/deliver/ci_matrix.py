@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ..define.matrix import Cell, Matrix
 from ..build.plan import Plan
-from .registry import split_registry
+from ..define.matrix import Cell, Matrix
 from ..render.recipes import Rendered
+from .registry import split_registry
 
 
 class TooDeep(Exception):

@@ -20,10 +20,10 @@ import jinja2
 from trainbase_common.manifest import labels as manifest_labels
 
 from ..define import base_lock
-from . import context as ctxmod
 from ..define import pip_locks as lockmod
-from ..errors import TemplateError
 from ..define.matrix import Cell, Matrix
+from ..errors import TemplateError
+from . import context as ctxmod
 
 IMAGES_DIR = "images"
 TEMPLATES_DIR = "templates"

@@ -24,17 +24,17 @@ from pathlib import Path
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
-from ..define import base_lock
 from ..build import bases, bootstrap, docker_build
-from ..deliver import publish, registry
-from . import report
-from ..errors import TrainbaseError
-from ..define.matrix import Cell, Matrix
 from ..build.plan import Job, Plan
-from .progress import Progress
+from ..define import base_lock
+from ..define.matrix import Cell, Matrix
+from ..deliver import publish, registry
 from ..deliver.publish import ALIAS
+from ..errors import TrainbaseError
 from ..render.recipes import Rendered
 from ..supply.chain import SupplyChain, SupplyOptions
+from . import report
+from .progress import Progress
 
 @dataclass
 class Options:

@@ -22,10 +22,10 @@ from typing import Any
 
 from trainbase_common import engine
 
-from . import audit, budget, inventory_reader, release_notes, sbom
 from ..build import bases
-from .inventory import Inventory
 from ..build.plan import Job
+from . import audit, budget, inventory_reader, release_notes, sbom
+from .inventory import Inventory
 
 SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1
