@@ -1,6 +1,8 @@
-"""The code's shape, checked: no import circle; the conformance package and the shared package
-import nothing from the build package; no module over 400 lines; docker is reached only
-through the engine adapter (trainbase_common/engine.py; buildkit.py for BuildKit builds)."""
+"""The code's shape, checked: no import circle; the build package's stages import only earlier
+stages; the conformance package and the shared package import nothing from the build package;
+no module over 400 lines; docker is reached only through the engine adapter
+(trainbase_common/engine.py; buildkit.py for BuildKit builds); the in-image tools use the
+standard library only and import no circle either."""
 import ast
 import re
 import sys
@@ -63,6 +65,63 @@ def assert_no_circle(known: dict[str, Path]) -> None:
 
 def test_no_import_circle():
     assert_no_circle(modules())
+
+
+# The build package's stages, lowest first. Why this order: it is the order the flow runs, and
+# each stage consumes only what an earlier one hands on -- define reads matrix.yaml and the
+# locks; render turns cells into Dockerfiles and recipe tags (folding the locks in); build plans
+# and builds the rendered cells; supply documents and gates what was built; deliver publishes
+# what passed and plans CI over rendered tags. `run` (the executor) is no step of the flow but
+# drives one plan through build, supply and deliver, so it comes after all three; the command
+# line is on top, and errors is the leaf every stage raises. An import against this order
+# means the flow runs backwards somewhere (the renderer depending on how an image is built,
+# the build on what publishing does): move the code to the stage whose data it needs.
+STAGES = ["errors", "define", "render", "build", "supply", "deliver", "run", "cli"]
+
+
+def stage_of(name: str) -> str:
+    """trainbase.render.recipes -> render; trainbase.cli -> cli; trainbase -> ''."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def build_package() -> dict[str, Path]:
+    return {n: p for n, p in modules().items() if n.split(".")[0] == "trainbase"}
+
+
+def test_every_module_of_the_build_package_has_a_stage():
+    unplaced = sorted(n for n in build_package() if n != "trainbase" and stage_of(n) not in STAGES)
+    assert not unplaced, f"put these in a stage subpackage (or add the stage to STAGES, in order): {unplaced}"
+    folders = sorted(d.name for d in (ROOT / "trainbase").iterdir() if d.is_dir() and (d / "__init__.py").exists())
+    assert set(folders) <= set(STAGES), f"a subpackage that is no stage: {sorted(set(folders) - set(STAGES))}"
+
+
+def test_stages_import_only_earlier_stages():
+    """define < render < build < supply < deliver < run < cli (errors below all of them): a
+    module imports its own stage or an earlier one, never a later one -- lazily inside a
+    function included (a late import hides a backwards dependency, it does not remove it)."""
+    known = modules()
+    backwards = []
+    for name, path in build_package().items():
+        if stage_of(name) not in STAGES:      # the package root; an unplaced module fails above
+            continue
+        mine = STAGES.index(stage_of(name))
+        for m in sorted(imports(name, path, known)):
+            if m.startswith("trainbase.") and stage_of(m) in STAGES and STAGES.index(stage_of(m)) > mine:
+                backwards.append(f"{name} ({stage_of(name)}) imports {m} ({stage_of(m)})")
+    assert not backwards, backwards
+
+
+@pytest.mark.parametrize("stage", [s for s in STAGES if (ROOT / "trainbase" / s).is_dir()])
+def test_each_stage_says_what_it_takes_and_hands_on(stage):
+    """A stage's __init__.py is its docstring only: what the stage takes and what it hands on
+    (re-exports would make `from trainbase.build import x` pull the whole stage, and hide
+    which module a name comes from)."""
+    tree = ast.parse((ROOT / "trainbase" / stage / "__init__.py").read_text())
+    doc = ast.get_docstring(tree) or ""
+    assert "Takes" in doc and "Hands on" in doc, f"trainbase/{stage}/__init__.py must say what it takes and hands on"
+    assert len(tree.body) == 1, f"trainbase/{stage}/__init__.py holds more than its docstring"
+    assert not imports("trainbase", ROOT / "trainbase" / "__init__.py"), "trainbase/__init__.py imports something"
 
 
 @pytest.mark.parametrize("pkg", ["conformance", "trainbase_common"])
