@@ -6,7 +6,7 @@ Issue 27: `ldconfig -p | grep -q 'libnccl.so.2 '` under the Dockerfiles' `SHELL 
 A race like that shows up only when the check runs many times under load, so this script:
 
   1. renders every cell (of the working tree, or of a git revision with --rev) and parses each
-     RUN line with the same shell parser as trainbase/pipefail_lint.py;
+     RUN line with the same shell parser as trainbase/render/pipefail_lint.py;
   2. keeps the pipelines that only read (ldconfig -p, grep, sed, dpkg-query, ...: commands in
      READ_ONLY below), so running them changes nothing;
   3. runs each one --runs times under `bash -o pipefail` inside a container of --image, while

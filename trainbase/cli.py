@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 def pipefail_lint(rendered: dict[str, rendermod.Rendered], root: Path) -> int:
     """No pipeline that can die of SIGPIPE under pipefail, in the rendered RUN lines and in
-    the repository's own shell (trainbase/pipefail_lint.py says why)."""
+    the repository's own shell (trainbase/render/pipefail_lint.py says why)."""
     from .render import pipefail_lint as pl
 
     findings = pl.check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})

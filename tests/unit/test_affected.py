@@ -41,7 +41,8 @@ def descendants(m, names: set[str]) -> set[str]:
     ("locks/python-py3.11.txt", "recipe"), ("patches/horovod-cxx17.patch", "recipe"),
     ("images/openmpi4.1.4-cuda12.8-cudnn9-debian12/Dockerfile", "recipe"),
     ("tests/conformance/test_mpi.py", "suite"), ("conformance/host.py", "suite"), ("examples/pytorch_ddp.py", "suite"),
-    ("trainbase/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"), ("scripts/setup.sh", "tool"),
+    ("trainbase/run/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"),
+    ("scripts/setup.sh", "tool"),
     ("docs/azureml.md", "none"), ("README.md", "none"), (".github/workflows/ci.yml", "none"),
     ("tests/unit/test_render.py", "none"),
     ("some/new/top-level/thing.txt", "tool"),      # unknown: conservative, and listed

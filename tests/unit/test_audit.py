@@ -1,4 +1,4 @@
-"""Audits as build gates (trainbase/audit.py): the allow-list's strict schema, the verdict
+"""Audits as build gates (trainbase/supply/audit.py): the allow-list's strict schema, the verdict
 (allowed, blocked, expired, unused, cell globs, aliases, unaudited packages under each policy),
 pip-audit's JSON read from recorded outputs, and apt's simulated upgrade read for security
 upgrades only. No network: pip-audit runs through an injected runner."""

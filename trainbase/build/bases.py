@@ -1,5 +1,6 @@
 """The base image a root cell is built FROM, as the build finds it here: resolved against its
-lock (``locks/bases.json``, read by base_lock.py), identified, and recorded in the image.
+lock (``locks/bases.json``; define/base_lock.py reads it), identified, and recorded in the
+image.
 
 - ``resolve``: what to build FROM for one row's base -- the locked registry digest pulled, or
   trainbase's own debootstrap (bootstrap.py) -- and why the row's cells must not build when
@@ -10,8 +11,8 @@ lock (``locks/bases.json``, read by base_lock.py), identified, and recorded in t
 - ``base_labels`` / ``recorded_base``: that identity in the labels of the image built FROM it
   (children inherit them), so a document made later reads the base the build saw.
 
-The lock file's format and the recipe line it adds to every root tag stay in base_lock.py,
-which the renderer reads; everything here asks the engine.
+The lock file's format and the recipe line it adds to every root tag stay in
+define/base_lock.py, which the renderer reads; everything here asks the engine.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ image where Docker Hub answers, a fresh debootstrap where it does not). With it:
 - the build resolves the base and refuses the row's cells when it is not what the lock says,
   naming locked and resolved identity; re-locking (``build.py --lock-bases``) is a deliberate
   change that gives every cell of the row a new tag (the scheduled refresh proposes it as a PR).
-  Both ask the engine, and live in bases.py; this module is the file and what the recipe reads.
+  Both ask the engine, and live in build/bases.py; this module is the file and what the recipe reads.
 
 A base with no identity in the lock (a registry base where it was last locked no registry
 answered, e.g. nvidia/cuda on a machine without Docker Hub) is "unlocked": it builds FROM its

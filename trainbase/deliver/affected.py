@@ -2,7 +2,7 @@
 
 A cell must be rebuilt exactly when its immutable tag changes: the tag is the hash of
 everything its build reads (Dockerfile, manifest, locks, toolbox, patches, and the parent's
-recipe; render.py), so comparing each cell's tag at the base revision with the tag the
+recipe; render/recipes.py), so comparing each cell's tag at the base revision with the tag the
 working tree renders is exact for every input a person edits -- matrix.yaml, templates/,
 imagefs/, locks/, patches/ -- and a framework cell follows its parent for free. Mapping
 files to cells by hand would have to know which block each template serves; the hash does

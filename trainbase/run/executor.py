@@ -1,12 +1,12 @@
 """`build.py --matrix`: run a build plan through the Docker engine.
 
-The plan (plan.py) says what to build and in which order; this module runs it: base images
+The plan (build/plan.py) says what to build and in which order; this module runs it: base images
 first (pulled, or bootstrapped where no registry answers), then `docker build` per job
-(docker_build.py), in parallel up to -j, each job's output in its own log, a parent's failure
+(build/docker_build.py), in parallel up to -j, each job's output in its own log, a parent's failure
 skipping its children, Ctrl-C / SIGTERM stopping every build. An image is tagged only when its
 build completed (`docker build -t` tags at the very end), so an interrupted or failed build
-leaves no tag. After each build the job goes through the supply chain (supply.py) before any
-child starts FROM it; at the end the completed cells are published (publish.py).
+leaves no tag. After each build the job goes through the supply chain (supply/chain.py) before any
+child starts FROM it; at the end the completed cells are published (deliver/publish.py).
 """
 
 from __future__ import annotations

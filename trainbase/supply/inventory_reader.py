@@ -2,7 +2,7 @@
 container: /etc/os-release, dpkg's database, the Python distributions of the image's own
 Python, its manifest. Components trainbase builds from pinned downloads (Open MPI, UCX,
 Miniforge, an sdist) come from the cell's artifacts, with their URL and sha256; the base is
-handed in as the build recorded it (bases.py: a registry digest, or the local bootstrap's
+handed in as the build recorded it (build/bases.py: a registry digest, or the local bootstrap's
 package-list digest)."""
 from __future__ import annotations
 
