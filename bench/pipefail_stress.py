@@ -6,7 +6,7 @@ Issue 27: `ldconfig -p | grep -q 'libnccl.so.2 '` under the Dockerfiles' `SHELL 
 A race like that shows up only when the check runs many times under load, so this script:
 
   1. renders every cell (of the working tree, or of a git revision with --rev) and parses each
-     RUN line with the same shell parser as trainbase/pipefail_lint.py;
+     RUN line with the same shell parser as trainbase/render/pipefail_lint.py;
   2. keeps the pipelines that only read (ldconfig -p, grep, sed, dpkg-query, ...: commands in
      READ_ONLY below), so running them changes nothing;
   3. runs each one --runs times under `bash -o pipefail` inside a container of --image, while
@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainbase import pipefail_lint as pl  # noqa: E402
-from trainbase import render  # noqa: E402
-from trainbase.matrix import load  # noqa: E402
+from trainbase.define.matrix import load  # noqa: E402
+from trainbase.render import pipefail_lint as pl  # noqa: E402
+from trainbase.render import recipes  # noqa: E402
 from trainbase_common import buildkit  # noqa: E402
 
 # Commands a pipeline may consist of to be run here: they read and print, nothing else.
@@ -66,7 +66,7 @@ def pipelines(root: Path) -> dict[str, dict]:
 
     m = load(root / "matrix.yaml")
     out: dict[str, dict] = {}
-    for r in render.render_all(m, root=root).values():
+    for r in recipes.render_all(m, root=root).values():
         text = r.files[r.dockerfile]
         lines = text.splitlines()
         for ins in DockerfileParser(fileobj=io.BytesIO(text.encode())).structure:

@@ -9,12 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from . import base_lock
-from . import lint as lintmod
-from . import locks as lockmod
-from . import render as rendermod
+from .define import base_lock
+from .define import pip_locks as lockmod
+from .define.matrix import Cell, Matrix, load, parse_selects
 from .errors import TrainbaseError
-from .matrix import Cell, Matrix, load, parse_selects
+from .render import hadolint
+from .render import recipes as rendermod
 
 
 def parser() -> argparse.ArgumentParser:
@@ -122,13 +122,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
         return render(m, root)
     if args.lock_bases:
-        entries = base_lock.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+        from .build import bases
+
+        entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
         locked = sum(1 for e in entries.values() if e.identity)
         print(f"{base_lock.LOCK_FILE}: {locked} base(s) locked, {len(entries) - locked} unlocked")
         return render(m, root)
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)
-        code = lintmod.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
+        code = hadolint.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
         return max(code, pipefail_lint(rendered, root))
     if args.matrix:
         return build_matrix(m, root, selected, args)
@@ -143,8 +145,8 @@ def run(args: argparse.Namespace) -> int:
 
 def pipefail_lint(rendered: dict[str, rendermod.Rendered], root: Path) -> int:
     """No pipeline that can die of SIGPIPE under pipefail, in the rendered RUN lines and in
-    the repository's own shell (trainbase/pipefail_lint.py says why)."""
-    from . import pipefail_lint as pl
+    the repository's own shell (trainbase/render/pipefail_lint.py says why)."""
+    from .render import pipefail_lint as pl
 
     findings = pl.check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
     for f in findings:
@@ -279,8 +281,9 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
 
 
 def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import executor, registry, report
-    from .supply import SupplyOptions
+    from .deliver import registry
+    from .run import executor, report
+    from .supply.chain import SupplyOptions
 
     if args.push:
         registry.split_registry(args.registry or "")
@@ -341,7 +344,7 @@ def _summary(report, b) -> None:
 
 
 def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
-    from . import affected as affectedmod
+    from .deliver import affected as affectedmod
 
     a = affectedmod.since(m, root, rev)
     print(json.dumps(a.as_json(), indent=2) if as_json else affectedmod.describe(a))
@@ -349,8 +352,8 @@ def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
 
 
 def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from . import affected as affectedmod
-    from . import ci_matrix as cimod
+    from .deliver import affected as affectedmod
+    from .deliver import ci_matrix as cimod
 
     if args.only and not args.registry:
         raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
@@ -363,7 +366,7 @@ def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namesp
         chosen = {c.name for c in cimod.cover(m, [m.cell(e["name"]) for e in items])}
         items = [e for e in items if e["name"] in chosen]
     if args.only:
-        from . import registry     # the engine adapter, only when a registry is asked
+        from .deliver import registry     # the engine adapter, only when a registry is asked
 
         items, unwanted = cimod.with_registry_state(items, args.registry, args.only, registry.digest)
         left_out.update(unwanted)

@@ -153,7 +153,8 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
     base is pushed and locked, then its tag is moved upstream to another image. The build's
     resolver still pulls the locked digest, not the tag, and a Dockerfile FROM the rendered
     ``name:tag@digest`` is built from the locked image."""
-    from trainbase import base_lock, bootstrap
+    from trainbase.define import base_lock
+    from trainbase.build import bootstrap
 
     src = bootstrap.bootstrap_ref("debian:12.15-slim")
     assert engine.image_exists(src), f"{src} is made by the ci build that runs before these tests"
@@ -182,9 +183,9 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
         for image_id in made:                  # nothing local: the resolver must pull
             docker_("image", "rm", "-f", image_id)
         lock = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity=locked)
-        probe = ("import json, sys; from types import SimpleNamespace; from trainbase import base_lock; "
+        probe = ("import json, sys; from types import SimpleNamespace; from trainbase import base_lock, bases; "
                  "lock = base_lock.BaseLock(ref=sys.argv[1], how=base_lock.REGISTRY, identity=sys.argv[2]); "
-                 "print(json.dumps(base_lock.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))")
+                 "print(json.dumps(bases.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))")
         r = subprocess.run([PY, "-c", probe, ref, locked], cwd=ROOT, capture_output=True, text=True,
                            env=registry.env(), timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr

@@ -15,7 +15,7 @@ LIB = ROOT / "imagefs" / "opt" / "trainbase" / "lib"
 
 def import_doctor():
     """Import the package the images ship, without leaving bytecode in imagefs/ (it would be
-    copied into images; render.py leaves it out of recipes too)."""
+    copied into images; render/recipes.py leaves it out of recipes too)."""
     before = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     if str(LIB) not in sys.path:

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase import affected, render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
+from trainbase.deliver import affected
+from trainbase.render import recipes
 
 from .conftest import run_cli
 
 
 def tags(root: Path) -> dict[str, str]:
     m = load(root / "matrix.yaml")
-    return {name: r.tag for name, r in render.render_all(m, root=root).items()}
+    return {name: r.tag for name, r in recipes.render_all(m, root=root).items()}
 
 
 def after(workdir: Path, base: dict[str, str], changed: list[str], problem: str = "") -> affected.Affected:
@@ -40,7 +41,8 @@ def descendants(m, names: set[str]) -> set[str]:
     ("locks/python-py3.11.txt", "recipe"), ("patches/horovod-cxx17.patch", "recipe"),
     ("images/openmpi4.1.4-cuda12.8-cudnn9-debian12/Dockerfile", "recipe"),
     ("tests/conformance/test_mpi.py", "suite"), ("conformance/host.py", "suite"), ("examples/pytorch_ddp.py", "suite"),
-    ("trainbase/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"), ("scripts/setup.sh", "tool"),
+    ("trainbase/run/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"),
+    ("scripts/setup.sh", "tool"),
     ("docs/azureml.md", "none"), ("README.md", "none"), (".github/workflows/ci.yml", "none"),
     ("tests/unit/test_render.py", "none"),
     ("some/new/top-level/thing.txt", "tool"),      # unknown: conservative, and listed

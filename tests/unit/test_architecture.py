@@ -1,6 +1,8 @@
-"""The code's shape, checked: no import circle; the conformance package and the shared package
-import nothing from the build package; no module over 400 lines; docker is reached only
-through the engine adapter (trainbase_common/engine.py; buildkit.py for BuildKit builds)."""
+"""The code's shape, checked: no import circle; the build package's stages import only earlier
+stages; the conformance package and the shared package import nothing from the build package;
+no module over 400 lines; docker is reached only through the engine adapter
+(trainbase_common/engine.py; buildkit.py for BuildKit builds); the in-image tools use the
+standard library only and import no circle either."""
 import ast
 import re
 import sys
@@ -15,18 +17,27 @@ PACKAGES = ("trainbase", "trainbase_common", "conformance")
 ADAPTER = ("trainbase_common/engine.py", "trainbase_common/buildkit.py")
 
 
-def modules() -> dict[str, Path]:
+def package_modules(root: Path, packages) -> dict[str, Path]:
+    """Every module of ``packages`` under ``root``, subpackages included: dotted name -> file
+    (a package is named by its ``__init__.py``)."""
     out = {}
-    for pkg in PACKAGES:
-        for f in sorted((ROOT / pkg).glob("*.py")):
-            name = pkg if f.stem == "__init__" else f"{pkg}.{f.stem}"
-            out[name] = f
+    for pkg in packages:
+        for f in sorted((root / pkg).rglob("*.py")):
+            parts = f.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
     return out
 
 
-def imports(name: str, path: Path) -> set[str]:
-    """The package-internal modules ``name`` imports (absolute and relative)."""
-    pkg = name if path.stem == "__init__" else name.rsplit(".", 1)[0]
+def modules() -> dict[str, Path]:
+    return package_modules(ROOT, PACKAGES)
+
+
+def imports(name: str, path: Path, known: dict[str, Path] | None = None) -> set[str]:
+    """The modules of ``known`` (default: ``modules()``) that ``name`` imports, absolute and
+    relative (``from ..define import matrix`` climbs one package per extra dot), at module
+    level or inside a function alike."""
+    known = modules() if known is None else known
+    here = name.split(".") if path.stem == "__init__" else name.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -34,19 +45,83 @@ def imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = pkg + (f".{base}" if base else "")
+                anchor = here[:len(here) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
-    known = modules()
     return {m for m in found if m in known and m != name}
 
 
-def test_no_import_circle():
-    graph = {name: imports(name, path) for name, path in modules().items()}
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def assert_no_circle(known: dict[str, Path]) -> None:
     try:
-        list(TopologicalSorter(graph).static_order())
+        list(TopologicalSorter(import_graph(known)).static_order())
     except CycleError as e:
         pytest.fail(f"import circle: {' -> '.join(e.args[1])}")
+
+
+def test_no_import_circle():
+    assert_no_circle(modules())
+
+
+# The build package's stages, lowest first. Why this order: it is the order the flow runs, and
+# each stage consumes only what an earlier one hands on -- define reads matrix.yaml and the
+# locks; render turns cells into Dockerfiles and recipe tags (folding the locks in); build plans
+# and builds the rendered cells; supply documents and gates what was built; deliver publishes
+# what passed and plans CI over rendered tags. `run` (the executor) is no step of the flow but
+# drives one plan through build, supply and deliver, so it comes after all three; the command
+# line is on top, and errors is the leaf every stage raises. An import against this order
+# means the flow runs backwards somewhere (the renderer depending on how an image is built,
+# the build on what publishing does): move the code to the stage whose data it needs.
+STAGES = ["errors", "define", "render", "build", "supply", "deliver", "run", "cli"]
+
+
+def stage_of(name: str) -> str:
+    """trainbase.render.recipes -> render; trainbase.cli -> cli; trainbase -> ''."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def build_package() -> dict[str, Path]:
+    return {n: p for n, p in modules().items() if n.split(".")[0] == "trainbase"}
+
+
+def test_every_module_of_the_build_package_has_a_stage():
+    unplaced = sorted(n for n in build_package() if n != "trainbase" and stage_of(n) not in STAGES)
+    assert not unplaced, f"put these in a stage subpackage (or add the stage to STAGES, in order): {unplaced}"
+    folders = sorted(d.name for d in (ROOT / "trainbase").iterdir() if d.is_dir() and (d / "__init__.py").exists())
+    assert set(folders) <= set(STAGES), f"a subpackage that is no stage: {sorted(set(folders) - set(STAGES))}"
+
+
+def test_stages_import_only_earlier_stages():
+    """define < render < build < supply < deliver < run < cli (errors below all of them): a
+    module imports its own stage or an earlier one, never a later one -- lazily inside a
+    function included (a late import hides a backwards dependency, it does not remove it)."""
+    known = modules()
+    backwards = []
+    for name, path in build_package().items():
+        if stage_of(name) not in STAGES:      # the package root; an unplaced module fails above
+            continue
+        mine = STAGES.index(stage_of(name))
+        for m in sorted(imports(name, path, known)):
+            if m.startswith("trainbase.") and stage_of(m) in STAGES and STAGES.index(stage_of(m)) > mine:
+                backwards.append(f"{name} ({stage_of(name)}) imports {m} ({stage_of(m)})")
+    assert not backwards, backwards
+
+
+@pytest.mark.parametrize("stage", [s for s in STAGES if (ROOT / "trainbase" / s).is_dir()])
+def test_each_stage_says_what_it_takes_and_hands_on(stage):
+    """A stage's __init__.py is its docstring only: what the stage takes and what it hands on
+    (re-exports would make `from trainbase.build import x` pull the whole stage, and hide
+    which module a name comes from)."""
+    tree = ast.parse((ROOT / "trainbase" / stage / "__init__.py").read_text())
+    doc = ast.get_docstring(tree) or ""
+    assert "Takes" in doc and "Hands on" in doc, f"trainbase/{stage}/__init__.py must say what it takes and hands on"
+    assert len(tree.body) == 1, f"trainbase/{stage}/__init__.py holds more than its docstring"
+    assert not imports("trainbase", ROOT / "trainbase" / "__init__.py"), "trainbase/__init__.py imports something"
 
 
 @pytest.mark.parametrize("pkg", ["conformance", "trainbase_common"])
@@ -78,6 +153,7 @@ def test_docker_is_reached_only_through_the_adapter():
 
 
 IN_IMAGE = ROOT / "imagefs" / "opt" / "trainbase" / "lib"
+DOCTOR = IN_IMAGE / "trainbase_doctor"
 # What the in-image tools may import lazily, inside a function, for the modes that need it:
 # the image's own mpi4py (doctor --cluster) and torch (doctor --allreduce with torch).
 IN_IMAGE_OPTIONAL = {"mpi4py", "torch"}
@@ -112,3 +188,15 @@ def test_in_image_tools_use_the_standard_library_only():
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert not bad, bad
     assert not long, f"split these by responsibility: {long}"
+
+
+def test_no_import_circle_in_the_in_image_tools():
+    """The same rule inside the image: the doctor's check modules (node, fabric, stack) share
+    what they ask the hardware through one lower module (``hardware``), never through each
+    other; the loose tools (tb-launch's module, the Slurm and exit helpers) are in the graph too."""
+    known = package_modules(IN_IMAGE, [DOCTOR.name]) | {p.stem: p for p in sorted(IN_IMAGE.glob("*.py"))}
+    assert {"trainbase_doctor.checks_node", "trainbase_doctor.checks_fabric", "trainbase_doctor.hardware"} <= set(known)
+    assert_no_circle(known)
+    graph = import_graph(known)
+    checks = {n for n in known if n.startswith("trainbase_doctor.checks_")}
+    assert not {n: graph[n] & checks for n in checks if graph[n] & checks}, "a check module imports another"

@@ -1,4 +1,4 @@
-"""Audits as build gates (trainbase/audit.py): the allow-list's strict schema, the verdict
+"""Audits as build gates (trainbase/supply/audit.py): the allow-list's strict schema, the verdict
 (allowed, blocked, expired, unused, cell globs, aliases, unaudited packages under each policy),
 pip-audit's JSON read from recorded outputs, and apt's simulated upgrade read for security
 upgrades only. No network: pip-audit runs through an injected runner."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.audit import (APT_SECURITY_COMMAND, PIP_AUDIT_FLAGS, AuditError, Finding, apt_security_findings,
-                             evaluate, load_allowlist, parse_pip_audit, pip_audit)
-from trainbase.inventory import Package
+from trainbase.supply.audit import (APT_SECURITY_COMMAND, PIP_AUDIT_FLAGS, AuditError, Finding,
+                                    apt_security_findings, evaluate, load_allowlist, parse_pip_audit, pip_audit)
+from trainbase.supply.inventory import Package
 
 from .conftest import ROOT
 

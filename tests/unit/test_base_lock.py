@@ -10,9 +10,12 @@ import shutil
 
 import pytest
 
-from trainbase import base_lock, bootstrap, executor, image_inventory, render
+from trainbase.build import bases, bootstrap
+from trainbase.define import base_lock
+from trainbase.define.matrix import load
 from trainbase.errors import TrainbaseError
-from trainbase.matrix import load
+from trainbase.render import recipes
+from trainbase.run import executor
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
@@ -41,7 +44,7 @@ def test_the_committed_lock_locks_the_local_row_and_reads_back():
     assert deb.how == base_lock.BOOTSTRAP and deb.identity.startswith("packages-sha256:") and len(deb.packages) > 50
     # every base a cell of matrix.yaml names has an entry (locked, or unlocked with the reason)
     m = load(ROOT / "matrix.yaml")
-    from trainbase import context
+    from trainbase.render import context
     bases = {context.build(m, c).data["os"]["base"] for c in m.included if not c.parent}
     assert bases <= set(entries), bases - set(entries)
     assert all(e.identity or e.note for e in entries.values())
@@ -58,9 +61,9 @@ def test_the_tag_folds_in_the_locked_base(tmp_path):
     """A new locked identity changes every debian12 tag (children through their parent) and no
     tag of another row."""
     m = _scratch(tmp_path / "a")
-    before = {n: r.tag for n, r in render.render_all(m, root=tmp_path / "a").items()}
+    before = {n: r.tag for n, r in recipes.render_all(m, root=tmp_path / "a").items()}
     m2 = _scratch(tmp_path / "b", identity="packages-sha256:" + "cd" * 32)
-    after = {n: r.tag for n, r in render.render_all(m2, root=tmp_path / "b").items()}
+    after = {n: r.tag for n, r in recipes.render_all(m2, root=tmp_path / "b").items()}
     moved = {n for n in before if before[n] != after[n]}
     assert moved == {n for n in before if n.endswith("-debian12")}, sorted(set(before) - moved)[:3]
 
@@ -92,7 +95,7 @@ def test_a_locked_bootstrap_row_never_looks_at_the_official_image(monkeypatch):
 def _executor(tmp_path, monkeypatch, resolved_identities):
     m = _scratch(tmp_path)
     cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
-    rendered = render.render_all(m, [cell], root=tmp_path)
+    rendered = recipes.render_all(m, [cell], root=tmp_path)
     b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), tmp_path, out=io.StringIO())
     ensured, removed = [], []
 
@@ -102,7 +105,7 @@ def _executor(tmp_path, monkeypatch, resolved_identities):
 
     idents = iter(resolved_identities)
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(image_inventory, "base_identity",
+    monkeypatch.setattr(bases, "base_identity",
                         lambda ref: {"ref": ref, "identity": next(idents), "how": "bootstrap"})
     monkeypatch.setattr(bootstrap, "packages_of", lambda image: ["apt 2.6.1", "libc6 2.36-9+deb12u13"])
     monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: removed.append(ref) or True)
@@ -162,9 +165,9 @@ def test_a_registry_locked_base_is_built_from_its_digest(tmp_path):
     Dockerfiles (and so into their tags); every other row renders as before."""
     base = tmp_path / "a"
     m = _scratch(base)
-    before = render.render_all(m, root=base)
+    before = recipes.render_all(m, root=base)
     m2 = _registry_locked(tmp_path / "b")
-    after = render.render_all(m2, root=tmp_path / "b")
+    after = recipes.render_all(m2, root=tmp_path / "b")
     pinned = {n for n, r in after.items() if f"FROM {CUDA_BASE}@{CUDA_DIGEST} AS os" in r.files[r.dockerfile]}
     row = {n for n, r in after.items() if r.context.data["os"]["base"] == CUDA_BASE}
     assert pinned and pinned == {n for n in row if not after[n].cell.parent}
@@ -190,11 +193,11 @@ def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, mo
         return "pulled", ref
 
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(image_inventory, "base_identity",
+    monkeypatch.setattr(bases, "base_identity",
                         lambda ref: {"ref": ref, "identity": CUDA_DIGEST, "how": "registry digest"})
     row = m.spec.os["ubuntu22.04"]
     lock = base_lock.load(tmp_path)[CUDA_BASE]
-    assert base_lock.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
+    assert bases.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
     assert calls == [(f"nvidia/cuda@{CUDA_DIGEST}", None, False)]
 
 
@@ -203,9 +206,9 @@ def test_the_identity_of_an_image_pulled_under_two_names_is_its_own_repositorys(
     monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
         id="sha256:" + "1" * 64, size=1, labels={}, env={},
         raw={"RepoDigests": [f"mirror.example:5000/nvidia/cuda@{other}", f"nvidia/cuda@{CUDA_DIGEST}"]}))
-    assert image_inventory.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
-    assert image_inventory.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
-    assert image_inventory.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
+    assert bases.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert bases.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
+    assert bases.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
 
 
 def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(monkeypatch):
@@ -214,6 +217,6 @@ def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(mo
     monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
         id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.packages-sha256": "ab" * 32}, env={},
         raw={"RepoDigests": [f"registry.example/team/debian@{CUDA_DIGEST}"]}))
-    assert image_inventory.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
+    assert bases.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
         "ref": f"registry.example/team/debian@{CUDA_DIGEST}", "identity": CUDA_DIGEST, "how": "registry digest"}
-    assert image_inventory.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"
+    assert bases.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"

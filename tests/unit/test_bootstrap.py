@@ -1,4 +1,4 @@
-"""Base images by debootstrap (trainbase.bootstrap), without root, network or an engine: the
+"""Base images by debootstrap (trainbase.build.bootstrap), without root, network or an engine: the
 suite checks, the trimmed tree, the package list, and what happens when the image is present,
 pullable, or neither (the adapter's calls faked)."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trainbase import bootstrap, rootfs
+from trainbase.build import bootstrap, rootfs
 from trainbase_common import engine
 
 

@@ -6,11 +6,14 @@ import time
 
 import pytest
 
-from trainbase import executor, plan, registry, render
+from trainbase.build import docker_build, plan
+from trainbase.deliver import registry
+from trainbase.render import recipes
+from trainbase.run import executor
 from trainbase_common import buildkit, engine
-from trainbase.report import build_report
+from trainbase.define.matrix import load, parse_selects
 from trainbase.errors import TrainbaseError
-from trainbase.matrix import load, parse_selects
+from trainbase.run.report import build_report
 from trainbase_common.states import JobState
 
 from .conftest import ROOT
@@ -23,7 +26,7 @@ def m():
 
 def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     cells = [m.cell(n) for n in names]
-    rendered = render.render_all(m, cells, root=ROOT)
+    rendered = recipes.render_all(m, cells, root=ROOT)
     b = executor.Executor(m, rendered, cells, executor.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
     log: list[tuple[str, str, float]] = []
 
@@ -141,7 +144,7 @@ def test_stage_groups_share_the_os_stage(m):
     names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "intelmpi2021.18-cuda12.8-cudnn9-debian12",
              "openmpi5.0.11-cuda13.0-cudnn9-debian12", "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
     cells = [m.cell(n) for n in names]
-    p = plan.Plan(m, render.render_all(m, cells, root=ROOT), cells)
+    p = plan.Plan(m, recipes.render_all(m, cells, root=ROOT), cells)
     groups = sorted(sorted(g) for g in p.stage_groups().values())
     assert sorted(names[:3]) in groups and ["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"] in groups
 
@@ -149,7 +152,7 @@ def test_stage_groups_share_the_os_stage(m):
 def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m):
     """Pure plan: graph order (graphlib), a cached predicate, and skip propagation down two levels."""
     top = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
-    p = plan.Plan(m, render.render_all(m, [top], root=ROOT), [top])
+    p = plan.Plan(m, recipes.render_all(m, [top], root=ROOT), [top])
     assert list(p.jobs) == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
                             top.name]
     assert p.levels() == {n: i for i, n in enumerate(p.jobs)}
@@ -166,7 +169,7 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
     ca.write_text("x")
     monkeypatch.setattr(buildkit, "build_cli", lambda: "/usr/bin/docker")
     cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
-    b = executor.Executor(m, render.render_all(m, cells, root=ROOT), cells,
+    b = executor.Executor(m, recipes.render_all(m, cells, root=ROOT), cells,
                         executor.Options(ca_bundle=str(ca), network="host"), ROOT)
     cmd, env = b.command(b.jobs[cells[0].name])
     assert env["DOCKER_BUILDKIT"] == "1"
@@ -178,7 +181,7 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
 
 def test_missing_ca_bundle_is_bad_input():
     with pytest.raises(TrainbaseError, match="no such file"):
-        executor._ca_bundle("/nonexistent/ca.pem")
+        docker_build.ca_bundle("/nonexistent/ca.pem")
 
 
 @pytest.mark.parametrize("tail, expected", [
@@ -188,7 +191,7 @@ def test_missing_ca_bundle_is_bad_input():
     ([], "docker build exited 1"),
 ])
 def test_failure_reason_picks_the_telling_line(tail, expected):
-    assert expected in executor._failure_reason(tail, 1)
+    assert expected in docker_build.failure_reason(tail, 1)
 
 
 @pytest.mark.parametrize("bad", ["127.0.0.1:5000", "/trainbase", "host:5000/Upper"])
@@ -232,7 +235,7 @@ BRACKETS = ("executor failed running [/bin/bash -o pipefail -c tb-pip-install /t
 
 
 def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skipped(m, monkeypatch):
-    from trainbase import report
+    from trainbase.run import report
 
     b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
     b.run()
@@ -265,7 +268,7 @@ def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skippe
     ("make: *** [Makefile:1] Error 2", [], "unknown"),
 ])
 def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
-    from trainbase.report import failure_kind
+    from trainbase.run.report import failure_kind
 
     assert failure_kind(reason, tail) == kind
 
@@ -273,7 +276,8 @@ def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
 def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, monkeypatch, tmp_path, capsys):
     """Even when printing the summary raises, the report is on disk and the exit code is the
     documented 1 for a failed cell."""
-    from trainbase import cli, report
+    from trainbase import cli
+    from trainbase.run import report
 
     def run_failing(self):
         for j in self.jobs.values():

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 import yaml
 
-from trainbase import ci_matrix, publish, registry
-from trainbase.matrix import load
+from trainbase.define.matrix import load
+from trainbase.deliver import ci_matrix, publish, registry
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

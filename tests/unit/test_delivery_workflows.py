@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase import render
-from trainbase.ci_matrix import by_level, entries
-from trainbase.matrix import load
+from trainbase.define.matrix import load
+from trainbase.deliver.ci_matrix import by_level, entries
+from trainbase.render import recipes
 
 from .conftest import ROOT
 
@@ -129,7 +129,7 @@ def test_the_build_workflow_declares_a_level_job_for_every_level_of_the_matrix()
         assert job["with"]["cells"] == f"${{{{ needs.plan.outputs.level{i} }}}}"
         assert all(f"build-level{k}" in job["needs"] for k in range(i))       # every level under it first
     m = load(ROOT / "matrix.yaml")
-    items, _ = entries(m, render.render_all(m, root=ROOT), m.included)
+    items, _ = entries(m, recipes.render_all(m, root=ROOT), m.included)
     by_level(items, declared)                          # raises TooDeep if the matrix outgrew the jobs
     plan_cmd = " ".join(s["run"] for s in doc["jobs"]["plan"]["steps"] if "run" in s)
     assert '--max-levels "$BUILD_LEVELS"' in plan_cmd

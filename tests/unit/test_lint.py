@@ -3,7 +3,7 @@ Ignored rules are justified in .hadolint.yaml."""
 import json
 import subprocess
 
-from trainbase import lint
+from trainbase.render import hadolint
 
 from .conftest import ROOT
 
@@ -11,7 +11,7 @@ from .conftest import ROOT
 def test_hadolint_is_clean_on_every_rendered_dockerfile(capsys):
     dockerfiles = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "images").glob("*/Dockerfile"))
     assert len(dockerfiles) >= 24
-    assert lint.run(dockerfiles, ROOT) == 0
+    assert hadolint.run(dockerfiles, ROOT) == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary == f"hadolint: {len(dockerfiles)} Dockerfile(s), 0 error(s), 0 warning(s)"
 
@@ -20,8 +20,8 @@ def test_hadolint_really_reports_errors(tmp_path):
     """The lint can fail: a Dockerfile with a known error is reported as one."""
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM debian:12.15-slim\nRUN cd /tmp && apt-get install curl\nMAINTAINER someone\n")
-    proc = subprocess.run([lint.hadolint_binary(), "--config", str(ROOT / ".hadolint.yaml"), "--format", "json",
+    proc = subprocess.run([hadolint.hadolint_binary(), "--config", str(ROOT / ".hadolint.yaml"), "--format", "json",
                            "--no-fail", str(bad)], capture_output=True, text=True)
     codes = {f["code"] for f in json.loads(proc.stdout)}
     assert "DL4000" in codes  # MAINTAINER is deprecated (error level)
-    assert lint.run([str(bad)], ROOT) == 1
+    assert hadolint.run([str(bad)], ROOT) == 1

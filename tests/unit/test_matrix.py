@@ -3,8 +3,8 @@ import json
 
 import pytest
 
+from trainbase.define.matrix import load, parse_selects
 from trainbase.errors import MatrixError
-from trainbase.matrix import load, parse_selects
 
 from .conftest import ROOT, run_cli
 

@@ -3,15 +3,15 @@ line under `SHELL [... "-o", "pipefail" ...]` failed a fresh build with exit 141
 The rule runs over every rendered cell, the workflows, scripts/ and the in-image tools."""
 import pytest
 
-from trainbase import pipefail_lint as pl
-from trainbase import render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
+from trainbase.render import pipefail_lint as pl
+from trainbase.render import recipes
 
 from .conftest import ROOT
 
 
 def test_no_rendered_cell_workflow_or_script_has_a_pipeline_that_can_die_of_sigpipe():
-    rendered = render.render_all(load(ROOT / "matrix.yaml"), root=ROOT)
+    rendered = recipes.render_all(load(ROOT / "matrix.yaml"), root=ROOT)
     assert len({r.cell.name for r in rendered.values()}) >= 99
     dockerfiles = {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()}
     findings = pl.check_repository(ROOT, dockerfiles)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.inventory import Inventory, Package
-from trainbase.release_notes import compare_deb_versions, compare_versions, package_changes, release_notes
+from trainbase.supply.inventory import Inventory, Package
+from trainbase.supply.release_notes import compare_deb_versions, compare_versions, package_changes, release_notes
 
 GOLDEN = Path(__file__).parent / "fixtures" / "supply" / "release-notes.md"
 

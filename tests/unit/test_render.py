@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainbase import render
-from trainbase.matrix import load
+from trainbase.define.matrix import load
+from trainbase.render import recipes
 
 from .conftest import ROOT, run_cli
 
@@ -32,7 +32,7 @@ def _mask(text: str) -> str:
 @pytest.fixture(scope="module")
 def rendered():
     m = load(ROOT / "matrix.yaml")
-    return render.render_all(m, root=ROOT)
+    return recipes.render_all(m, root=ROOT)
 
 
 @pytest.mark.parametrize("name", GOLDEN_CELLS)
@@ -86,7 +86,7 @@ def test_manifest_names_what_the_name_claims(rendered):
 
 
 def test_render_is_deterministic(rendered):
-    again = render.render_all(load(ROOT / "matrix.yaml"), root=ROOT)
+    again = recipes.render_all(load(ROOT / "matrix.yaml"), root=ROOT)
     assert {k: (v.files, v.recipe) for k, v in again.items()} == {k: (v.files, v.recipe) for k, v in rendered.items()}
 
 
@@ -134,10 +134,10 @@ def test_check_sees_a_stale_lock(workdir, matrix_data, capsys):
 
 def test_changing_a_pin_changes_only_the_cells_that_use_it(workdir, matrix_data):
     import yaml
-    before = render.render_all(load(workdir / "matrix.yaml"), root=workdir)
+    before = recipes.render_all(load(workdir / "matrix.yaml"), root=workdir)
     matrix_data["artifacts"]["openmpi-4.1.4-debian"]["sha256"] = "f" * 64
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data, sort_keys=False))
-    after = render.render_all(load(workdir / "matrix.yaml"), root=workdir)
+    after = recipes.render_all(load(workdir / "matrix.yaml"), root=workdir)
     changed = {n for n in before if before[n].recipe != after[n].recipe}
     assert changed and all("openmpi4.1.4" in n for n in changed)
     assert any(n.startswith("pytorch") for n in changed)  # children follow their parent's tag

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainbase import sbom
-from trainbase.inventory import Inventory, Package
+from trainbase.supply import sbom
+from trainbase.supply.inventory import Inventory, Package
 
 FIXTURE = Path(__file__).parent / "fixtures" / "supply" / "inventory.json"
 

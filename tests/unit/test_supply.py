@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from trainbase import executor, image_inventory, render, supply
-from trainbase.inventory import Inventory, Package
-from trainbase.matrix import load
+from trainbase.build import bases
+from trainbase.define.matrix import load
+from trainbase.render import recipes
+from trainbase.run import executor
+from trainbase.supply import chain, inventory_reader
+from trainbase.supply.inventory import Inventory, Package
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
@@ -34,9 +37,9 @@ zlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib
 
 def test_inventory_from_the_images_answer():
     base = {"ref": "debian:12.15-slim", "identity": "packages-sha256:92bc", "how": "bootstrap"}
-    comps = image_inventory.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
-                                            "sha256": "a" * 64}], "f" * 64)
-    inv = image_inventory.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
+    comps = inventory_reader.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
+                                             "sha256": "a" * 64}], "f" * 64)
+    inv = inventory_reader.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
     assert inv.os == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "VERSION_ID": "12",
                       "VERSION_CODENAME": "bookworm", "ID": "debian"}
     debs = {p.name: p for p in inv.of_kind("deb")}
@@ -47,11 +50,11 @@ def test_inventory_from_the_images_answer():
                                                                        ("trainbase-tools", "f" * 12)}
     assert Inventory.from_json(json.loads(json.dumps(inv.to_json()))) == inv
     with pytest.raises(Exception, match="no pypi, manifest section"):
-        image_inventory.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
+        inventory_reader.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
 
 
 def test_component_names_and_versions_from_artifact_keys():
-    got = image_inventory.components_of([
+    got = inventory_reader.components_of([
         {"key": "miniforge-25.3.0-3", "url": "u", "sha256": "b" * 64},
         {"key": "horovod-0.28.1-sdist", "url": "u", "sha256": "c" * 64},
         {"key": "doca-gpg-key", "url": "u", "sha256": None, "openpgp_fingerprint": "CAE649B3B3929F8470D4D33BA024F6F0E6D6A281"},
@@ -65,19 +68,19 @@ def test_lock_differences_are_named_with_locked_and_now():
               "pip_locks": {"locks/python-py3.11.txt": "x"}}
     now = {"base": {"identity": "packages-sha256:bbb"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "2" * 64}},
            "pip_locks": {"locks/python-py3.11.txt": "x"}}
-    msg = supply._diff("input", locked, now)
+    msg = chain._diff("input", locked, now)
     assert "input artifacts.openmpi-4.1.4-debian.sha256: locked '" + "1" * 64 + "', now '" + "2" * 64 + "'" in msg
     assert "input base.identity: locked 'packages-sha256:aaa', now 'packages-sha256:bbb'" in msg
     assert "pip_locks" not in msg
-    assert supply._diff("input", locked, locked) is None
-    many = supply._diff("output", {"deb": {f"p{i}": "1" for i in range(12)}}, {"deb": {f"p{i}": "2" for i in range(12)}})
+    assert chain._diff("input", locked, locked) is None
+    many = chain._diff("output", {"deb": {f"p{i}": "1" for i in range(12)}}, {"deb": {f"p{i}": "2" for i in range(12)}})
     assert many.endswith("and 4 more")
 
 
 def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
     m = load(ROOT / "matrix.yaml")
     cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
-    rendered = render.render_all(m, [cell], root=ROOT)
+    rendered = recipes.render_all(m, [cell], root=ROOT)
     b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
     removed = []
 
@@ -103,12 +106,12 @@ def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
 def test_the_base_is_recorded_in_labels_and_read_back():
     base = {"ref": "trainbase-bootstrap/debian:12.15-slim", "identity": "packages-sha256:" + "ab" * 32,
             "how": "bootstrap"}
-    labels = image_inventory.base_labels(base)
+    labels = bases.base_labels(base)
     assert labels["io.trainbase.base.identity"] == base["identity"]
-    assert image_inventory.recorded_base({**labels, "other": "x"}) == base
+    assert bases.recorded_base({**labels, "other": "x"}) == base
     # built before the record, or from a base nothing could identify: no record to lock to
-    assert image_inventory.recorded_base({}) is None
-    assert image_inventory.recorded_base(image_inventory.base_labels({"ref": "x", "identity": "", "how": "absent"})) is None
+    assert bases.recorded_base({}) is None
+    assert bases.recorded_base(bases.base_labels({"ref": "x", "identity": "", "how": "absent"})) is None
 
 
 def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
@@ -117,7 +120,7 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
     these labels, so the tag's SBOM does not depend on what the engine resolves that day."""
     m = load(ROOT / "matrix.yaml")
     cells = [m.cell("openmpi5.0.11-cuda13.2-cudnn9-debian12"), m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12")]
-    rendered = render.render_all(m, cells, root=ROOT)
+    rendered = recipes.render_all(m, cells, root=ROOT)
     b = executor.Executor(m, rendered, cells, executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
     root_base = rendered[cells[0].name].context.data["os"]["base"]
     b.base_refs[root_base] = "trainbase-bootstrap/debian:12.15-slim"
@@ -127,7 +130,7 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
         seen.append(ref)
         return {"ref": ref, "identity": "packages-sha256:" + "cd" * 32, "how": "bootstrap"}
 
-    monkeypatch.setattr(image_inventory, "base_identity", identity)
+    monkeypatch.setattr(bases, "base_identity", identity)
     root_cmd = " ".join(b.command(b.jobs[cells[0].name])[0])
     child_cmd = " ".join(b.command(b.jobs[cells[1].name])[0])
     assert seen == ["trainbase-bootstrap/debian:12.15-slim"]

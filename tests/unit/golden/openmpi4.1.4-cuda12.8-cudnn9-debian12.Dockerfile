@@ -7,7 +7,7 @@
 # ---- stage os: the distro, compilers, ssh, InfiniBand userspace (shared by every cell
 # with this OS, CUDA base and IB row) ----
 # The official debian:12.15-slim where a registry serves it; where none does, the build passes
-# trainbase's own debootstrap of the same release instead (trainbase/bootstrap.py), under its
+# trainbase's own debootstrap of the same release instead (trainbase/build/bootstrap.py), under its
 # own name: never an image that only claims the official one.
 ARG TRAINBASE_BASE=debian:12.15-slim
 FROM ${TRAINBASE_BASE} AS os
@@ -23,7 +23,7 @@ COPY imagefs/usr/local/bin/ /usr/local/bin/
 # openssh: multi-node mpirun needs ssh; host keys are deleted here and made per container
 # at start-up, so no image ever ships a private key.
 # upgrade: a base image is a snapshot of its release day; the distro's pending (security)
-# updates are taken at build time, and the audit gate (trainbase/audit.py) fails a cell that
+# updates are taken at build time, and the audit gate (trainbase/supply/audit.py) fails a cell that
 # still misses one. The first build with the gate found 4 in debian:12.15-slim (apt, pcre2, tzdata).
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
@@ -103,7 +103,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 # The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
 # (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
 # SIGPIPE and this SHELL's pipefail fails the build by chance (exit 141, issue 27).
-# trainbase/pipefail_lint.py refuses such a pipeline in every rendered RUN line.
+# trainbase/render/pipefail_lint.py refuses such a pipeline in every rendered RUN line.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \

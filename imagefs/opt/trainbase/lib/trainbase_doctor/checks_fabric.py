@@ -5,51 +5,12 @@ from __future__ import annotations
 
 import ctypes
 import re
-from pathlib import Path
-from typing import Any
 
 from .core import FAIL, OK, WARN, Node, Result, check
-from .checks_node import _absent
+from .hardware import absent, rdma
 
 DEVICE_FLAGS = ("pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
                 "an RDMA device-plugin resource (Kubernetes), or the cluster's container plugin (Slurm)")
-# kernel driver -> the rdma-core/MOFED provider that serves it (for messages only)
-PROVIDERS = {"mlx5_core": "mlx5", "mlx4_core": "mlx4", "rdma_rxe": "rxe", "efa": "efa", "irdma": "irdma",
-             "bnxt_re": "bnxt_re", "qedr": "qedr", "hfi1": "hfi1", "siw": "siw", "vmw_pvrdma": "vmw_pvrdma"}
-
-
-def _read(p: Path, default: str = "") -> str:
-    try:
-        return p.read_text(errors="replace").strip()
-    except OSError:
-        return default
-
-
-def rdma(node: Node) -> dict[str, Any]:
-    """RDMA devices as the host's sysfs lists them, and which have a verbs node in this
-    container: {"devices": {name: {...}}, "uverbs": {name: "/dev/infiniband/uverbsN"}}."""
-    if "rdma" in node.cache:
-        return node.cache["rdma"]
-    devices: dict[str, dict[str, Any]] = {}
-    base = node.path("/sys/class/infiniband")
-    for d in sorted(base.iterdir()) if base.is_dir() else []:
-        ports = {}
-        for p in sorted((d / "ports").iterdir()) if (d / "ports").is_dir() else []:
-            ports[p.name] = {f: _read(p / f, "?") for f in ("state", "phys_state", "link_layer", "rate")}
-        drv = d / "device" / "driver"
-        driver = drv.resolve().name if drv.exists() else ""
-        devices[d.name] = {"ports": ports, "driver": driver,
-                           "provider": PROVIDERS.get(driver, d.name.rstrip("0123456789_"))}
-    uverbs = {}
-    vbase = node.path("/sys/class/infiniband_verbs")
-    for v in sorted(vbase.glob("uverbs*")) if vbase.is_dir() else []:
-        ibdev = _read(v / "ibdev")
-        if ibdev and node.path(f"/dev/infiniband/{v.name}").exists():
-            uverbs[ibdev] = f"/dev/infiniband/{v.name}"
-    dev_dir = node.path("/dev/infiniband")
-    nodes_here = sorted(p.name for p in dev_dir.iterdir()) if dev_dir.is_dir() else []
-    node.cache["rdma"] = {"devices": devices, "uverbs": uverbs, "dev_nodes": nodes_here}
-    return node.cache["rdma"]
 
 
 @check("ib.devices", "the host's RDMA devices are handed to the container", "ib.dev", compare=("usable",))
@@ -61,7 +22,7 @@ def ib_devices(node: Node) -> Result:
         if r["dev_nodes"]:
             return Result("", WARN, f"/dev/infiniband has {', '.join(r['dev_nodes'])} but sysfs lists no RDMA "
                           "device", hint="check the host's RDMA drivers (`ibv_devices` on the host)", facts=facts)
-        return _absent(node, "ib", "no RDMA device on this node (sysfs lists none)", DEVICE_FLAGS, facts)
+        return absent(node, "ib", "no RDMA device on this node (sysfs lists none)", DEVICE_FLAGS, facts)
     missing = [d for d in host if d not in r["uverbs"]]
     if missing and not usable:
         return Result("", FAIL, f"the host has {', '.join(host)} but no verbs device node is in this container "
@@ -77,7 +38,7 @@ def ib_devices(node: Node) -> Result:
 def ib_ports(node: Node) -> Result:
     r = rdma(node)
     if not r["uverbs"]:
-        return _absent(node, "ib", "no RDMA device in this container, no port to check", DEVICE_FLAGS)
+        return absent(node, "ib", "no RDMA device in this container, no port to check", DEVICE_FLAGS)
     active, down = [], []
     for dev in sorted(r["uverbs"]):
         for port, st in r["devices"][dev]["ports"].items():
@@ -120,7 +81,7 @@ def verbs_devices(node: Node) -> dict[str, str]:
 def ib_provider(node: Node) -> Result:
     r = rdma(node)
     if not r["uverbs"]:
-        return _absent(node, "ib", "no RDMA device in this container, no provider to load", DEVICE_FLAGS)
+        return absent(node, "ib", "no RDMA device in this container, no provider to load", DEVICE_FLAGS)
     try:
         opened = verbs_devices(node)
     except OSError as e:

@@ -1,66 +1,16 @@
 """The node under the container: the image itself, GPUs and driver, memory limits, mounts."""
 from __future__ import annotations
 
-import ctypes
 import re
-from typing import Any
 
-from .core import FAIL, OK, SKIP, WARN, Node, Result, check, human_bytes
+from .core import FAIL, OK, WARN, Node, Result, check, human_bytes
+from .hardware import GPU_FLAGS, absent, cuda_driver, rdma
 
 # The oldest driver branch each CUDA major runs on through minor-version compatibility
 # (NVIDIA's CUDA compatibility guide): a driver older than this cannot run the image at all.
 MIN_DRIVER_FOR_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-CUDA_ERRORS = {100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE", 3: "CUDA_ERROR_NOT_INITIALIZED",
-               35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-               801: "CUDA_ERROR_NOT_SUPPORTED", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-               804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
-GPU_FLAGS = "start the container with `--gpus all` (Docker), the nvidia runtime, or an nvidia.com/gpu resource (Kubernetes)"
 # Mount points every container has: they say nothing about how this one was started.
 RUNTIME_MOUNTS = re.compile(r"^/(proc|sys|dev(/pts|/mqueue|/console)?|etc/(hosts|hostname|resolv\.conf))(/|$)")
-
-
-def cuda_driver(node: Node) -> dict[str, Any]:
-    """The driver as the CUDA driver API sees it, queried once per node: {"error"} or
-    {"count", "devices", "driver_cuda", "driver_version"}."""
-    if "cuda" in node.cache:
-        return node.cache["cuda"]
-    info: dict[str, Any] = {}
-    try:
-        cuda = node.load("libcuda.so.1")
-    except OSError as e:
-        info = {"error": "no-driver", "detail": f"libcuda.so.1 is not in this container ({e})"}
-    else:
-        rc = cuda.cuInit(0)
-        v = ctypes.c_int(0)
-        if cuda.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            info["driver_cuda"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
-        if rc != 0:
-            info.update(error="no-device" if rc == 100 else "init", detail=f"cuInit returned {rc} "
-                        f"({CUDA_ERRORS.get(rc, 'see cuda.h')})")
-        else:
-            n = ctypes.c_int(0)
-            cuda.cuDeviceGetCount(ctypes.byref(n))
-            devices = []
-            for i in range(n.value):
-                dev, name = ctypes.c_int(), ctypes.create_string_buffer(256)
-                major, minor = ctypes.c_int(), ctypes.c_int()
-                cuda.cuDeviceGet(ctypes.byref(dev), i)
-                cuda.cuDeviceGetName(name, 256, dev)
-                cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)  # COMPUTE_CAPABILITY_MAJOR
-                cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # COMPUTE_CAPABILITY_MINOR
-                devices.append(f"{name.value.decode(errors='replace')} (cc {major.value}.{minor.value})")
-            info.update(count=n.value, devices=devices)
-    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", node.read("/proc/driver/nvidia/version") or "")
-    info["driver_version"] = m.group(1) if m else None
-    node.cache["cuda"] = info
-    return info
-
-
-def _absent(node: Node, what: str, summary: str, hint: str, facts: dict | None = None) -> Result:
-    """Hardware that is not here: a skip, unless the run said it must be (--expect)."""
-    if what in node.expect:
-        return Result("", FAIL, summary + f" (and --expect {what} says it must be)", hint=hint, facts=facts or {})
-    return Result("", SKIP, f"skipped: {summary}", facts=facts or {})
 
 
 @check("image.manifest", "the image's manifest is there and names the image", "image", compare=("fingerprint",))
@@ -78,18 +28,18 @@ def gpu_visible(node: Node) -> Result:
     info = cuda_driver(node)
     visible = {k: node.env[k] for k in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES") if k in node.env}
     if info.get("error") == "no-driver":
-        return _absent(node, "gpu", "no GPU: " + info["detail"], GPU_FLAGS, {"count": 0})
+        return absent(node, "gpu", "no GPU: " + info["detail"], GPU_FLAGS, {"count": 0})
     if info.get("error") == "no-device":
-        return _absent(node, "gpu", f"no GPU: the driver is here but {info['detail']} {visible or ''}".rstrip(),
-                       "check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and that the GPUs are handed to "
-                       "the container", {"count": 0})
+        return absent(node, "gpu", f"no GPU: the driver is here but {info['detail']} {visible or ''}".rstrip(),
+                      "check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and that the GPUs are handed to "
+                      "the container", {"count": 0})
     if info.get("error"):
         return Result("", FAIL, f"the CUDA driver does not initialise: {info['detail']}",
                       hint="compare the host driver with the image's CUDA (`nvidia-smi`); 803 means the "
                       "container's libcuda and the kernel module differ: do not ship libcuda in the image",
                       facts={"count": 0})
     if info["count"] == 0:
-        return _absent(node, "gpu", "no GPU: the driver reports 0 devices", GPU_FLAGS, {"count": 0})
+        return absent(node, "gpu", "no GPU: the driver reports 0 devices", GPU_FLAGS, {"count": 0})
     return Result("", OK, f"{info['count']} GPU(s): " + "; ".join(info["devices"]),
                   facts={"count": info["count"], "devices": info["devices"], **visible})
 
@@ -103,8 +53,8 @@ def gpu_driver(node: Node) -> Result:
     info = cuda_driver(node)
     want = str(node.component("cuda", "version") or "")
     if info.get("error") in ("no-driver", "no-device") or (not info.get("error") and not info.get("count")):
-        return _absent(node, "gpu", "no GPU, so no driver to compare with the image's CUDA " + want,
-                       GPU_FLAGS, {"driver_version": None})
+        return absent(node, "gpu", "no GPU, so no driver to compare with the image's CUDA " + want,
+                      GPU_FLAGS, {"driver_version": None})
     have, drv = info.get("driver_cuda"), info.get("driver_version")
     facts = {"driver_version": drv, "driver_cuda": have, "image_cuda": want}
     if not want:
@@ -125,8 +75,6 @@ def gpu_driver(node: Node) -> Result:
 
 @check("mem.memlock", "locked-memory limit allows RDMA registration", "memlock", compare=("limit_bytes",))
 def memlock(node: Node) -> Result:
-    from .checks_fabric import rdma  # the verdict depends on whether RDMA devices are here
-
     limit = node.memlock()
     ipc_lock = bool(node.capabilities() >> 14 & 1)  # CAP_IPC_LOCK lets a process pin past the limit
     facts = {"limit_bytes": limit, "cap_ipc_lock": ipc_lock}

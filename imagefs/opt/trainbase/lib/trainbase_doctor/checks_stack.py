@@ -11,8 +11,7 @@ import tempfile
 from pathlib import Path
 
 from .core import FAIL, OK, SKIP, WARN, Node, Result, check
-from .checks_fabric import rdma
-from .checks_node import GPU_FLAGS, _absent, cuda_driver
+from .hardware import GPU_FLAGS, absent, cuda_driver, rdma
 
 NCCL = "libnccl.so.2"
 # Per MPI kind (the manifest's components.mpi.kind): the launchers users type, and how their
@@ -216,7 +215,7 @@ def parse_nccl_network(log: str) -> dict:
 def nccl_network(node: Node) -> Result:
     info = cuda_driver(node)
     if info.get("error") or not info.get("count"):
-        return _absent(node, "gpu", "no GPU: NCCL cannot initialise a communicator here", GPU_FLAGS)
+        return absent(node, "gpu", "no GPU: NCCL cannot initialise a communicator here", GPU_FLAGS)
     with tempfile.TemporaryDirectory(prefix="tb-doctor-") as tmp:
         env = dict(node.env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
                    NCCL_DEBUG_FILE=f"{tmp}/nccl.%p.log", CUDA_VISIBLE_DEVICES=node.env.get("CUDA_VISIBLE_DEVICES", "0"))

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 from .inventory import Package
 
 ALLOWLIST_FILE = "audit-allowlist.yaml"

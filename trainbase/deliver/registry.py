@@ -12,7 +12,7 @@ from typing import Literal
 
 from trainbase_common import engine
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 # How the engine words a refused request (distribution and the engine's own token client).
 _AUTH = re.compile(r"(?i)(unauthorized|authentication required|no basic auth credentials|denied|forbidden|"

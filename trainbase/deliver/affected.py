@@ -2,7 +2,7 @@
 
 A cell must be rebuilt exactly when its immutable tag changes: the tag is the hash of
 everything its build reads (Dockerfile, manifest, locks, toolbox, patches, and the parent's
-recipe; render.py), so comparing each cell's tag at the base revision with the tag the
+recipe; render/recipes.py), so comparing each cell's tag at the base revision with the tag the
 working tree renders is exact for every input a person edits -- matrix.yaml, templates/,
 imagefs/, locks/, patches/ -- and a framework cell follows its parent for free. Mapping
 files to cells by hand would have to know which block each template serves; the hash does
@@ -27,9 +27,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import render as rendermod
-from .errors import TrainbaseError
-from .matrix import Matrix, load
+from ..define.matrix import Matrix, load
+from ..errors import TrainbaseError
+from ..render import recipes as rendermod
 
 # What `render_all` reads besides matrix.yaml: exported from the base revision to render it.
 RECIPE_INPUTS = ("matrix.yaml", rendermod.TEMPLATES_DIR, rendermod.IMAGEFS_DIR, "locks", "patches")

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 LOCK_DIR = "locks"
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
 from typing import TextIO
 
-from .matrix import Cell, Matrix
-from .render import Rendered
 from trainbase_common.states import JobState
+
+from ..define.matrix import Cell, Matrix
+from ..render.recipes import Rendered
 
 
 @dataclass

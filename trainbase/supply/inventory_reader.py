@@ -1,9 +1,9 @@
 """Read what a built image has (an Inventory) from the image itself, in one throwaway
 container: /etc/os-release, dpkg's database, the Python distributions of the image's own
 Python, its manifest. Components trainbase builds from pinned downloads (Open MPI, UCX,
-Miniforge, an sdist) come from the cell's artifacts, with their URL and sha256; the base from
-what the engine knows of the image the row is built FROM (a registry digest, or the local
-bootstrap's package-list digest)."""
+Miniforge, an sdist) come from the cell's artifacts, with their URL and sha256; the base is
+handed in as the build recorded it (build/bases.py: a registry digest, or the local bootstrap's
+package-list digest)."""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +15,7 @@ from typing import Any
 
 from trainbase_common import engine
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 from .inventory import Inventory, Package
 
 # One shell script, sections marked with @@NAME lines; $TB_PYTHON is the manifest's Python.
@@ -79,59 +79,6 @@ def components_of(artifacts: list[dict[str, Any]], tools_digest: str) -> list[Pa
             version = (a.get("openpgp_fingerprint") or pin or "unpinned")[-16:]
         out.append(Package("component", name, version, source=a["url"], sha256=pin if len(pin) == 64 else ""))
     return out
-
-
-def base_identity(ref: str) -> dict[str, str]:
-    """What the row's base is, here: a registry digest when the engine has one, else the local
-    bootstrap's package-list digest (its label), else the engine's image id."""
-    info = engine.inspect_image(ref)
-    if info is None:
-        return {"ref": ref, "identity": "", "how": "absent"}
-    labels = info.labels or {}
-    digests = info.raw.get("RepoDigests") or []
-    pinned = ref.partition("@")[2]
-    if pinned and any(d.partition("@")[2] == pinned for d in digests):
-        # asked for by digest (a registry-locked base): that digest is what it is, even when it
-        # was made FROM a trainbase bootstrap and still carries the bootstrap's labels
-        return {"ref": ref, "identity": pinned, "how": "registry digest"}
-    if labels.get("io.trainbase.base.packages-sha256"):
-        return {"ref": ref, "identity": "packages-sha256:" + labels["io.trainbase.base.packages-sha256"],
-                "how": "bootstrap"}
-    if digests:
-        # an image pulled under several names has one digest per repository: take this ref's
-        repo = _familiar(engine.repository(ref))
-        own = [d for d in digests if _familiar(d.split("@", 1)[0]) == repo]
-        return {"ref": ref, "identity": (own or digests)[0].split("@", 1)[1], "how": "registry digest"}
-    return {"ref": ref, "identity": info.id, "how": "image id (no registry digest)"}
-
-
-def _familiar(repo: str) -> str:
-    """docker.io/library/debian -> debian: the form the engine prints in RepoDigests."""
-    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
-        if repo.startswith(prefix):
-            return repo[len(prefix):]
-    return repo
-
-
-# The base a root cell was built FROM, as the build saw it: labels written by `docker build
-# --label` (and again by the SBOM layer), inherited by every child. A document made later for a
-# cached or pulled image reads the base from here, never from whatever the engine resolves that
-# day (which would give one tag two SBOMs).
-BASE_LABELS = {"ref": "io.trainbase.base.ref", "identity": "io.trainbase.base.identity",
-               "how": "io.trainbase.base.how"}
-
-
-def base_labels(base: dict[str, str]) -> dict[str, str]:
-    return {label: base.get(key, "") for key, label in BASE_LABELS.items()}
-
-
-def recorded_base(labels: dict[str, str] | None) -> dict[str, str] | None:
-    """The base recorded in an image's labels, or None for an image built before the record
-    (an empty identity is no record either: nothing to lock a rebuild to)."""
-    labels = labels or {}
-    if not labels.get(BASE_LABELS["how"]) or not labels.get(BASE_LABELS["identity"]):
-        return None
-    return {key: labels.get(label, "") for key, label in BASE_LABELS.items()}
 
 
 def read(image: str, cell: str, tag: str, base: dict[str, str], components: list[Package]) -> Inventory:

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TextIO
 
-from . import registry
 from trainbase_common.states import JobState
+
+from . import registry
 
 ALIAS = "latest"          # the moving alias next to each immutable tag (what Azure ML users expect)
 

@@ -12,6 +12,7 @@ image where Docker Hub answers, a fresh debootstrap where it does not). With it:
 - the build resolves the base and refuses the row's cells when it is not what the lock says,
   naming locked and resolved identity; re-locking (``build.py --lock-bases``) is a deliberate
   change that gives every cell of the row a new tag (the scheduled refresh proposes it as a PR).
+  Both ask the engine, and live in build/bases.py; this module is the file and what the recipe reads.
 
 A base with no identity in the lock (a registry base where it was last locked no registry
 answered, e.g. nvidia/cuda on a machine without Docker Hub) is "unlocked": it builds FROM its
@@ -28,7 +29,7 @@ from typing import Any
 
 from trainbase_common import engine
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 LOCK_FILE = "locks/bases.json"
 SCHEMA = 1
@@ -128,83 +129,3 @@ def mismatch(lock: BaseLock, resolved: dict[str, str], packages: list[str] | Non
         what += f"; packages: {package_changes(lock.packages, packages)}"
     return what + ". If the new base is wanted, re-lock it with `python build.py --lock-bases` " \
                   "(every cell of the row gets a new tag) and commit locks/bases.json"
-
-
-def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
-    """(what to build FROM, why the row's cells must not build) for one base of a build. A
-    bootstrap already in the engine that is not the locked one is made again once (an engine
-    can hold one from before a Debian point release); what then still differs from the lock
-    is refused, named."""
-    from . import bootstrap
-
-    suite = row.bootstrap.suite if row.bootstrap else None
-    mirror = row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR
-    only = lock.how == BOOTSTRAP and row.bootstrap is not None
-    if lock.digest:
-        # pulled by the locked digest, never by the tag: a tag moved upstream is not a reason
-        # to refuse the build (nor one to build FROM something else); no bootstrap stands in
-        how, built_from = bootstrap.ensure_base_image(lock.engine_ref(), None, log=log)
-        return built_from, _differs(lock, built_from)
-    how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
-    why = _differs(lock, built_from)
-    if why and how == "bootstrap present":
-        log(f"{ref}: the bootstrap in the engine is not the locked one: making it again")
-        engine.remove_image(built_from)
-        how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
-        why = _differs(lock, built_from)
-    return built_from, why
-
-
-def _differs(lock: BaseLock, built_from: str) -> str | None:
-    from . import bootstrap, image_inventory
-
-    if not lock.identity:
-        return None
-    resolved = image_inventory.base_identity(built_from)
-    if resolved.get("identity") == lock.identity:
-        return None
-    packages = bootstrap.packages_of(built_from) if resolved.get("how") == "bootstrap" else None
-    return mismatch(lock, resolved, packages)
-
-
-def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
-    """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
-    A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
-    pulled for its digest, and keeps its old entry where no registry answers."""
-    from datetime import date
-
-    from . import bootstrap, context, image_inventory
-
-    entries = load(root)
-    seen: dict[str, Any] = {}
-    for c in cells:
-        if not c.parent:
-            seen.setdefault(context.build(m, c).data["os"]["base"], m.spec.os[c.os])
-    for ref, row in sorted(seen.items()):
-        if row.bootstrap is not None:
-            engine.remove_image(bootstrap.bootstrap_ref(ref))   # today's mirror, not an old bootstrap
-            _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
-                                                 log=log, bootstrap_only=True)
-            ident = image_inventory.base_identity(own)
-            entries[ref] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
-                                    packages=bootstrap.packages_of(own),
-                                    note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}")
-            log(f"{ref}: locked to {ident['identity']}")
-            continue
-        try:
-            engine.pull(ref)
-            ident = image_inventory.base_identity(ref)
-            if ident["how"] != "registry digest":
-                raise engine.EngineError(f"the engine has no registry digest for {ref}")
-            entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=ident["identity"], note=f"pulled {date.today()}")
-            log(f"{ref}: locked to {ident['identity']}")
-        except engine.EngineError as e:
-            why = str(e).splitlines()[0][:200]
-            old = entries.get(ref)
-            if old and old.identity:
-                log(f"{ref}: kept the locked {old.identity}: no registry answered ({why})")
-            else:
-                entries[ref] = unlocked(ref, REGISTRY, f"unresolved {date.today()}: {why}")
-                log(f"{ref}: unlocked: {why}")
-    write(root, entries)
-    return entries

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .locks import LockSet
-from .matrix import Cell, Matrix
+from ..define.matrix import Cell, Matrix
+from ..define.pip_locks import LockSet
 
 VENV_PREFIX = "/opt/trainbase/venv"
 CONDA_PREFIX = "/opt/conda"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 
 def hadolint_binary() -> str:

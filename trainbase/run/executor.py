@@ -1,17 +1,17 @@
 """`build.py --matrix`: run a build plan through the Docker engine.
 
-The plan (plan.py) says what to build and in which order; this module runs it: base images
-first (pulled, or bootstrapped where no registry answers), then `docker build` per job, in
-parallel up to -j, each job's output in its own log, a parent's failure skipping its children,
-Ctrl-C / SIGTERM stopping every build. An image is tagged only when its build completed
-(`docker build -t` tags at the very end), so an interrupted or failed build leaves no tag.
+The plan (build/plan.py) says what to build and in which order; this module runs it: base images
+first (pulled, or bootstrapped where no registry answers), then `docker build` per job
+(build/docker_build.py), in parallel up to -j, each job's output in its own log, a parent's failure
+skipping its children, Ctrl-C / SIGTERM stopping every build. An image is tagged only when its
+build completed (`docker build -t` tags at the very end), so an interrupted or failed build
+leaves no tag. After each build the job goes through the supply chain (supply/chain.py) before any
+child starts FROM it; at the end the completed cells are published (deliver/publish.py).
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,20 +21,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainbase_common import buildkit, engine
+from trainbase_common import engine
 from trainbase_common.states import JobState
 
-from . import base_lock, bootstrap, image_inventory, publish, registry, report
-from .errors import TrainbaseError
-from .matrix import Cell, Matrix
-from .plan import Job, Plan
+from ..build import bases, bootstrap, docker_build
+from ..build.plan import Job, Plan
+from ..define import base_lock
+from ..define.matrix import Cell, Matrix
+from ..deliver import publish, registry
+from ..deliver.publish import ALIAS
+from ..errors import TrainbaseError
+from ..render.recipes import Rendered
+from ..supply.chain import SupplyChain, SupplyOptions
+from . import report
 from .progress import Progress
-from .publish import ALIAS
-from .render import Rendered
-from .supply import SupplyChain, SupplyOptions
-
-DEFAULT_CA = "/etc/ssl/certs/ca-certificates.crt"
-
 
 @dataclass
 class Options:
@@ -50,19 +50,6 @@ class Options:
     supply: SupplyOptions | None = None   # None: no supply-chain step (documents, gates, SBOM)
 
 
-def _ca_bundle(value: str | None) -> str | None:
-    """--ca-bundle auto|none|PATH. auto: the host's bundle if it has one (it is passed as a
-    BuildKit secret, so it never lands in a layer; behind an intercepting proxy it is what
-    lets pip and curl inside the build verify TLS)."""
-    if value in (None, "auto"):
-        return DEFAULT_CA if Path(DEFAULT_CA).exists() else None
-    if value == "none":
-        return None
-    if not Path(value).is_file():
-        raise TrainbaseError(f"--ca-bundle {value}: no such file")
-    return value
-
-
 class Executor:
     def __init__(self, m: Matrix, rendered: dict[str, Rendered], selected: list[Cell], opts: Options, root: Path,
                  out=None):
@@ -73,7 +60,7 @@ class Executor:
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
         self.interrupted = False
-        self.ca = _ca_bundle(opts.ca_bundle)
+        self.ca = docker_build.ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
         self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
@@ -117,17 +104,17 @@ class Executor:
 
     # -- base images --------------------------------------------------------------------------
     def ensure_bases(self) -> None:
-        bases: dict[str, list[Job]] = {}
+        by_base: dict[str, list[Job]] = {}
         for j in self.jobs.values():
             if not j.cell.parent and (j.status == JobState.QUEUED or self._documents_need_base(j)):
-                bases.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
+                by_base.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
         locks = base_lock.load(self.root)
-        for ref, jobs in bases.items():
+        for ref, jobs in by_base.items():
             row = self.m.spec.os[jobs[0].cell.os]
             lock = base_lock.entry_for(locks, ref, row.bootstrap is not None)
             try:
-                self.base_refs[ref], why = base_lock.resolve(ref, row, lock,
-                                                             log=lambda s: self.out.write(f"base: {s}\n"))
+                self.base_refs[ref], why = bases.resolve(ref, row, lock,
+                                                         log=lambda s: self.out.write(f"base: {s}\n"))
             except bootstrap.BootstrapError as e:
                 why = f"base image {ref} unavailable: {str(e).splitlines()[0]}"
             if why:
@@ -142,43 +129,17 @@ class Executor:
         if j.status != JobState.CACHED or self.supply is None or self.supply.has_documents(j):
             return False
         info = engine.inspect_image(j.image)
-        return info is not None and image_inventory.recorded_base(info.labels) is None
+        return info is not None and bases.recorded_base(info.labels) is None
 
     def check_space(self) -> None:
         todo = [j for j in self.jobs.values() if j.status == JobState.QUEUED]
-        if not todo:
-            return
-        root = _docker_root()
-        free = shutil.disk_usage(root).free / 1e9 if root and Path(root).exists() else None
-        if free is not None and free < self.opts.min_free_gb:
-            raise TrainbaseError(f"only {free:.1f} GB free under {root}; building {len(todo)} image(s) needs "
-                                 f"at least {self.opts.min_free_gb:g} GB (prune with `docker system prune`, or "
-                                 f"lower the bar with --min-free-gb)")
+        if todo:
+            docker_build.check_space(len(todo), self.opts.min_free_gb)
 
     # -- build ---------------------------------------------------------------------------------
     def command(self, j: Job) -> tuple[list[str], dict[str, str]]:
-        return buildkit.build_command(
-            j.rendered.dockerfile, j.image,
-            labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag,
-                    **self._base_labels(j)},
-            build_args={"TRAINBASE_NAMESPACE": self.m.spec.naming.namespace, **self._base_arg(j)},
-            target=None if j.parent else "image", secrets={"ca_bundle": self.ca} if self.ca else None,
-            network=self.opts.network, no_cache=self.opts.no_cache or j.image in self._locked_images())
-
-    def _base_labels(self, j: Job) -> dict[str, str]:
-        """A root cell records the base it is built FROM (ref, identity, how) in its labels;
-        children inherit them. The supply step reads them back for cached and pulled tags."""
-        if j.parent:
-            return {}
-        os_base = j.rendered.context.data["os"]["base"]
-        return image_inventory.base_labels(image_inventory.base_identity(self.base_refs.get(os_base, os_base)))
-
-    def _base_arg(self, j: Job) -> dict[str, str]:
-        """TRAINBASE_BASE for a base cell of a row whose Dockerfile takes its base as an argument."""
-        os_ = j.rendered.context.data["os"]
-        if j.parent or not os_.get("bootstrappable"):
-            return {}
-        return {"TRAINBASE_BASE": self.base_refs.get(os_["base"], os_["base"])}
+        return docker_build.command(j, self.m.spec.naming.namespace, self.base_refs, self.ca, self.opts.network,
+                                    no_cache=self.opts.no_cache or j.image in self._locked_images())
 
     def build_one(self, j: Job) -> None:
         logdir = self.opts.log_dir / self.run_id
@@ -214,7 +175,7 @@ class Executor:
             if self.interrupted:
                 j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
             elif rc != 0:
-                j.status, j.reason = JobState.FAILED, _failure_reason(tail, rc)
+                j.status, j.reason = JobState.FAILED, docker_build.failure_reason(tail, rc)
                 j.failure_kind = report.failure_kind(j.reason, tail)
         if rc == 0 and not self.interrupted:
             # BUILT only after the supply chain: children start FROM this tag, SBOM included
@@ -359,29 +320,3 @@ class Executor:
         except registry.RegistryError as e:
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")
-
-    # -- report --------------------------------------------------------------------------------
-def _docker_root() -> str | None:
-    try:
-        return engine.info().root_dir or None
-    except engine.EngineError:
-        return None
-
-
-_ERROR_LINE = re.compile(r"(?i)(error|failed|no space left|denied|not found|mismatch|refusing|assert)")
-
-
-def _failure_reason(tail: list[str], rc: int) -> str:
-    """The most telling line of a failed build's log: the last line that looks like an error."""
-    for s in reversed(tail):
-        if "no space left on device" in s.lower():
-            return "no space left on device (free disk space or prune the build cache)"
-    noise = re.compile(r"^(#\d+ )?(ERROR: )?(executor failed|failed to solve|------|> \[|\[.*\] RUN )")
-    lines = [re.sub(r"^#\d+ [\d.]+ ", "", s) for s in tail if not noise.match(s)]
-    for pattern in (r"ERROR: |mismatch|refusing|tb-\S+: ", r"(?i)\berror\b", _ERROR_LINE.pattern):
-        for s in reversed(lines):
-            if re.search(pattern, s) and not re.fullmatch(r"(?i)error: subprocess-exited-with-error", s.strip()):
-                return s.strip()[:300]
-    return f"docker build exited {rc}" + (f": {tail[-1][:200]}" if tail else "")
-
-

@@ -22,9 +22,10 @@ from typing import Any
 
 from trainbase_common import engine
 
-from . import audit, budget, image_inventory, release_notes, sbom
+from ..build import bases
+from ..build.plan import Job
+from . import audit, budget, inventory_reader, release_notes, sbom
 from .inventory import Inventory
-from .plan import Job
 
 SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1
@@ -56,7 +57,7 @@ class SupplyChain:
         self.network = network   # the builds' network: the audit's apt-get update goes out the same way
         self.allowlist = audit.load_allowlist(root / opts.allowlist) if (root / opts.allowlist).exists() else \
             audit.load_allowlist(None)
-        self.tools = image_inventory.tools_digest(root)
+        self.tools = inventory_reader.tools_digest(root)
 
     # -- what the build reads --------------------------------------------------------------
     def cell_dir(self, j: Job) -> Path:
@@ -79,7 +80,7 @@ class SupplyChain:
         os_base = ctx.data["os"]["base"]
         base_ref = self.base_refs.get(os_base, os_base)
         return {
-            "base": image_inventory.base_identity(base_ref) if not j.cell.parent else {"parent": j.cell.parent},
+            "base": bases.base_identity(base_ref) if not j.cell.parent else {"parent": j.cell.parent},
             "artifacts": {a["key"]: {"url": a["url"], "sha256": a["sha256"]} for a in self.artifacts(j)},
             "pip_locks": {ls.path: _file_sha256(self.root / ls.path) for ls in ctx.locks},
             "patches": ({ctx.data["framework"]["patch"]["file"]: ctx.data["framework"]["patch"]["sha256"]}
@@ -111,12 +112,12 @@ class SupplyChain:
         d = self.cell_dir(j)
         d.mkdir(parents=True, exist_ok=True)
         inputs = self.inputs(j)
-        recorded = image_inventory.recorded_base(engine.inspect_image(j.image).labels)
+        recorded = bases.recorded_base(engine.inspect_image(j.image).labels)
         if recorded and not j.cell.parent:
             inputs["base"] = recorded   # what this image was built FROM, not what resolves today
         base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
-        inv = image_inventory.read(j.image, j.name, j.tag, base,
-                                   image_inventory.components_of(self.artifacts(j), self.tools))
+        inv = inventory_reader.read(j.image, j.name, j.tag, base,
+                                    inventory_reader.components_of(self.artifacts(j), self.tools))
         text = sbom.to_cyclonedx(inv)
         sbom.validate(text)
         (d / "inventory.json").write_text(json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
@@ -205,7 +206,7 @@ class SupplyChain:
                 f"FROM {j.image}\nCOPY sbom.cdx.json {SBOM_DIR}/{j.name}.cdx.json\n"
                 f'LABEL io.trainbase.sbom="{SBOM_DIR}/{j.name}.cdx.json" '
                 f'io.trainbase.sbom.sha256="{sbom.sbom_digest(text)}" '
-                + " ".join(f'{k}="{v}"' for k, v in image_inventory.base_labels(base).items()) + "\n")
+                + " ".join(f'{k}="{v}"' for k, v in bases.base_labels(base).items()) + "\n")
             engine.build_legacy(ctx, j.image, {})
 
 

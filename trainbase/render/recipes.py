@@ -19,11 +19,11 @@ import jinja2
 
 from trainbase_common.manifest import labels as manifest_labels
 
-from . import base_lock
+from ..define import base_lock
+from ..define import pip_locks as lockmod
+from ..define.matrix import Cell, Matrix
+from ..errors import TemplateError
 from . import context as ctxmod
-from . import locks as lockmod
-from .errors import TemplateError
-from .matrix import Cell, Matrix
 
 IMAGES_DIR = "images"
 TEMPLATES_DIR = "templates"

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
-from .report import fmt_seconds, plain_console
 from trainbase_common.states import JobState
+
+from .report import fmt_seconds, plain_console
 
 
 class Progress:

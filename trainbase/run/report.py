@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from trainbase_common import engine
-
-from .publish import ALIAS
 from trainbase_common.states import JobState
+
+from ..deliver.publish import ALIAS
 
 
 def fmt_seconds(seconds: float | None) -> str:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from .matrix import Cell, Matrix
-from .plan import Plan
+from ..build.plan import Plan
+from ..define.matrix import Cell, Matrix
+from ..render.recipes import Rendered
 from .registry import split_registry
-from .render import Rendered
 
 
 class TooDeep(Exception):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import TrainbaseError
+from ..errors import TrainbaseError
 
 # grep options that make it stop at the first match (or the first N)
 _GREP_EARLY_LONG = ("--quiet", "--silent", "--max-count", "--files-with-matches", "--files-without-match")

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from .errors import MatrixError
+from ..errors import MatrixError
 from .schema import AXES, MatrixFile, Release
 
 

@@ -10,7 +10,7 @@ inside it), so two bootstraps of the same tag can be told apart.
 Needs root and debootstrap (scripts/setup.sh installs it); the engine is reached through
 trainbase_common.engine only.
 
-    python -m trainbase.bootstrap debian:12.15-slim bookworm
+    python -m trainbase.build.bootstrap debian:12.15-slim bookworm
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainbase.bootstrap",
+    ap = argparse.ArgumentParser(prog="python -m trainbase.build.bootstrap",
                                  description="make a base image available: present, pulled, or debootstrapped")
     ap.add_argument("ref", help="image reference, e.g. debian:12.15-slim")
     ap.add_argument("suite", nargs="?", help="Debian suite to bootstrap if the pull fails, e.g. bookworm")

@@ -1,0 +1,154 @@
+"""The base image a root cell is built FROM, as the build finds it here: resolved against its
+lock (``locks/bases.json``; define/base_lock.py reads it), identified, and recorded in the
+image.
+
+- ``resolve``: what to build FROM for one row's base -- the locked registry digest pulled, or
+  trainbase's own debootstrap (bootstrap.py) -- and why the row's cells must not build when
+  that is not the locked base (one fresh bootstrap first: an engine may hold an old one);
+- ``relock``: ``build.py --lock-bases``, the same resolution written back into the lock;
+- ``base_identity``: what a base is, here (a registry digest, a bootstrap's package-list
+  digest, else the engine's image id);
+- ``base_labels`` / ``recorded_base``: that identity in the labels of the image built FROM it
+  (children inherit them), so a document made later reads the base the build saw.
+
+The lock file's format and the recipe line it adds to every root tag stay in
+define/base_lock.py, which the renderer reads; everything here asks the engine.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from trainbase_common import engine
+
+from ..define import base_lock
+from ..define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
+from ..render import context
+from . import bootstrap
+
+
+def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
+    """(what to build FROM, why the row's cells must not build) for one base of a build. A
+    bootstrap already in the engine that is not the locked one is made again once (an engine
+    can hold one from before a Debian point release); what then still differs from the lock
+    is refused, named."""
+    suite = row.bootstrap.suite if row.bootstrap else None
+    mirror = row.bootstrap.mirror if row.bootstrap else bootstrap.DEFAULT_MIRROR
+    only = lock.how == BOOTSTRAP and row.bootstrap is not None
+    if lock.digest:
+        # pulled by the locked digest, never by the tag: a tag moved upstream is not a reason
+        # to refuse the build (nor one to build FROM something else); no bootstrap stands in
+        how, built_from = bootstrap.ensure_base_image(lock.engine_ref(), None, log=log)
+        return built_from, _differs(lock, built_from)
+    how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+    why = _differs(lock, built_from)
+    if why and how == "bootstrap present":
+        log(f"{ref}: the bootstrap in the engine is not the locked one: making it again")
+        engine.remove_image(built_from)
+        how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+        why = _differs(lock, built_from)
+    return built_from, why
+
+
+def _differs(lock: BaseLock, built_from: str) -> str | None:
+    if not lock.identity:
+        return None
+    resolved = base_identity(built_from)
+    if resolved.get("identity") == lock.identity:
+        return None
+    packages = bootstrap.packages_of(built_from) if resolved.get("how") == "bootstrap" else None
+    return base_lock.mismatch(lock, resolved, packages)
+
+
+def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
+    """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
+    A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
+    pulled for its digest, and keeps its old entry where no registry answers."""
+    entries = base_lock.load(root)
+    seen: dict[str, Any] = {}
+    for c in cells:
+        if not c.parent:
+            seen.setdefault(context.build(m, c).data["os"]["base"], m.spec.os[c.os])
+    for ref, row in sorted(seen.items()):
+        if row.bootstrap is not None:
+            engine.remove_image(bootstrap.bootstrap_ref(ref))   # today's mirror, not an old bootstrap
+            _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
+                                                 log=log, bootstrap_only=True)
+            ident = base_identity(own)
+            entries[ref] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
+                                    packages=bootstrap.packages_of(own),
+                                    note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}")
+            log(f"{ref}: locked to {ident['identity']}")
+            continue
+        try:
+            engine.pull(ref)
+            ident = base_identity(ref)
+            if ident["how"] != "registry digest":
+                raise engine.EngineError(f"the engine has no registry digest for {ref}")
+            entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=ident["identity"], note=f"pulled {date.today()}")
+            log(f"{ref}: locked to {ident['identity']}")
+        except engine.EngineError as e:
+            why = str(e).splitlines()[0][:200]
+            old = entries.get(ref)
+            if old and old.identity:
+                log(f"{ref}: kept the locked {old.identity}: no registry answered ({why})")
+            else:
+                entries[ref] = base_lock.unlocked(ref, REGISTRY, f"unresolved {date.today()}: {why}")
+                log(f"{ref}: unlocked: {why}")
+    base_lock.write(root, entries)
+    return entries
+
+
+def base_identity(ref: str) -> dict[str, str]:
+    """What the row's base is, here: a registry digest when the engine has one, else the local
+    bootstrap's package-list digest (its label), else the engine's image id."""
+    info = engine.inspect_image(ref)
+    if info is None:
+        return {"ref": ref, "identity": "", "how": "absent"}
+    labels = info.labels or {}
+    digests = info.raw.get("RepoDigests") or []
+    pinned = ref.partition("@")[2]
+    if pinned and any(d.partition("@")[2] == pinned for d in digests):
+        # asked for by digest (a registry-locked base): that digest is what it is, even when it
+        # was made FROM a trainbase bootstrap and still carries the bootstrap's labels
+        return {"ref": ref, "identity": pinned, "how": "registry digest"}
+    if labels.get("io.trainbase.base.packages-sha256"):
+        return {"ref": ref, "identity": "packages-sha256:" + labels["io.trainbase.base.packages-sha256"],
+                "how": "bootstrap"}
+    if digests:
+        # an image pulled under several names has one digest per repository: take this ref's
+        repo = _familiar(engine.repository(ref))
+        own = [d for d in digests if _familiar(d.split("@", 1)[0]) == repo]
+        return {"ref": ref, "identity": (own or digests)[0].split("@", 1)[1], "how": "registry digest"}
+    return {"ref": ref, "identity": info.id, "how": "image id (no registry digest)"}
+
+
+def _familiar(repo: str) -> str:
+    """docker.io/library/debian -> debian: the form the engine prints in RepoDigests."""
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
+        if repo.startswith(prefix):
+            return repo[len(prefix):]
+    return repo
+
+
+# The base a root cell was built FROM, as the build saw it: labels written by `docker build
+# --label` (and again by the SBOM layer), inherited by every child. A document made later for a
+# cached or pulled image reads the base from here, never from whatever the engine resolves that
+# day (which would give one tag two SBOMs).
+BASE_LABELS = {"ref": "io.trainbase.base.ref", "identity": "io.trainbase.base.identity",
+               "how": "io.trainbase.base.how"}
+
+
+def base_labels(base: dict[str, str]) -> dict[str, str]:
+    return {label: base.get(key, "") for key, label in BASE_LABELS.items()}
+
+
+def recorded_base(labels: dict[str, str] | None) -> dict[str, str] | None:
+    """The base recorded in an image's labels, or None for an image built before the record
+    (an empty identity is no record either: nothing to lock a rebuild to)."""
+    labels = labels or {}
+    if not labels.get(BASE_LABELS["how"]) or not labels.get(BASE_LABELS["identity"]):
+        return None
+    return {key: labels.get(label, "") for key, label in BASE_LABELS.items()}

@@ -1,0 +1,16 @@
+"""Stage 5, deliver: built images to a registry, and the CI jobs that build and test them.
+
+Takes the plan's ``Job``s (build/) whose build and supply chain completed, and the
+``Rendered`` tags (render/).
+
+- registry.py: the registry asked with the user's ``docker login`` credentials -- present,
+  absent, or an error that says how to log in; never a guess;
+- publish.py: ``--push``: immutable tag first and never overwritten, then the moving alias;
+  a failed cell, and every cell built on it, publishes nothing;
+- affected.py: which cells a change since a revision rebuilds or re-tests (each cell's tag at
+  both revisions compared);
+- ci_matrix.py: the CI job matrix by FROM level, optionally only the affected cells, a cover
+  of every axis value, or what the registry has or lacks.
+
+Hands on published tags (with their digests) and ``KEY=JSON`` lines for GitHub Actions.
+"""
