@@ -12,7 +12,8 @@ each into a registry of its own: skopeo's blob-info cache would otherwise hand b
 pushed earlier in another compression (../shared/notes/machine.md). Clients:
   ctr      containerd 1.6, the one under this machine's dockerd (`ctr images pull` into a fresh
            namespace, then `ctr run`); Docker 20.10 itself cannot pull zstd
-  podman   Podman 4.3 as root with a fresh --root per pull (`podman pull`, then `podman run`)
+  podman   rootless Podman 4.3 as the runtime tier's user, store reset before each pull
+           (`podman pull`, then `podman run`)
 Each pull starts from an empty store after a `sync` (no earlier write-back in flight) and ends
 when the import returns, as a user's job would; the page cache keeps the write-back of the pulled
 bytes out of the figure for either compression alike. Markdown on stdout, JSON to --out.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import shlex
 import shutil
 import socket
 import subprocess
@@ -30,6 +32,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conformance import runtimes  # noqa: E402
 
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"
 CLIENTS = ("ctr", "podman")
@@ -105,18 +110,24 @@ def ctr_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
 
 
 def podman_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
-    with tempfile.TemporaryDirectory(prefix="tbpull-podman-", dir="/var/tmp") as d:
-        podman = ["podman", "--root", f"{d}/root", "--runroot", f"{d}/run", "--storage-driver", "overlay"]
-        try:
-            subprocess.run(["sync"], check=True)
-            t0 = time.monotonic()
-            run([*podman, "pull", "--quiet", "--tls-verify=false", ref])
-            t1 = time.monotonic()
-            # --ulimit host: Podman as root asks for a nofile limit above what this host grants
-            run([*podman, "run", "--rm", "--network=host", "--ulimit", "host", ref, *command], timeout=600)
-            return t1 - t0, time.monotonic() - t1
-        finally:
-            subprocess.run([*podman, "system", "reset", "--force"], capture_output=True)
+    """Rootless, as the runtime tier's user (Podman as root cannot start a container on this
+    host: runc is refused the nofile/nproc limits Podman asks for)."""
+    user = runtimes.podman_ready(runtimes.ensure_user().pw_name).pw_name
+    reset = ["podman", "system", "reset", "--force"]
+    try:
+        runtimes.as_user(user, reset, timeout=600)
+        subprocess.run(["sync"], check=True)
+        t0 = time.monotonic()
+        p = runtimes.as_user(user, ["podman", "pull", "--quiet", "--tls-verify=false", ref], timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(f"podman pull exited {p.returncode}: {p.stderr.strip()[-600:]}")
+        t1 = time.monotonic()
+        p = runtimes.podman_run(user, ref, [], shlex.join(command), timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"podman run exited {p.returncode}: {p.stderr.strip()[-600:]}")
+        return t1 - t0, time.monotonic() - t1
+    finally:
+        runtimes.as_user(user, reset, timeout=600)
 
 
 def first_import(image: str) -> list[str]:

@@ -127,9 +127,8 @@ def _subids(user: str) -> None:
             raise RuntimeUnavailable(f"usermod {flag} for {user}: {p.stderr.strip()}")
 
 
-def podman_load(user: str, image: str) -> str:
-    """``image`` from the Docker engine into ``user``'s rootless Podman store (`docker save |
-    podman load`, what a user without a registry does); returns the name Podman gives it."""
+def podman_ready(user: str) -> pwd.struct_passwd:
+    """``user`` can run rootless Podman: the tools, subordinate ids, overlay storage."""
     if why := podman_missing():
         raise RuntimeUnavailable(why)
     _subids(user)
@@ -140,6 +139,13 @@ def podman_load(user: str, image: str) -> str:
         conf.write_text(PODMAN_STORAGE_CONF)
         for d in (conf.parent.parent, conf.parent, conf):
             os.chown(d, pw.pw_uid, pw.pw_gid)
+    return pw
+
+
+def podman_load(user: str, image: str) -> str:
+    """``image`` from the Docker engine into ``user``'s rootless Podman store (`docker save |
+    podman load`, what a user without a registry does); returns the name Podman gives it."""
+    pw = podman_ready(user)
     pw_env = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "PATH": "/usr/local/bin:/usr/bin:/bin"}
     load = subprocess.Popen([_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in pw_env.items()],
                              "podman", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
