@@ -43,6 +43,16 @@ def host_command(probe: str, ranks: int = 2, reps: int = 5) -> list[str] | None:
     return [mpirun, *flags, "-np", str(ranks), python, probe, str(reps)]
 
 
+def settle() -> None:
+    """Wait for the write-back earlier work left in flight before timing anything: on a 2-core
+    VM it takes the CPU for minutes (the runtime tier writes about 5 GB per image: an unpack for
+    ch-run and a Podman store), and a speed check run during it saw host and image both at a
+    quarter of their speed (host 3.7, image 2.4 GB/s instead of 11-27). Needs no privilege."""
+    import os
+
+    os.sync()
+
+
 def host_reference(probe: str, reps: int = 5, timeout: int = 300) -> dict[str, Any]:
     cmd = host_command(probe, reps=reps)
     if cmd is None:

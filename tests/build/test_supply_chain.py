@@ -183,7 +183,8 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
         for image_id in made:                  # nothing local: the resolver must pull
             docker_("image", "rm", "-f", image_id)
         lock = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity=locked)
-        probe = ("import json, sys; from types import SimpleNamespace; from trainbase import base_lock, bases; "
+        probe = ("import json, sys; from types import SimpleNamespace; "
+                 "from trainbase.define import base_lock; from trainbase.build import bases; "
                  "lock = base_lock.BaseLock(ref=sys.argv[1], how=base_lock.REGISTRY, identity=sys.argv[2]); "
                  "print(json.dumps(bases.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))")
         r = subprocess.run([PY, "-c", probe, ref, locked], cwd=ROOT, capture_output=True, text=True,
