@@ -297,3 +297,15 @@ def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, mon
     assert json.loads(path.read_text())["cells"][0]["reason"] == BRACKETS
     out = capsys.readouterr()
     assert "summary table failed" in out.err and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in out.out
+
+
+def test_failure_reason_ignores_an_earlier_steps_tool_output():
+    """A tb-* tool's informational line in the step before the failed one is not the reason
+    (seen: "tb-entrypoints: ... wrappers in /usr/local/bin" named as why an echo step failed)."""
+    tail = ["#20 0.067 tb-entrypoints: /opt/trainbase/env.sh (3 settings), wrappers in /usr/local/bin: mpirun",
+            "#20 DONE 0.1s", "", "#21 [image 13/13] RUN echo boom && exit 3", "#21 0.043 boom",
+            "#21 ERROR: executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3",
+            "------", " > [image 13/13] RUN echo boom && exit 3:", "------",
+            "executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3"]
+    reason = docker_build.failure_reason(tail, 1)
+    assert "tb-entrypoints" not in reason and "exit code: 3" in reason, reason

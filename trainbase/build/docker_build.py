@@ -92,6 +92,11 @@ def failure_reason(tail: list[str], rc: int) -> str:
     for s in reversed(tail):
         if "no space left on device" in s.lower():
             return "no space left on device (free disk space or prune the build cache)"
+    # only the failed step's lines (and the plain lines after it): an earlier step's output,
+    # such as "tb-entrypoints: ... wrappers in /usr/local/bin", is not why the build failed
+    failed = next((m.group(1) for s in reversed(tail) if (m := re.match(r"^#(\d+) ERROR", s))), None)
+    if failed:
+        tail = [s for s in tail if s.startswith(f"#{failed} ") or not re.match(r"^#\d+ ", s)]
     noise = re.compile(r"^(#\d+ )?(ERROR: )?(executor failed|failed to solve|------|> \[|\[.*\] RUN )")
     lines = [re.sub(r"^#\d+ [\d.]+ ", "", s) for s in tail if not noise.match(s)]
     for pattern in (r"ERROR: |mismatch|refusing|tb-\S+: ", r"(?i)\berror\b", _ERROR_LINE.pattern):
