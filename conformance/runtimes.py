@@ -180,35 +180,30 @@ def podman_remove(user: str, ref: str) -> None:
 # Neither is packaged in Debian 12 (Apptainer ships .deb/.rpm releases, enroot NVIDIA's .deb), so
 # their cases run where a runner has them (`-m apptainer`, `-m enroot`) and skip here, saying so.
 
+def _convert_as_root(tool: str, package: str, args: list[str], out: Path) -> Path:
+    """Run ``tool ARGS`` as root (it reads the Docker socket) to write ``out`` in its folder,
+    then make both readable by everyone (the runtime user runs it)."""
+    exe = shutil.which(tool)
+    if not exe:
+        raise RuntimeUnavailable(f"{tool} not installed (not packaged in Debian 12: {package})")
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=1800, cwd=out.parent)
+    if p.returncode != 0:
+        raise RuntimeError(f"{tool} {' '.join(args)} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-800:]}")
+    os.chmod(out.parent, 0o755)
+    os.chmod(out, 0o644)
+    return out
+
+
 def apptainer_sif(image: str, dest: Path) -> Path:
     """``image`` converted the way users convert a local image: `apptainer build SIF
-    docker-daemon:IMAGE` (as root: it reads the Docker socket), readable by everyone."""
-    tool = shutil.which("apptainer")
-    if not tool:
-        raise RuntimeUnavailable("apptainer not installed (not packaged in Debian 12: the Apptainer release .deb)")
+    docker-daemon:IMAGE`."""
     sif = dest / "image.sif"
-    p = subprocess.run([tool, "build", "--force", str(sif), f"docker-daemon:{image}"], capture_output=True,
-                       text=True, timeout=1800)
-    if p.returncode != 0:
-        raise RuntimeError(f"apptainer build from docker-daemon:{image} exited {p.returncode}: "
-                           f"{(p.stderr or p.stdout).strip()[-800:]}")
-    os.chmod(dest, 0o755)
-    os.chmod(sif, 0o644)
-    return sif
+    return _convert_as_root("apptainer", "the Apptainer release .deb",
+                            ["build", "--force", str(sif), f"docker-daemon:{image}"], sif)
 
 
 def enroot_squashfs(image: str, dest: Path) -> Path:
-    """``image`` imported as pyxis does before its first task (`enroot import dockerd://IMAGE`,
-    as root: it reads the Docker socket), readable by everyone."""
-    tool = shutil.which("enroot")
-    if not tool:
-        raise RuntimeUnavailable("enroot not installed (not packaged in Debian 12: NVIDIA's enroot .deb)")
+    """``image`` imported as pyxis does before its first task (`enroot import dockerd://IMAGE`)."""
     sqsh = dest / "image.sqsh"
-    p = subprocess.run([tool, "import", "--output", str(sqsh), f"dockerd://{image}"], capture_output=True,
-                       text=True, timeout=1800, cwd=dest)
-    if p.returncode != 0:
-        raise RuntimeError(f"enroot import dockerd://{image} exited {p.returncode}: "
-                           f"{(p.stderr or p.stdout).strip()[-800:]}")
-    os.chmod(dest, 0o755)
-    os.chmod(sqsh, 0o644)
-    return sqsh
+    return _convert_as_root("enroot", "NVIDIA's enroot .deb", ["import", "--output", str(sqsh), f"dockerd://{image}"],
+                            sqsh)
