@@ -5,7 +5,7 @@ host's own MPI measured in the same run; printed as ratios.
     .venv/bin/python bench/mpi_speed.py --report reports/build.json          # every built image
     .venv/bin/python bench/mpi_speed.py --image trainbase/openmpi4.1.4-...:rTAG --rounds 3
 
-The probe is tests/conformance/probes/pingpong_mpi4py.py (mpi4py, standard library only): ping-
+The probe is trainbase_conformance/probes/pingpong_mpi4py.py (mpi4py, standard library only): ping-
 pong latency at 8 B, bandwidth at 64 KiB and 4 MiB between two ranks, a 4 MiB float64 Allreduce.
 OSU micro-benchmarks and IMB are not reachable from this machine (their tarballs live on
 mvapich.cse.ohio-state.edu and GitHub, and no package registry here ships them), so the probe
@@ -17,10 +17,10 @@ Runtimes measured, two ranks each:
   docker-uid      the same as a uid with no passwd entry (--user 4242:4242, HOME=/tmp)
   docker-ptrace   --cap-add SYS_PTRACE (cross-memory attach allowed: the upper bound)
   two-containers  one rank in each of two containers on a private network (mpirun over ssh)
-  podman          rootless Podman as an unprivileged host user (conformance/runtimes.py)
+  podman          rootless Podman as an unprivileged host user (trainbase_conformance/runtimes.py)
   ch-run          Charliecloud's ch-run --set-env as that user, mpirun inside one container
   srun-ch-run-join, srun-ch-run
-                  a one-node Slurm (conformance/slurm.py): srun -n 2 --mpi=pmix ch-run with and
+                  a one-node Slurm (trainbase_conformance/slurm.py): srun -n 2 --mpi=pmix ch-run with and
                   without --join; without it each rank has its own user namespace and
                   cross-memory attach is refused (the path the images must stay fast without)
 Each runtime alternates with a host run; each side keeps its best of --rounds runs.
@@ -42,9 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from conformance import runtimes, slurm, speed  # noqa: E402
-from conformance.containers import ssh_cluster  # noqa: E402
-from conformance.flavors import MpiFlavor  # noqa: E402
+from trainbase_conformance import runtimes, slurm, speed  # noqa: E402
+from trainbase_conformance.containers import ssh_cluster  # noqa: E402
+from trainbase_conformance.flavors import MpiFlavor  # noqa: E402
 from trainbase_common import buildkit, engine  # noqa: E402
 from trainbase_common.manifest import MANIFEST_PATH  # noqa: E402
 from trainbase_common.states import usable_images  # noqa: E402

@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from conformance import runtimes  # noqa: E402
+from trainbase_conformance import runtimes  # noqa: E402
 
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"
 CLIENTS = ("ctr", "podman")

@@ -58,9 +58,9 @@ fi
 want=(ca-certificates git curl xz-utils debootstrap docker-registry)   # docker-registry: the loopback registry of the publish tests
 # skopeo: writes zstd layers for the pull + start bench (bench/pull_start.py)
 want+=(skopeo)
-# the speed check's reference (conformance/speed.py): the host's own MPI running the same mpi4py probe
+# the speed check's reference (trainbase_conformance/speed.py): the host's own MPI running the same mpi4py probe
 want+=(openmpi-bin python3-mpi4py)
-# the runtime tier (tests/conformance/test_runtime.py): Charliecloud's ch-run and rootless Podman as an unprivileged
+# the runtime tier (trainbase_conformance/checks/test_runtime.py): Charliecloud's ch-run and rootless Podman as an unprivileged
 # user, and a one-node Slurm (munged, slurmctld, slurmd on loopback, started and stopped by the
 # tier itself) whose srun offers --mpi=pmi2 and, with libpmix-dev, --mpi=pmix
 want+=(charliecloud podman uidmap slurmctld slurmd slurm-client munge libpmix-dev)

@@ -7,6 +7,9 @@
 #   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode, azureml, runtime
 #      tiers; gpu/fabric skip with their reason) against the images built in step 3, plus the
 #      suite's self-test (broken variants of a real image must fail the right check)
+#   5. the suite as users install it: its wheel built, installed into a fresh venv from the
+#      hash-locked requirements, and `trainbase-conformance` run from outside the checkout on
+#      one built image (one tier) -- scripts/installed-suite.sh
 # Reports (JUnit, JSON, logs) land in reports/.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +34,9 @@ if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engi
   echo "==> conformance self-test: broken variants of real images must fail the right checks"
   "$PY" -m pytest tests/conformance/test_broken_variants.py --report reports/build.json -q \
       --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
-  pytest_args+=(tests/build tests/conformance --report reports/build.json)
+  echo "==> the installed suite: wheel -> fresh venv -> trainbase-conformance on one image, outside the checkout"
+  bash scripts/installed-suite.sh reports/build.json static reports/installed-suite
+  pytest_args+=(tests/build trainbase_conformance/checks --report reports/build.json)
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"

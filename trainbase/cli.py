@@ -72,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--no-supply", action="store_true", help="skip the supply-chain step (quick local iterations)")
     b.add_argument("--min-free-gb", type=float, default=10.0, help="refuse to start below this much free disk")
     b.add_argument("--test", action="store_true",
-                   help="after building, run the conformance suite (tests/conformance) on the built images")
+                   help="after building, run the conformance suite (trainbase_conformance/checks) on the built images")
     b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
                    help="where --push publishes and parents are pulled from; what --ci-matrix --only asks")
@@ -318,7 +318,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     if args.test and code != 130:
         import subprocess
 
-        tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "tests" / "conformance"),
+        tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "trainbase_conformance" / "checks"),
                                  "--report", args.report, "--junitxml", str(root / "reports" / "conformance.xml")],
                                 cwd=root)
         code = code or (1 if tested.returncode else 0)

@@ -3,6 +3,9 @@ one with one thing broken; the conformance checks it names must FAIL on it (and 
 real image, the control). Collected only when named, or with --broken-variants:
 
     pytest tests/conformance/test_broken_variants.py --image trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest
+
+The checks are the packaged suite's (trainbase_conformance/checks, named in expect.json by file);
+the broken images and this self-test stay in the repository.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.containers import Container, short_name
+from trainbase_conformance.containers import Container, short_name
+from trainbase_conformance.plugin import _image_refs
+from trainbase_conformance.resources import CHECKS
 from trainbase_common import engine
 
 HERE = Path(__file__).resolve().parent
@@ -31,7 +36,7 @@ def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int,
     """Run the conformance suite on ``image`` in a subprocess: exit code, check -> worst
     outcome over its parametrizations, the failure messages, and the output's tail."""
     junit = workdir / "junit.xml"
-    args = [sys.executable, "-m", "pytest", *[str(HERE / p) for p in paths], "--image", image, "-k", k,
+    args = [sys.executable, "-m", "pytest", *[str(CHECKS / p) for p in paths], "--image", image, "-k", k,
             "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
             "--conformance-report", str(workdir / "conformance.md")]
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
@@ -68,8 +73,6 @@ def plan(refs: list[str]) -> dict[str, str | None]:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "base" in metafunc.fixturenames:
-        from .conftest import _image_refs
-
         refs = _image_refs(metafunc.config)
         if not refs:
             metafunc.parametrize(("base", "variant"), [pytest.param(
@@ -87,7 +90,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def control(base, request, tmp_path_factory) -> dict[str, str]:
     """Every selection of the variants built FROM ``base``, run once against that real image:
     the checks must pass there, or their failure on a variant would prove nothing."""
-    from .conftest import _image_refs
 
     mine = [v for v, b in plan(_image_refs(request.config)).items() if b == base]
     paths = sorted({p for v in mine for p in _expect(v)["paths"]})

@@ -40,7 +40,7 @@ def descendants(m, names: set[str]) -> set[str]:
     ("matrix.yaml", "recipe"), ("templates/blocks/nccl.j2", "recipe"), ("imagefs/usr/local/bin/tb-fetch", "recipe"),
     ("locks/python-py3.11.txt", "recipe"), ("patches/horovod-cxx17.patch", "recipe"),
     ("images/openmpi4.1.4-cuda12.8-cudnn9-debian12/Dockerfile", "recipe"),
-    ("tests/conformance/test_mpi.py", "suite"), ("conformance/host.py", "suite"), ("examples/pytorch_ddp.py", "suite"),
+    ("trainbase_conformance/checks/test_mpi.py", "suite"), ("trainbase_conformance/host.py", "suite"), ("examples/pytorch_ddp.py", "suite"),
     ("trainbase/run/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"),
     ("scripts/setup.sh", "tool"),
     ("docs/azureml.md", "none"), ("README.md", "none"), (".github/workflows/ci.yml", "none"),
@@ -119,7 +119,7 @@ def test_docs_only_changes_affect_nothing(workdir):
 
 def test_a_suite_change_retests_every_cell_and_rebuilds_none(workdir):
     base = tags(workdir)
-    a = after(workdir, base, ["tests/conformance/test_nccl.py"])
+    a = after(workdir, base, ["trainbase_conformance/checks/test_nccl.py"])
     assert a.build == {}
     assert len(a.test) == len(base) and all("conformance suite changed" in w for w in a.test.values())
 
@@ -180,7 +180,7 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
     a = affected.since(load(repo / "matrix.yaml"), repo, "main")
     assert a.build and all(n.startswith("horovod") for n in a.build)
     assert a.paths["recipe"] == ["templates/blocks/horovod.j2"]
-    assert a.paths["suite"] == ["tests/conformance/test_new.py"]
+    assert a.paths["suite"] == ["trainbase_conformance/checks/test_new.py"]
     assert "none" not in a.paths                          # main's own docs commit is not this branch's change
     code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main", "--json"], capsys)
     assert code == 0 and json.loads(out)["build"] == a.build

@@ -1,5 +1,6 @@
 """The code's shape, checked: no import circle; the build package's stages import only earlier
-stages; the conformance package and the shared package import nothing from the build package;
+stages; the conformance package and the shared package import nothing from the build package,
+and nothing beyond the dependencies the suite's wheel declares (packaging/conformance);
 no module over 400 lines; docker is reached only through the engine adapter
 (trainbase_common/engine.py; buildkit.py for BuildKit builds); the in-image tools use the
 standard library only and import no circle either."""
@@ -13,7 +14,7 @@ import pytest
 
 from .conftest import ROOT
 
-PACKAGES = ("trainbase", "trainbase_common", "conformance")
+PACKAGES = ("trainbase", "trainbase_common", "trainbase_conformance")
 ADAPTER = ("trainbase_common/engine.py", "trainbase_common/buildkit.py")
 
 
@@ -124,13 +125,40 @@ def test_each_stage_says_what_it_takes_and_hands_on(stage):
     assert not imports("trainbase", ROOT / "trainbase" / "__init__.py"), "trainbase/__init__.py imports something"
 
 
-@pytest.mark.parametrize("pkg", ["conformance", "trainbase_common"])
+@pytest.mark.parametrize("pkg", ["trainbase_conformance", "trainbase_common"])
 def test_package_imports_nothing_from_the_build_package(pkg):
     bad = {name: sorted(m for m in imports(name, path) if m == "trainbase" or m.startswith("trainbase."))
            for name, path in modules().items() if name.split(".")[0] == pkg}
     assert not {k: v for k, v in bad.items() if v}, bad
     text = "\n".join(p.read_text() for n, p in modules().items() if n.split(".")[0] == pkg)
     assert not re.search(r"^\s*(from|import) trainbase(\.| |$)", text, re.M)
+
+
+# What the conformance wheel declares (packaging/conformance/pyproject.toml), by import name.
+WHEEL_DEPENDENCIES = {"pytest", "testinfra", "docker", "jsonschema", "yaml"}
+
+
+def test_the_conformance_wheel_imports_only_what_it_ships_and_declares():
+    """The installed suite has no checkout: its two packages may import the standard library,
+    each other, and the wheel's declared dependencies, nothing else (the shared package not the
+    suite either: the build imports it too)."""
+    shipped = ("trainbase_conformance", "trainbase_common")
+    bad = {}
+    for name, path in modules().items():
+        top = name.split(".")[0]
+        if top not in shipped or name.startswith("trainbase_conformance.probes."):
+            continue  # the probes run inside the images, with the image's mpi4py / torch
+        allowed = set(shipped if top == "trainbase_conformance" else ("trainbase_common",))
+        allowed |= WHEEL_DEPENDENCIES | set(sys.stdlib_module_names)
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+        if found - allowed - {"__future__"}:
+            bad[name] = sorted(found - allowed - {"__future__"})
+    assert not bad, f"imports the installed suite cannot satisfy: {bad}"
 
 
 def test_no_module_over_400_lines():

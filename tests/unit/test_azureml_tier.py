@@ -1,5 +1,5 @@
 """The azureml conformance tier's inputs, checked without an engine: the per-mode environment
-tables it starts processes with (conformance/azureml.py) resolve, through the image's launch
+tables it starts processes with (trainbase_conformance/azureml.py) resolve, through the image's launch
 contract, to the real 2 x 2 topology; the guides' Open MPI helper (examples/azureml_env_helper.py)
 works under Open MPI and stops naming the fix everywhere else, never with a KeyError."""
 import json
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conformance import azureml
+from trainbase_conformance import azureml
 
 from .conftest import ROOT
 from .test_launch_contract import tl

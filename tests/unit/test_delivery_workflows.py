@@ -175,7 +175,14 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
     assert doc["jobs"]["multinode-fabric"]["runs-on"] == ["self-hosted", "gpu", "rdma"]
     for job in ("gpu", "multinode-fabric"):
         runs = " ".join(s.get("run", "") for s in doc["jobs"][job]["steps"])
-        assert '--image "$REF"' in runs and "matrix.cell.ref" in str(doc["jobs"][job]["steps"])
+        assert '"$RUNNER_TEMP/suite/bin/trainbase-conformance" "$REF" --tier' in runs
+        assert "matrix.cell.ref" in str(doc["jobs"][job]["steps"])
+        # the installed suite, not the repository's tests: no full checkout, the wheel hash-locked
+        checkout = next(s for s in doc["jobs"][job]["steps"] if "actions/checkout" in s.get("uses", ""))
+        assert checkout["with"]["sparse-checkout"] == ".github/actions"
+        assert "--require-hashes -r suite/requirements.lock" in runs and "pytest" not in runs
+    plan_runs = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
+    assert "bash scripts/conformance-wheel.sh build suite/" in plan_runs
 
 
 def test_the_refresh_workflow_installs_every_python_the_locks_are_resolved_with():

@@ -1,6 +1,6 @@
-"""The linkage check's judgement (conformance/linkage.py): which missing libraries an image may
+"""The linkage check's judgement (trainbase_conformance/linkage.py): which missing libraries an image may
 have, and that everything else is reported."""
-from conformance.linkage import loaded_first_by_its_package, unexplained_gaps
+from trainbase_conformance.linkage import loaded_first_by_its_package, unexplained_gaps
 
 SP = "/opt/trainbase/venv/lib/python3.11/site-packages"
 

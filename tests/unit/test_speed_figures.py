@@ -1,7 +1,7 @@
-"""conformance/speed.py: the probe's line, best-of, ratios and the loopback counter."""
+"""trainbase_conformance/speed.py: the probe's line, best-of, ratios and the loopback counter."""
 import pytest
 
-from conformance import speed
+from trainbase_conformance import speed
 
 PROC_NET_DEV = """Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed

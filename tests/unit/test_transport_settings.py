@@ -1,7 +1,7 @@
-"""Which baked-in settings take the fabric away (conformance/transport_settings.py)."""
+"""Which baked-in settings take the fabric away (trainbase_conformance/transport_settings.py)."""
 import pytest
 
-from conformance.transport_settings import Setting, defects, parse_config_file, parse_env
+from trainbase_conformance.transport_settings import Setting, defects, parse_config_file, parse_env
 
 
 def one(name, value, source="image ENV"):

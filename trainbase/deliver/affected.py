@@ -37,7 +37,7 @@ RECIPE_INPUTS = ("matrix.yaml", rendermod.TEMPLATES_DIR, rendermod.IMAGEFS_DIR, 
 # First match wins; patterns are fnmatch patterns over repository-relative paths.
 PATH_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("recipe", ("matrix.yaml", "templates/*", "imagefs/*", "locks/*", "patches/*", "images/*")),
-    ("suite", ("tests/conformance/*", "conformance/*", "examples/*")),
+    ("suite", ("tests/conformance/*", "trainbase_conformance/*", "packaging/conformance/*", "examples/*")),
     ("none", ("docs/*", "*.md", ".github/*", "tests/unit/*", "bench/*", ".gitignore", "LICENSE")),
     ("tool", ("trainbase/*", "trainbase_common/*", "build.py", "requirements*.txt", "pyproject.toml",
               "scripts/*", ".ci/*", "tests/build/*", "tests/conftest.py", ".dockerignore", ".hadolint.yaml")),

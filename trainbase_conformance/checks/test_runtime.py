@@ -9,7 +9,7 @@ and the image's own tb-doctor:
 * Charliecloud (Debian's `ch-run`) as an unprivileged host user: with `--set-env` (the image's
   ENV) and bare, with nothing but the host's ordinary PATH;
 * rootless Podman as the same user, container root mapped onto them and `--userns=keep-id`;
-* a real one-node Slurm (conformance/slurm.py): `srun -n 2 ch-run` with every `--mpi` plugin
+* a real one-node Slurm (trainbase_conformance/slurm.py): `srun -n 2 ch-run` with every `--mpi` plugin
   Slurm offers (none, pmi2, pmix), with and without `--join`. Where the image's MPI speaks the
   PMI the ranks form one world; where it cannot, the ranks must not pass as a job: tb-doctor
   --cluster fails naming the flag to use.
@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance import runtimes, slurm
-from conformance.containers import Container
+from trainbase_conformance import runtimes, slurm
+from trainbase_conformance.containers import Container
 from trainbase_common import engine
 
-from .conftest import PROBES
+from trainbase_conformance.plugin import PROBES
 
-pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run")]
+pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run"), pytest.mark.trainbase_contract("tb-doctor and tb-launch")]
 
 NOBODY = "54321:54321"      # a uid and gid no image has in /etc/passwd (HPC sites map the user's own)
 PROBE = (PROBES / "runtime_world.py").read_text()

@@ -5,7 +5,7 @@ rank // local_size when ranks are placed by node -- not OMPI_COMM_WORLD_NODE_RAN
 the rank within a node."""
 import pytest
 
-from .conftest import PROBE_DIR, tbconf_lines
+from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
 
 PER_HOST = 2
 
@@ -44,6 +44,7 @@ def test_every_rank_sees_rank_variables(target, rank_env):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_node_rank_is_node_index(target, rank_env):
     """rank // local_size is the index of the rank's node (ranks placed by node), and the image
     itself sets no NODE_RANK (one value baked in for every node)."""
@@ -65,6 +66,7 @@ def test_node_rank_is_node_index(target, rank_env):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_launch_contract_node_rank(target, cluster):
     """The image's launch contract (`tb-launch`, declared by the manifest's components.launch
     or found on PATH) maps the launcher's variables to RANK, WORLD_SIZE, LOCAL_RANK,

@@ -1,12 +1,15 @@
-"""Conformance suite plumbing: which images, which containers, which tiers, which reports.
+"""The conformance suite's pytest plugin: which images, which containers, which tiers, which
+reports. Installed, it is registered through the ``pytest11`` entry point and driven by the
+``trainbase-conformance`` command (cli.py); in a checkout, pyproject.toml loads it with ``-p``:
 
-    pytest tests/conformance --image trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest
-    pytest tests/conformance --report reports/build-ci.json     # every built/cached image
+    trainbase-conformance trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest --tier static,cpu
+    pytest trainbase_conformance/checks --report reports/build-ci.json     # every built/cached image
 
 Each test takes the session fixture ``target`` (one long-running container per image,
 parametrized so test ids name the image) or ``cluster`` (two containers on a private
 network with sshd) and checks one thing against the image's OWN manifest
-(/etc/trainbase/manifest.json): no test knows any image by name.
+(/etc/trainbase/manifest.json), or for an image trainbase did not build, against the
+expectations file its user wrote (--expect, expectations.py): no test knows any image by name.
 
 Tiers are markers (static, cpu, multinode, azureml, gpu, fabric). Every test carries exactly one; a
 tier this host cannot run (no GPU, no RDMA device) is skipped with the reason, never passed.
@@ -17,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,19 +28,17 @@ from typing import Any
 import jsonschema
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from trainbase_common.states import usable_images
 
-from conformance import EVIDENCE, MANIFEST_PATH, TIERS  # noqa: E402
-from conformance.containers import Container, inspect_image, short_name, ssh_cluster  # noqa: E402
-from conformance.flavors import MpiFlavor  # noqa: E402
-from conformance.host import HostCaps, probe_host  # noqa: E402
-from conformance.results import Results  # noqa: E402
-from trainbase_common.states import usable_images  # noqa: E402
+from . import EVIDENCE, MARKERS, TIERS, expectations
+from .containers import Container, inspect_image, short_name, ssh_cluster
+from .flavors import MpiFlavor
+from .host import HostCaps, probe_host
+from .resources import DOCTOR_SCHEMA as DOCTOR_SCHEMA_PATH
+from .resources import PROBES
+from .results import Results
 
-PROBES = Path(__file__).resolve().parent / "probes"
-DOCTOR_SCHEMA = json.loads((ROOT / "docs" / "doctor.schema.json").read_text())
+DOCTOR_SCHEMA = json.loads(DOCTOR_SCHEMA_PATH.read_text())
 PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
 _RESULTS = pytest.StashKey[Results]()
 _CAPS = pytest.StashKey[HostCaps]()
@@ -53,7 +53,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="image to test (repeatable), e.g. trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest")
     g.addoption("--report", action="append", default=[], metavar="BUILD.json",
                 help="test every image with status built/cached in this build report (repeatable)")
-    g.addoption("--conformance-report", default=str(ROOT / "reports" / "conformance.md"), metavar="PATH",
+    g.addoption("--expect", default=None, metavar="FILE",
+                help="for an image without /etc/trainbase/manifest.json (not built by trainbase): what it "
+                     "claims to hold, YAML/JSON following expectations.schema.json")
+    g.addoption("--conformance-report", default="reports/conformance.md", metavar="PATH",
                 help="Markdown summary (image x check); for JUnit use pytest's --junitxml")
     g.addoption("--shm-size", default="1g", help="--shm-size for every container (default 1g)")
     g.addoption("--broken-variants", action="store_true",
@@ -72,6 +75,8 @@ def _image_refs(config: pytest.Config) -> list[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
     config.stash[_RESULTS] = Results()
     config.stash[_IMAGE_FACTS] = {}
 
@@ -155,6 +160,11 @@ class Target:
     cache: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def foreign(self) -> bool:
+        """Not built by trainbase: the manifest is the user's expectations file."""
+        return bool(self.manifest.get("foreign"))
+
+    @property
     def name(self) -> str:
         return self.manifest.get("name", short_name(self.ref))
 
@@ -220,6 +230,19 @@ def _start(image: str, caps: HostCaps, opts: Any = None, **kw: Any) -> Container
     return c
 
 
+@pytest.fixture(autouse=True)
+def _trainbase_contract(request: pytest.FixtureRequest) -> None:
+    """Checks of trainbase's own contract (tb-doctor, tb-launch, the manifest's extra fields,
+    labels, SBOM) do not apply to an image trainbase did not build: skipped, saying so."""
+    marker = request.node.get_closest_marker("trainbase_contract")
+    if marker is None or "target" not in request.fixturenames:
+        return
+    target = request.getfixturevalue("target")
+    if target.foreign:
+        what = marker.args[0] if marker.args else "trainbase's own tools"
+        pytest.skip(f"not applicable: checks {what}, which only trainbase-built images carry")
+
+
 @pytest.fixture(scope="session")
 def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_testsuite_property):
     import testinfra
@@ -228,10 +251,7 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_
     inspect = inspect_image(image)
     container = _start(image, host_caps)
     try:
-        try:
-            manifest = json.loads(container.read(MANIFEST_PATH))
-        except FileNotFoundError as e:
-            pytest.fail(f"the image carries no manifest: {e}")
+        manifest = expectations.image_manifest(image, container, pytestconfig.getoption("--expect"))
         mpi, mpi_error = None, ""
         try:
             mpi = MpiFlavor.from_manifest(manifest)

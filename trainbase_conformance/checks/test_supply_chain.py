@@ -10,6 +10,8 @@ import pytest
 PYPI_LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted({(d.metadata['Name'], d.version) "
              "for d in m.distributions() if d.metadata['Name']})))")
 
+pytestmark = pytest.mark.trainbase_contract("the SBOM its labels name")
+
 
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()

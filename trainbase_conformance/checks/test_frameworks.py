@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from .conftest import ROOT
+from trainbase_conformance.resources import EXAMPLES
 
 EX = "/tmp/tbconf/ex"
 
@@ -29,7 +29,7 @@ def need(target, fw: str) -> str:
 def put_examples(*containers) -> None:
     for c in containers:
         c.exec(f"mkdir -p {EX}", timeout=60)
-        c.put(f"{ROOT}/examples/.", EX)
+        c.put(f"{EXAMPLES}/.", EX)
 
 
 def py_json(target, code: str, timeout: int = 240):
@@ -89,6 +89,7 @@ def test_one_nccl_the_framework_really_uses(target):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_pytorch_per_process_mpirun_across_two_containers(cluster, target):
     need(target, "pytorch")
     put_examples(*cluster.nodes)
@@ -124,6 +125,7 @@ def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
 
 @pytest.mark.static
 @pytest.mark.evidence("content")
+@pytest.mark.trainbase_contract("the manifest's framework_packages")
 def test_framework_packages_are_the_pinned_versions(target):
     """Every package matrix.yaml pins for the image's frameworks is installed at that version."""
     pins = {name: ver for fw in frameworks(target) for name, ver in pinned(target, fw).items()}
@@ -153,6 +155,7 @@ def need_lightning(target) -> str:
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
     """Lightning DDP, 2 processes on 2 containers under mpirun + tb-launch: Lightning sees the
     launcher's world through the contract (not 2 independent jobs) and the parameters agree."""
@@ -170,6 +173,7 @@ def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_lightning_devices_mismatch_fails_loudly_on_every_rank(cluster, target):
     """The trap: `devices` that differs from the ranks per node left one rank failing and rank 0
     hanging. Under the contract every rank must stop, fast, with Lightning's reason."""
@@ -195,6 +199,7 @@ def _azureml_recipe(cluster, per_host: int, args: str, port: int):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("the manifest's framework_packages")
 def test_lightning_azureml_per_node_recipe_trains_the_full_world(cluster, target):
     """Per node (process_count_per_node=1; the script sets MASTER_ADDR, MASTER_PORT and NODE_RANK,
     then Trainer(devices=2, num_nodes=2)): 4 processes train, identical parameters. Unpatched,
@@ -209,6 +214,7 @@ def test_lightning_azureml_per_node_recipe_trains_the_full_world(cluster, target
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("the manifest's framework_packages")
 def test_lightning_azureml_per_process_recipe_without_tb_launch(cluster, target):
     """Per process without tb-launch (process_count_per_node=devices): Lightning's MPI
     environment sees the launcher's world of 4, identical parameters."""
@@ -221,6 +227,7 @@ def test_lightning_azureml_per_process_recipe_without_tb_launch(cluster, target)
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("the manifest's framework_packages")
 def test_lightning_azureml_per_process_mismatch_stops_with_the_fix(cluster, target):
     """Per process without tb-launch but one rank a node for devices=2: the MPI world (2) cannot
     be devices x num_nodes (4). Every rank must stop before training, fast, naming the fix;
@@ -254,6 +261,7 @@ def test_tensorflow_build_matches_manifest(target):
 
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-launch")
 def test_tensorflow_multiworker_across_two_containers(cluster, target):
     need(target, "tensorflow")
     put_examples(*cluster.nodes)

@@ -12,11 +12,13 @@ import time
 import jsonschema
 import pytest
 
-from conformance.containers import Container
+from trainbase_conformance.containers import Container
 
-from .conftest import DOCTOR_SCHEMA, start_cluster
+from trainbase_conformance.plugin import DOCTOR_SCHEMA, start_cluster
 
 DOCTOR_BUDGET_S = 10  # the bound for a run without a collective
+
+pytestmark = pytest.mark.trainbase_contract("tb-doctor")
 
 
 @pytest.mark.cpu

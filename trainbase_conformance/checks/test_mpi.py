@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from .conftest import PROBE_DIR, tbconf_lines
+from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
 
 # Lines that must never appear on a healthy run's stderr (CMA without SYS_PTRACE, transport
 # fallbacks, Open MPI's help-file banners).
@@ -31,6 +31,7 @@ def _check_ranks(ranks: list[dict], n: int, what: str) -> None:
 @pytest.mark.static
 @pytest.mark.parametrize("shell", ["non-login", "login"])
 @pytest.mark.evidence("run")
+@pytest.mark.trainbase_contract("tb-doctor")
 def test_launcher_runs_from_path(target, shell):
     """The image's own doctor check mpi.launcher (written once, shipped in the image), run from
     `sh -c` and from `bash -lc`: every launcher of the manifest's MPI resolves under its prefix,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.containers import short_name
+from trainbase_conformance.containers import short_name
 from trainbase_common.manifest import labels as labels_from_manifest
-from conformance.layers import LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers, wheel_digest
+from trainbase_conformance.layers import LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers, wheel_digest
 
 CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
                 "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")
@@ -124,6 +124,7 @@ def test_no_apt_lists(target, layers):
 
 @pytest.mark.static
 @pytest.mark.evidence("content")
+@pytest.mark.trainbase_contract("the io.trainbase.* labels")
 def test_labels_match_manifest(target):
     """The io.trainbase.* labels are present and say what the image's manifest says."""
     want = labels_from_manifest(target.manifest)
@@ -135,6 +136,7 @@ def test_labels_match_manifest(target):
 
 @pytest.mark.static
 @pytest.mark.evidence("content")
+@pytest.mark.trainbase_contract("/etc/trainbase/manifest.json")
 def test_manifest_names_this_image(target):
     """The manifest's name is the image's name (its repository and its title label)."""
     name = target.manifest.get("name")
@@ -146,6 +148,7 @@ def test_manifest_names_this_image(target):
 
 @pytest.mark.static
 @pytest.mark.evidence("content")
+@pytest.mark.trainbase_contract("the manifest's size budget")
 def test_size_within_budget(target):
     """The image is no larger than the manifest's size_budget_gb (decimal GB, like docker)."""
     budget = float(target.manifest["size_budget_gb"])

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import runtimes
+from trainbase_conformance import runtimes
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm", "/usr/lib64/slurm")
@@ -121,7 +121,7 @@ class Slurm:
 
 def _conf(root: Path, node: str, cpus: int, memory_mb: int, munge_socket: Path) -> str:
     ctld, slurmd = _free_port(), _free_port()
-    return f"""# written by trainbase's conformance suite (conformance/slurm.py): a one-node cluster on loopback
+    return f"""# written by trainbase's conformance suite (trainbase_conformance/slurm.py): a one-node cluster on loopback
 ClusterName=tbconf
 SlurmctldHost={node}(127.0.0.1)
 SlurmctldPort={ctld}

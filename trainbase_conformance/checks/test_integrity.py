@@ -5,14 +5,14 @@ requirement it declares.
 These catch what a check written for one component cannot: a slimming step that deleted a
 library only some plugin or tool needs, a package removed or replaced under another that
 depends on it. Nothing here is allowed to be "mostly" whole: the exceptions are listed in
-conformance/linkage.py, each pinned to the file, the missing library and the reason."""
+trainbase_conformance/linkage.py, each pinned to the file, the missing library and the reason."""
 from __future__ import annotations
 
 import pytest
 
-from conformance.linkage import unexplained_gaps
+from trainbase_conformance.linkage import unexplained_gaps
 
-from .conftest import PROBE_DIR
+from trainbase_conformance.plugin import PROBE_DIR
 
 # Where the image's own software lives: trainbase's prefixes (MPI, venv, tools), the CUDA
 # toolkit, the distro programs, and the verbs providers and UCX modules (found by name, so the

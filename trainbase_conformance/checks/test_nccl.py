@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from .conftest import PROBE_DIR
+from trainbase_conformance.plugin import PROBE_DIR
 
 SONAME = "libnccl.so.2"
 
@@ -20,6 +20,7 @@ def _nccl(target) -> dict:
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
+@pytest.mark.trainbase_contract("tb-doctor")
 def test_nccl_loads(target):
     """libnccl.so.2 resolves through the dynamic linker and loads (no GPU needed): the image's
     own doctor check nccl.library, run in the image."""
@@ -29,6 +30,7 @@ def test_nccl_loads(target):
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
+@pytest.mark.trainbase_contract("tb-doctor")
 def test_nccl_version(target):
     """ncclGetVersion of the library the linker loads equals the manifest's NCCL (doctor's
     nccl.library)."""
@@ -39,6 +41,7 @@ def test_nccl_version(target):
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
+@pytest.mark.trainbase_contract("tb-doctor")
 def test_no_second_nccl_on_the_library_path(target):
     """No other libnccl.so.2 on LD_LIBRARY_PATH, in the linker cache or in site-packages could
     shadow the image's one (doctor's nccl.shadow)."""

@@ -1,5 +1,5 @@
 """Azure ML: every distribution mode, on 2 containers x 2 processes, each process started with
-the exact environment Azure ML gives it (conformance/azureml.py), with and without tb-launch:
+the exact environment Azure ML gives it (trainbase_conformance/azureml.py), with and without tb-launch:
 
 * ``type: mpi`` -- the image's mpirun started on node 0 with Azure's Batch variables forwarded;
 * ``type: pytorch`` -- the 4 processes started by the suite itself (as Azure does), 2 per node;
@@ -19,10 +19,10 @@ import os
 
 import pytest
 
-from conformance import azureml
+from trainbase_conformance import azureml
 
-from .conftest import PROBE_DIR, tbconf_lines
-from .test_frameworks import EX, frameworks, need, ok_lines, put_examples
+from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
+from trainbase_conformance.checks.test_frameworks import EX, frameworks, need, ok_lines, put_examples
 
 PER_NODE = 2
 WORLD = 2 * PER_NODE
@@ -139,6 +139,7 @@ def type_mpi(job: Job, wrapper: str, cmd: str, what: str, check) -> None:
 # ----------------------------------------------------------------------------- every image
 
 @pytest.mark.parametrize("wrapper", ["tb-launch", "guides-helper"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_mpi_rendezvous(target, job, wrapper):
     """`type: mpi`: every launch variable from the MPI launcher + Azure's Batch variables."""
     type_mpi(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py", f"type: mpi, {wrapper}, rendezvous probe",
@@ -146,6 +147,7 @@ def test_type_mpi_rendezvous(target, job, wrapper):
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_pytorch_rendezvous(target, job, wrapper):
     """`type: pytorch`: Azure's per-process variables, taken as they are or through tb-launch
     (which must neither refuse them nor invent a LOCAL_WORLD_SIZE from a world it cannot see)."""
@@ -155,6 +157,7 @@ def test_type_pytorch_rendezvous(target, job, wrapper):
     check_topology(job, outputs(results, what), what)
 
 
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_tensorflow_rendezvous(target, job):
     """`type: tensorflow`: tb-launch --tf reads the world from Azure's TF_CONFIG (never
     replacing it) and gives the same world to a script reading RANK/WORLD_SIZE."""
@@ -170,6 +173,7 @@ DDP = f"{EX}/pytorch_ddp.py --backend gloo"
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch", "guides-helper"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_mpi_pytorch_ddp(target, job, wrapper):
     need(target, "pytorch")
     type_mpi(job, wrapper, f"{job.python} {DDP}", f"type: mpi, {wrapper}, pytorch_ddp.py", check_ok)
@@ -184,6 +188,7 @@ def test_type_pytorch_ddp(target, job, wrapper):
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_pytorch_per_node_torchrun(target, job, wrapper):
     """process_count_per_instance = 1, the command is torchrun: plain, it is given Azure's
     per-node variables on its command line; through tb-launch, tb-launch hands them on."""
@@ -199,6 +204,7 @@ def test_type_pytorch_per_node_torchrun(target, job, wrapper):
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
+@pytest.mark.trainbase_contract("the manifest's framework_packages")
 def test_type_pytorch_lightning(target, job, wrapper):
     """Lightning under `type: pytorch`: the Trainer is told devices and num_nodes (Azure gives
     no node count); rank, node rank and world come from Azure's variables."""
@@ -213,6 +219,7 @@ def test_type_pytorch_lightning(target, job, wrapper):
 
 
 @pytest.mark.parametrize("client", ["lightning_azureml.py per-process", "tb-launch lightning_ddp.py"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_mpi_lightning(target, job, client):
     need(target, "pytorch")
     if "lightning" not in (target.manifest.get("framework_packages") or {}).get("pytorch", {}):
@@ -241,6 +248,7 @@ def test_deepspeed_init(target, job, mode, wrapper):
 # ----------------------------------------------------------------------------- TensorFlow
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_tensorflow_multiworker(target, job, wrapper):
     """Azure's TF_CONFIG is the truth: 4 workers, the all-reduce over all 4, with or without
     `tb-launch --tf` (which must keep Azure's TF_CONFIG byte for byte)."""
@@ -251,6 +259,7 @@ def test_type_tensorflow_multiworker(target, job, wrapper):
     check_ok(job, outputs(results, what), what, key="worker")
 
 
+@pytest.mark.trainbase_contract("tb-launch")
 def test_type_mpi_tensorflow_multiworker(target, job):
     """`type: mpi` + tb-launch --tf: the TF workers' addresses come from AZ_BATCH_HOST_LIST."""
     need(target, "tensorflow")

@@ -4,14 +4,14 @@ Issue 28: the Open MPI 4 image, run as users run it (Docker's default profile, n
 capability), moved 4 MiB messages at 0.43x the host's speed, and every functional check
 passed. This check runs the same mpi4py ping-pong on the host's own MPI and in the image, in
 the same run, and fails an image below FLOOR_4MIB of the host, naming the transport it used.
-Ratios only, never an absolute time (conformance/speed.py)."""
+Ratios only, never an absolute time (trainbase_conformance/speed.py)."""
 import re
 
 import pytest
 
-from conformance import speed
+from trainbase_conformance import speed
 
-from .conftest import PROBE_DIR, PROBES
+from trainbase_conformance.plugin import PROBE_DIR, PROBES
 
 ROUNDS = 2      # host and image alternate at least this many times; each keeps its best figures
 # ... and up to this many while the image is below the floor: a loaded machine (a CI runner

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conformance.flavors import cuda_version_code, cudnn_version_code
+from trainbase_conformance.flavors import cuda_version_code, cudnn_version_code
 
-from .conftest import PROBE_DIR
+from trainbase_conformance.plugin import PROBE_DIR
 
 
 def _sonames(target) -> dict[str, str]:

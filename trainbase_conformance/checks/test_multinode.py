@@ -3,7 +3,7 @@ host keys and a client key made for this test (no key comes from the image); the
 launcher runs the value-checked allreduce across both, 2 ranks each."""
 import pytest
 
-from .conftest import PROBE_DIR, tbconf_lines
+from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
 
 PER_HOST = 2
 

@@ -3,7 +3,7 @@
 Absolute times say nothing across machines; a ratio to a reference measured moments before on
 the same cores does. The reference is the host's distro MPI with its distro mpi4py (on Debian
 `openmpi-bin` + `python3-mpi4py`, installed by scripts/setup.sh) running the very probe the
-image runs (tests/conformance/probes/pingpong_mpi4py.py). Host and image runs alternate and
+image runs (trainbase_conformance/probes/pingpong_mpi4py.py). Host and image runs alternate and
 each side keeps its best round, so a noisy neighbour cannot fail an image by itself.
 """
 

@@ -1,0 +1,101 @@
+"""The conformance suite as an installable tool: its expectations files (for images trainbase did
+not build) are validated with errors that name the file and the field, its command turns tiers
+into pytest's marker selection, and its wheel carries every check, probe and data file the
+installed suite reads (and registers the plugin)."""
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trainbase_conformance import TIERS, cli, expectations
+from trainbase_conformance.resources import CHECKS, PROBES
+
+from .conftest import ROOT
+
+AZUREML = ROOT / "tests" / "foreign" / "azureml-openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04" / "expectations.yaml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "expect.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_the_shipped_foreign_expectations_are_valid():
+    data = expectations.load(AZUREML)
+    assert data["mpi"]["kind"] == "openmpi" and data["python"]["prefix"] == "/opt/miniconda"
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("mpi: {kind: openmpi, version: '4.1'}\n", ["(top level)", "'python' is a required property"]),
+    ("python: {prefix: /opt/conda}\nmpi: {kind: mpich, version: '4.1'}\n", ["mpi.kind", "'mpich' is not one of"]),
+    ("python: {prefix: opt/conda}\n", ["python.prefix", "does not match"]),
+    ("python: {prefix: /opt/conda}\nnccl: 2.18\n", ["nccl", "is not of type 'object'"]),
+    ("python: {prefix: /opt/conda}\nframeworks: {jax: '0.4'}\n", ["frameworks", "'jax' was unexpected"]),
+    ("python: {prefix: /opt/conda}\ncudaa: {version: '12.1'}\n", ["(top level)", "'cudaa' was unexpected"]),
+])
+def test_a_bad_expectations_file_names_the_file_and_the_field(tmp_path, text, names):
+    with pytest.raises(expectations.ExpectationsError) as e:
+        expectations.load(write(tmp_path, text))
+    assert "expect.yaml" in str(e.value)
+    for n in names:
+        assert n in str(e.value)
+
+
+def test_not_yaml_and_missing_files_are_clear(tmp_path):
+    with pytest.raises(expectations.ExpectationsError, match="not YAML"):
+        expectations.load(write(tmp_path, "python: {prefix: [\n"))
+    with pytest.raises(expectations.ExpectationsError, match="cannot read"):
+        expectations.load(tmp_path / "nope.yaml")
+
+
+def test_an_undeclared_component_skips_the_check_that_needs_it():
+    m = expectations.as_manifest(expectations.load(AZUREML), "img:1", "expectations.yaml")
+    assert m["foreign"] and m["components"]["mpi"]["version"] == "4.1.4" and m["frameworks"] == {}
+    with pytest.raises(pytest.skip.Exception, match="expectations.yaml declares no 'cuda'"):
+        m["components"]["cuda"]
+
+
+def test_tiers_become_one_marker_expression():
+    assert cli.parse_tiers("static, cpu,static") == ["static", "cpu"]
+    assert cli.parse_tiers("all") == list(TIERS)
+    with pytest.raises(Exception, match="unknown tier gpus"):
+        cli.parse_tiers("static,gpus")
+    ns, rest = cli.parser().parse_known_args(["img:1", "img:2", "--tier", "gpu,fabric", "--expect", "e.yaml",
+                                              "--junitxml", "o.xml", "-k", "nccl"])
+    args = cli.pytest_args(ns, rest)
+    assert args[0] == str(CHECKS) and args[args.index("-m") + 1] == "gpu or fabric"
+    assert args.count("--image") == 2 and args[args.index("--expect") + 1] == "e.yaml"
+    assert args[-2:] == ["-k", "nccl"] and "--junitxml" in args
+
+
+def test_the_command_refuses_a_bad_expectations_file_before_any_container(tmp_path, capsys):
+    bad = write(tmp_path, "python: {prefix: /x}\nmpi: {kind: openmpi}\n")
+    assert cli.main(["img:1", "--expect", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "expect.yaml" in err and "'version' is a required property" in err
+
+
+def test_the_wheel_carries_the_checks_probes_data_and_plugin(tmp_path):
+    subprocess.run(["bash", str(ROOT / "scripts" / "conformance-wheel.sh"), "build", str(tmp_path)],
+                   check=True, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+    (wheel,) = tmp_path.glob("trainbase_conformance-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for check in CHECKS.glob("test_*.py"):
+        assert f"trainbase_conformance/checks/{check.name}" in names
+    for probe in PROBES.iterdir():
+        assert f"trainbase_conformance/probes/{probe.name}" in names
+    assert {"trainbase_conformance/data/doctor.schema.json", "trainbase_conformance/expectations.schema.json",
+            "trainbase_common/engine.py", "trainbase_conformance/data/examples/pytorch_ddp.py"} <= names
+    assert not [n for n in names if "__pycache__" in n]
+    dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    entry_points = zipfile.ZipFile(wheel).read(dist).decode()
+    assert "trainbase_conformance.plugin = trainbase_conformance.plugin" in entry_points
+    assert "trainbase-conformance = trainbase_conformance.cli:main" in entry_points
+    # the doctor's schema in the wheel is the published one
+    packed = json.loads(zipfile.ZipFile(wheel).read("trainbase_conformance/data/doctor.schema.json"))
+    assert packed == json.loads((ROOT / "docs" / "doctor.schema.json").read_text())

@@ -1,0 +1,83 @@
+"""`trainbase-conformance`: the suite as one command on any machine with a Docker engine (a GPU
+runner, a laptop), no checkout needed. It runs the packaged checks through pytest with this
+package's plugin; anything it does not know is handed to pytest unchanged.
+
+    trainbase-conformance IMAGE... [--tier static,cpu,...] [--expect FILE]
+                          [--junitxml OUT.xml] [--markdown OUT.md] [PYTEST ARGS...]
+
+Exit status is pytest's: 0 all selected checks passed (or skipped with a reason), 1 a check
+failed, 2 bad usage (an unknown tier, an invalid expectations file, no image)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import TIERS, expectations
+from .resources import CHECKS
+
+DEFAULT_TIERS = ("static", "cpu")
+
+
+def parse_tiers(text: str) -> list[str]:
+    """Split a --tier value: "static,cpu" -> [static, cpu]; "all" -> every tier; unknown -> error."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if names == ["all"]:
+        return list(TIERS)
+    unknown = [t for t in names if t not in TIERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown tier {', '.join(unknown) or '(none)'}: choose from "
+                                         f"{', '.join(TIERS)} or 'all'")
+    return list(dict.fromkeys(names))
+
+
+def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
+    """The pytest command line for the parsed options (the plugin's own options by name)."""
+    args = [str(CHECKS), "-p", "trainbase_conformance.plugin", "-p", "no:cacheprovider", "-ra",
+            "-m", " or ".join(ns.tier)]
+    for ref in ns.images:
+        args += ["--image", ref]
+    if ns.expect:
+        args += ["--expect", ns.expect]
+    if ns.junitxml:
+        args += ["--junitxml", ns.junitxml]
+    args += ["--conformance-report", ns.markdown]
+    return args + passthrough
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="trainbase-conformance",
+        description="Prove that distributed-training images work: MPI ranks, NCCL, InfiniBand userspace, "
+                    "frameworks, launcher environment, runtimes. Checks each image against its own "
+                    "/etc/trainbase/manifest.json or, for an image trainbase did not build, --expect FILE.",
+        epilog="Other options go to pytest (e.g. -k EXPR, -x, --collect-only, --report BUILD.json).")
+    ap.add_argument("images", nargs="*", metavar="IMAGE", help="image references (local, or pulled first)")
+    ap.add_argument("--tier", type=parse_tiers, default=list(DEFAULT_TIERS),
+                    help=f"comma-separated tiers from {', '.join(TIERS)}, or 'all' (default: static,cpu); "
+                         "gpu and fabric skip with the reason on a host without a GPU / RDMA device")
+    ap.add_argument("--expect", metavar="FILE",
+                    help="expectations (YAML/JSON) for images without a trainbase manifest")
+    ap.add_argument("--junitxml", metavar="OUT.xml", help="JUnit report (each case names its image and tier)")
+    ap.add_argument("--markdown", metavar="OUT.md", default="conformance.md",
+                    help="image x check summary (default: ./conformance.md)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pytest
+
+    ap = parser()
+    ns, passthrough = ap.parse_known_args(argv)
+    if not ns.images and "--report" not in passthrough:
+        ap.error("name at least one IMAGE (or pass --report BUILD.json)")
+    if ns.expect:
+        try:
+            expectations.load(ns.expect)  # refuse a bad file before any container starts
+        except expectations.ExpectationsError as e:
+            print(f"trainbase-conformance: {e}", file=sys.stderr)
+            return 2
+    return int(pytest.main(pytest_args(ns, passthrough)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
