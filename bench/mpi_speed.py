@@ -49,7 +49,7 @@ from trainbase_common import buildkit, engine  # noqa: E402
 from trainbase_common.manifest import MANIFEST_PATH  # noqa: E402
 from trainbase_common.states import usable_images  # noqa: E402
 
-PROBE = ROOT / "tests" / "conformance" / "probes" / "pingpong_mpi4py.py"
+PROBE = ROOT / "trainbase_conformance" / "probes" / "pingpong_mpi4py.py"
 RUNTIMES = ("docker", "docker-uid", "docker-ptrace", "two-containers", "podman", "ch-run", "srun-ch-run-join",
             "srun-ch-run")
 HPC_RUNTIMES = RUNTIMES[4:]

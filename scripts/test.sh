@@ -9,7 +9,9 @@
 #      suite's self-test (broken variants of a real image must fail the right check)
 #   5. the suite as users install it: its wheel built, installed into a fresh venv from the
 #      hash-locked requirements, and `trainbase-conformance` run from outside the checkout on
-#      one built image (one tier) -- scripts/installed-suite.sh
+#      one built image (one tier) -- scripts/installed-suite.sh; and on Azure ML's published recipe
+#      rebuilt here, with an expectations file, whose failures must be the recorded ones
+#      (scripts/foreign-image.sh, tests/foreign/)
 # Reports (JUnit, JSON, logs) land in reports/.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,6 +38,8 @@ if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engi
       --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
   echo "==> the installed suite: wheel -> fresh venv -> trainbase-conformance on one image, outside the checkout"
   bash scripts/installed-suite.sh reports/build.json static reports/installed-suite
+  echo "==> the installed suite on an image trainbase did not build (Azure ML's recipe, --expect): the recorded verdict"
+  bash scripts/foreign-image.sh static,cpu reports/foreign
   pytest_args+=(tests/build trainbase_conformance/checks --report reports/build.json)
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else

@@ -32,7 +32,8 @@ def parse_tiers(text: str) -> list[str]:
 
 def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
     """The pytest command line for the parsed options (the plugin's own options by name)."""
-    args = [str(CHECKS), "-p", "trainbase_conformance.plugin", "-p", "no:cacheprovider", "-ra",
+    # rootdir: the checks' own folder, so test ids read test_mpi.py::... wherever it runs
+    args = [str(CHECKS), f"--rootdir={CHECKS}", "-p", "trainbase_conformance.plugin", "-p", "no:cacheprovider", "-ra",
             "-m", " or ".join(ns.tier)]
     for ref in ns.images:
         args += ["--image", ref]

@@ -180,7 +180,7 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
     a = affected.since(load(repo / "matrix.yaml"), repo, "main")
     assert a.build and all(n.startswith("horovod") for n in a.build)
     assert a.paths["recipe"] == ["templates/blocks/horovod.j2"]
-    assert a.paths["suite"] == ["trainbase_conformance/checks/test_new.py"]
+    assert a.paths["suite"] == ["tests/conformance/test_new.py"]
     assert "none" not in a.paths                          # main's own docs commit is not this branch's change
     code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main", "--json"], capsys)
     assert code == 0 and json.loads(out)["build"] == a.build

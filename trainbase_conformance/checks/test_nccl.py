@@ -62,6 +62,26 @@ def test_one_nccl(target):
     assert real == files[0], f"the linker loads {real}, the image's NCCL file is {files[0]}"
 
 
+def nccl_version_code(version: str) -> int:
+    """NCCL_VERSION_CODE as ncclGetVersion returns it: "2.21.5" -> 22105 (from NCCL 2.9 on)."""
+    major, minor, patch = (int(x) for x in version.split(".")[:3])
+    return major * 10000 + minor * 100 + patch
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_nccl_version_from_the_library(target):
+    """The libnccl.so.2 the dynamic linker gives the image's Python answers ncclGetVersion with
+    the declared NCCL (ctypes, no GPU): the same claim tb-doctor checks, made without the
+    image's own tools so that it holds for any image."""
+    declared = target.components["nccl"]["version"]
+    info = _nccl(target)
+    assert "error" not in info, f"{SONAME} does not load: {info['error']}"
+    assert info["version"] == nccl_version_code(declared), (
+        f"{info['path']} reports NCCL {info['version']}, the image declares {declared} "
+        f"({nccl_version_code(declared)})")
+
+
 # NCCL dlopens plugins by name from the library path at init: libnccl-net.so (or
 # libnccl-net-<NCCL_NET_PLUGIN>.so), libnccl-tuner*.so, libnccl-profiler*.so. One that is there
 # and does not load makes NCCL warn and fall back (net: its own IB/socket transport) or fail.

@@ -140,7 +140,7 @@ RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \
 # (32 KiB by default): 8.1-8.3 GB/s at 4 MiB against the host's 11.3-11.9 with CMA (0.71x), and
 # a 4 MiB allreduce 6x slower on Open MPI 5. 256 KiB fragments: 26-27 GB/s (2.2x: fewer
 # hand-offs, each cache-resident) and allreduce 1.1x the host, on both series, 8 ranks correct
-# in Docker's default 64 MiB /dev/shm. bench/mpi_speed.py measures it; trainbase_conformance/checks
+# in Docker's default 64 MiB /dev/shm. bench/mpi_speed.py measures it; tests/conformance/
 # test_speed.py fails an image below 0.7x of the host.
 ENV OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
