@@ -124,10 +124,18 @@ def run(args: argparse.Namespace) -> int:
     if args.lock_bases:
         from .build import bases
 
-        entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+        failed = None
+        try:
+            entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+        except TrainbaseError as e:   # what did resolve is written: render it, then fail the job
+            failed, entries = e, base_lock.load(root)
         locked = sum(1 for e in entries.values() if e.identity)
         print(f"{base_lock.LOCK_FILE}: {locked} base(s) locked, {len(entries) - locked} unlocked")
-        return render(m, root)
+        code = render(m, root)
+        if failed:
+            print(f"error: {failed}", file=sys.stderr)
+            return 1
+        return code
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)
         code = hadolint.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)

@@ -220,3 +220,54 @@ def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(mo
     assert bases.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
         "ref": f"registry.example/team/debian@{CUDA_DIGEST}", "identity": CUDA_DIGEST, "how": "registry digest"}
     assert bases.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"
+
+
+def _registry_rows(tmp_path):
+    """A scratch matrix whose selection includes registry rows (nvidia/cuda bases)."""
+    m = _scratch(tmp_path)
+    from trainbase.render import context
+    cells = [c for c in m.included if not c.parent]
+    refs = {context.build(m, c).data["os"]["base"] for c in cells}
+    return m, cells, sorted(r for r in refs if r != BASE)
+
+
+def test_lock_bases_reads_registry_digests_without_pulling(tmp_path, monkeypatch):
+    """--lock-bases asks the registry's manifest API for each registry row's digest (the engine's
+    distribution endpoint): nothing is pulled, every row is locked to what the registry said."""
+    m, cells, registry_refs = _registry_rows(tmp_path)
+    assert registry_refs, "the matrix has registry rows (nvidia/cuda)"
+    monkeypatch.setattr(engine, "pull", lambda ref: pytest.fail(f"pulled {ref}"))
+    monkeypatch.setattr(bootstrap, "ensure_base_image", lambda *a, **k: ("bootstrap present", OWN))
+    monkeypatch.setattr(engine, "remove_image", lambda ref: None)
+    monkeypatch.setattr(bases, "base_identity", lambda ref: {"identity": LOCKED, "how": "bootstrap"})
+    monkeypatch.setattr(bootstrap, "packages_of", lambda ref: PACKAGES)
+    asked = []
+    monkeypatch.setattr(engine, "distribution_digest",
+                        lambda ref: asked.append(ref) or "sha256:" + f"{len(asked):064x}")
+    entries = bases.relock(m, tmp_path, cells, log=lambda s: None)
+    assert sorted(asked) == registry_refs
+    for ref in registry_refs:
+        assert entries[ref].how == base_lock.REGISTRY and entries[ref].identity.startswith("sha256:")
+    assert base_lock.load(tmp_path)[registry_refs[0]].identity == entries[registry_refs[0]].identity
+
+
+def test_lock_bases_fails_naming_each_base_no_registry_answered_for(tmp_path, monkeypatch):
+    """A registry that does not answer fails the refresh, naming the base and the cause; the
+    rows that did resolve are still written (no silent 'unresolved' note, no weekly no-op PR)."""
+    m, cells, registry_refs = _registry_rows(tmp_path)
+    monkeypatch.setattr(bootstrap, "ensure_base_image", lambda *a, **k: ("bootstrap present", OWN))
+    monkeypatch.setattr(engine, "remove_image", lambda ref: None)
+    monkeypatch.setattr(bases, "base_identity", lambda ref: {"identity": LOCKED, "how": "bootstrap"})
+    monkeypatch.setattr(bootstrap, "packages_of", lambda ref: PACKAGES)
+    broken = registry_refs[0]
+
+    def digest(ref):
+        if ref == broken:
+            raise engine.EngineAPIError(401, "unauthorized: authentication required")
+        return "sha256:" + "c" * 64
+    monkeypatch.setattr(engine, "distribution_digest", digest)
+    with pytest.raises(TrainbaseError) as e:
+        bases.relock(m, tmp_path, cells, log=lambda s: None)
+    assert broken in str(e.value) and "authentication required" in str(e.value)
+    written = base_lock.load(tmp_path)
+    assert all(written[r].identity == "sha256:" + "c" * 64 for r in registry_refs if r != broken)

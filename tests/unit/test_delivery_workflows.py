@@ -200,3 +200,18 @@ def test_each_cell_job_uploads_its_reports_whatever_happened():
     assert "--report reports/build.json" in runs and "--junitxml=reports/" in runs
     upload = [s for s in steps if "upload-artifact" in s.get("uses", "")]
     assert len(upload) == 1 and upload[0]["if"] == "always()" and upload[0]["with"]["path"] == "reports/"
+
+
+def test_one_refresh_pull_request_at_a_time_and_no_token_on_disk():
+    """The refresh branch is fixed and force-pushed, its open pull request updated in place,
+    older date-named ones closed; checkout keeps no credentials while pip and build.py run."""
+    doc = workflow("refresh.yml")
+    assert doc["concurrency"]["group"] == "scheduled-refresh" and doc["concurrency"]["cancel-in-progress"] is False
+    steps = doc["jobs"]["refresh"]["steps"]
+    checkout = next(s for s in steps if "actions/checkout" in s.get("uses", ""))
+    assert checkout["with"]["persist-credentials"] is False
+    assert steps[-1]["run"] == "bash scripts/refresh-pr.sh reports/affected.txt"
+    script = (ROOT / "scripts" / "refresh-pr.sh").read_text()
+    assert 'branch="trainbase/refresh"' in script and "git push --force origin" in script
+    assert "gh pr edit" in script and "gh pr close" in script and "date -u +%Y%m%d" not in script
+    assert all("GH_TOKEN" not in str(s.get("env", {})) for s in steps[:-1])

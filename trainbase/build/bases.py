@@ -25,6 +25,7 @@ from trainbase_common import engine
 
 from ..define import base_lock
 from ..define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
+from ..errors import TrainbaseError
 from ..render import context
 from . import bootstrap
 
@@ -65,12 +66,17 @@ def _differs(lock: BaseLock, built_from: str) -> str | None:
 def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
     """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
     A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
-    pulled for its digest, and keeps its old entry where no registry answers."""
+    resolved from the registry's manifest API (the engine's distribution endpoint, the stored
+    login): its digest -- the multi-arch index where there is one -- without pulling a layer,
+    so a refresh of eight CUDA devel bases reads eight small documents instead of filling the
+    runner's disk. Every resolvable row is written; a row no registry answers for keeps its
+    entry and fails the refresh (TrainbaseError naming each), never a silent "unresolved" note."""
     entries = base_lock.load(root)
     seen: dict[str, Any] = {}
     for c in cells:
         if not c.parent:
             seen.setdefault(context.build(m, c).data["os"]["base"], m.spec.os[c.os])
+    failures: list[str] = []
     for ref, row in sorted(seen.items()):
         if row.bootstrap is not None:
             engine.remove_image(bootstrap.bootstrap_ref(ref))   # today's mirror, not an old bootstrap
@@ -83,21 +89,19 @@ def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
             log(f"{ref}: locked to {ident['identity']}")
             continue
         try:
-            engine.pull(ref)
-            ident = base_identity(ref)
-            if ident["how"] != "registry digest":
-                raise engine.EngineError(f"the engine has no registry digest for {ref}")
-            entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=ident["identity"], note=f"pulled {date.today()}")
-            log(f"{ref}: locked to {ident['identity']}")
+            digest = engine.distribution_digest(ref)
         except engine.EngineError as e:
-            why = str(e).splitlines()[0][:200]
-            old = entries.get(ref)
-            if old and old.identity:
-                log(f"{ref}: kept the locked {old.identity}: no registry answered ({why})")
-            else:
-                entries[ref] = base_lock.unlocked(ref, REGISTRY, f"unresolved {date.today()}: {why}")
-                log(f"{ref}: unlocked: {why}")
+            failures.append(f"{ref}: {str(e).splitlines()[0][:200]}")
+            log(f"{ref}: NOT resolved, entry kept: {failures[-1]}")
+            continue
+        old = entries.get(ref)
+        entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=digest,
+                                note=f"manifest digest from the registry, {date.today()}")
+        log(f"{ref}: locked to {digest}" + (" (unchanged)" if old and old.identity == digest else ""))
     base_lock.write(root, entries)
+    if failures:
+        raise TrainbaseError(f"--lock-bases: {len(failures)} base(s) could not be resolved from their registry "
+                             "(the others are written):\n  " + "\n  ".join(failures))
     return entries
 
 
