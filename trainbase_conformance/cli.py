@@ -2,7 +2,7 @@
 runner, a laptop), no checkout needed. It runs the packaged checks through pytest with this
 package's plugin; anything it does not know is handed to pytest unchanged.
 
-    trainbase-conformance IMAGE... [--tier static,cpu,...] [--expect FILE]
+    trainbase-conformance IMAGE... [--tier static,cpu,...] [--expect FILE] [--require-hardware]
                           [--junitxml OUT.xml] [--markdown OUT.md] [PYTEST ARGS...]
 
 Exit status is pytest's: 0 all selected checks passed (or skipped with a reason), 1 a check
@@ -41,6 +41,8 @@ def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
         args += ["--expect", ns.expect]
     if ns.junitxml:
         args += ["--junitxml", ns.junitxml]
+    if ns.require_hardware:
+        args.append("--require-hardware")
     args += ["--conformance-report", ns.markdown]
     return args + passthrough
 
@@ -58,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
                          "gpu and fabric skip with the reason on a host without a GPU / RDMA device")
     ap.add_argument("--expect", metavar="FILE",
                     help="expectations (YAML/JSON) for images without a trainbase manifest")
+    ap.add_argument("--require-hardware", action="store_true",
+                    help="gpu/fabric tiers fail instead of skipping where the host lacks a GPU / RDMA "
+                         "device (for GPU runners: a lost GPU must not pass)")
     ap.add_argument("--junitxml", metavar="OUT.xml", help="JUnit report (each case names its image and tier)")
     ap.add_argument("--markdown", metavar="OUT.md", default="conformance.md",
                     help="image x check summary (default: ./conformance.md)")

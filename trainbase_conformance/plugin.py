@@ -43,6 +43,7 @@ PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
 _RESULTS = pytest.StashKey[Results]()
 _CAPS = pytest.StashKey[HostCaps]()
 _IMAGE_FACTS = pytest.StashKey[dict]()
+_MISSING_HARDWARE = pytest.StashKey[str]()
 
 
 # --------------------------------------------------------------------------- options
@@ -59,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--conformance-report", default="reports/conformance.md", metavar="PATH",
                 help="Markdown summary (image x check); for JUnit use pytest's --junitxml")
     g.addoption("--shm-size", default="1g", help="--shm-size for every container (default 1g)")
+    g.addoption("--require-hardware", action="store_true",
+                help="the gpu and fabric tiers FAIL instead of skipping on a host without a GPU / RDMA "
+                     "device: a GPU runner that lost its GPU must not pass")
     g.addoption("--broken-variants", action="store_true",
                 help="also collect test_broken_variants.py (the suite's self-test) in a directory run")
 
@@ -67,11 +71,7 @@ def _image_refs(config: pytest.Config) -> list[str]:
     refs: list[str] = list(config.getoption("--image") or [])
     for path in config.getoption("--report") or []:
         refs += usable_images(path)
-    seen: list[str] = []
-    for r in refs:
-        if r not in seen:
-            seen.append(r)
-    return seen
+    return list(dict.fromkeys(refs))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,10 +119,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.stash[_RESULTS].evidence[(module, _check_name(item))] = kinds[0]
         if tiers[0] in ("gpu", "fabric"):
             caps = caps or _caps(config)
-            if tiers[0] == "gpu" and not caps.gpu:
-                item.add_marker(pytest.mark.skip(reason=f"tier gpu: no usable GPU on this host ({caps.gpu_why})"))
-            if tiers[0] == "fabric" and not caps.ib:
-                item.add_marker(pytest.mark.skip(reason=f"tier fabric: no RDMA device on this host ({caps.ib_why})"))
+            missing = (f"tier gpu: no usable GPU on this host ({caps.gpu_why})" if tiers[0] == "gpu" and not caps.gpu
+                       else f"tier fabric: no RDMA device on this host ({caps.ib_why})" if tiers[0] == "fabric"
+                       and not caps.ib else "")
+            if missing and config.getoption("--require-hardware"):
+                item.stash[_MISSING_HARDWARE] = missing
+            elif missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _MISSING_HARDWARE in item.stash:
+        pytest.fail(f"{item.stash[_MISSING_HARDWARE]}; --require-hardware makes that a failure", pytrace=False)
 
 
 # --------------------------------------------------------------------------- host and tiers

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
@@ -99,3 +100,26 @@ def test_the_wheel_carries_the_checks_probes_data_and_plugin(tmp_path):
     # the doctor's schema in the wheel is the published one
     packed = json.loads(zipfile.ZipFile(wheel).read("trainbase_conformance/data/doctor.schema.json"))
     assert packed == json.loads((ROOT / "docs" / "doctor.schema.json").read_text())
+
+
+def test_require_hardware_turns_the_gpu_tiers_skip_into_a_failure(tmp_path):
+    """On a host without a GPU the gpu tier is skipped with its reason; with --require-hardware
+    (what gpu.yml passes on its GPU runners) each of its checks fails with that reason, before
+    any container starts (the image need not even exist)."""
+    import shutil
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this host has nvidia-smi: the gpu tier would run")
+    ns, rest = cli.parser().parse_known_args(["img:1", "--tier", "gpu", "--require-hardware"])
+    assert "--require-hardware" in cli.pytest_args(ns, rest)
+
+    def run(*extra):
+        junit = tmp_path / f"j{len(extra)}.xml"
+        subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-m", "gpu", "--image", "absent/image:none",
+                        "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
+                        "--conformance-report", str(tmp_path / "c.md"), *extra], cwd=ROOT, capture_output=True)
+        cases = list(ET.parse(junit).getroot().iter("testcase"))
+        return cases, [c.find("failure") if c.find("failure") is not None else c.find("error") for c in cases]
+    cases, problems = run()
+    assert cases and all(c.find("skipped") is not None for c in cases)
+    cases, problems = run("--require-hardware")
+    assert cases and all(p is not None and "tier gpu: no usable GPU" in p.get("message", "") for p in problems)
