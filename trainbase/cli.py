@@ -31,13 +31,17 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--lock", action="store_true", help="resolve stale pip lock sets (needs PyPI), then render")
     act.add_argument("--lock-bases", action="store_true",
                      help="resolve the selected rows' base images now (bootstrap: a fresh debootstrap; registry: "
-                          "the pulled digest), write locks/bases.json, then render (changes every tag of a moved row)")
+                          "the manifest digest, nothing pulled), write locks/bases.json, then render (changes every "
+                          "tag of a moved row); a base no registry answers for fails it")
     act.add_argument("--lint", action="store_true", help="run hadolint on the selected rendered Dockerfiles")
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
     act.add_argument("--prune", action="store_true",
                      help="remove this namespace's local images whose recipe tag no cell renders any more")
     act.add_argument("--affected", metavar="REV",
                      help="the cells the working tree's changes since REV (its merge base) must rebuild or re-test")
+    act.add_argument("--promote", action="store_true",
+                     help="point each selected cell's `latest` at its current recipe tag's digest, registry side "
+                          "(needs --registry; with --gate DIR only where the gate passed that digest)")
     act.add_argument("--ci-matrix", action="store_true",
                      help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
@@ -82,9 +86,11 @@ def parser() -> argparse.ArgumentParser:
                    help="only a small subset that exercises every axis value of the selection (pull requests)")
     d.add_argument("--max-levels", type=int, metavar="N",
                    help="the number of level jobs the workflow declares: exit 1 when the matrix needs more")
-    d.add_argument("--only", choices=("published", "unpublished"),
+    d.add_argument("--only", choices=("published", "unpublished", "unpromoted"),
                    help="with --registry: only cells whose immutable tag is (published: with its digest) or is "
-                        "not in the registry")
+                        "not in the registry, or is published but not yet what `latest` points at (unpromoted)")
+    d.add_argument("--gate", metavar="DIR", type=Path,
+                   help="with --promote: promote only digests DIR's gate records (*.json, GPU tier) passed")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set")
     return p
@@ -147,7 +153,11 @@ def run(args: argparse.Namespace) -> int:
     if args.affected:
         return affected(m, root, args.affected, as_json=args.json)
     if args.ci_matrix:
-        return ci_matrix(m, root, selected, args)
+        from .deliver import ci_matrix as cimod
+        return cimod.command(m, root, selected, args)
+    if args.promote:
+        from .deliver import promote
+        return promote.command(m, root, selected, args.registry, args.gate)
     return 0
 
 
@@ -356,34 +366,6 @@ def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
 
     a = affectedmod.since(m, root, rev)
     print(json.dumps(a.as_json(), indent=2) if as_json else affectedmod.describe(a))
-    return 0
-
-
-def ci_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
-    from .deliver import affected as affectedmod
-    from .deliver import ci_matrix as cimod
-
-    if args.only and not args.registry:
-        raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
-    if args.since:
-        touched = affectedmod.since(m, root, args.since).test      # rebuilt cells are re-tested too
-        selected = [c for c in selected if c.name in touched]
-    rendered = rendermod.render_all(m, selected, root=root)
-    items, left_out = cimod.entries(m, rendered, selected)
-    if args.cover:                  # among the cells that can be built, so every value stays covered
-        chosen = {c.name for c in cimod.cover(m, [m.cell(e["name"]) for e in items])}
-        items = [e for e in items if e["name"] in chosen]
-    if args.only:
-        from .deliver import registry     # the engine adapter, only when a registry is asked
-
-        items, unwanted = cimod.with_registry_state(items, args.registry, args.only, registry.digest)
-        left_out.update(unwanted)
-    try:
-        levels = cimod.by_level(items, args.max_levels)
-    except cimod.TooDeep as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print("\n".join(cimod.github_outputs(items, levels, left_out)))
     return 0
 
 

@@ -74,6 +74,24 @@ class Registry:
         except urllib.error.HTTPError as e:
             return e.code
 
+    def digest(self, repo: str, tag: str) -> str | None:
+        """Docker-Content-Digest of REPO:TAG (None: absent), asked with the registry's credentials."""
+        import base64
+        import urllib.error
+        import urllib.request
+
+        auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        accept = ("application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json, "
+                  "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json")
+        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/manifests/{tag}", method="HEAD",
+                                     headers={"Accept": accept, "Authorization": f"Basic {auth}"})
+        try:
+            return urllib.request.urlopen(req, timeout=10).headers["Docker-Content-Digest"]
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
     def tags(self, repo: str) -> list[str]:
         import base64
         import urllib.request

@@ -30,6 +30,12 @@ def _build(cwd, *args, timeout=3600, env=None):
                           cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _cli(cwd, *args, env=None):
+    """build.py with another action than --matrix (--promote)."""
+    return subprocess.run([PY, str(ROOT / "build.py"), "--file", str(cwd / "matrix.yaml"), *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
 def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docker):
     cells = [c for c in build_report["cells"] if c["selected"]]
     assert cells
@@ -129,19 +135,36 @@ def test_anonymous_existence_check_is_an_auth_error(registry, docker, build_repo
     assert registry.status(f"trainbase/{c['name']}", c["tag"]) == 404
 
 
-def test_push_is_immutable_and_alias_follows(registry, docker, build_report):
-    """Logged in (`docker login`, the CLI's credential store): the immutable tag and the alias
-    are pushed; a second push leaves the immutable tag alone."""
+def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(registry, docker, build_report,
+                                                                             tmp_path):
+    """Logged in (`docker login`, the CLI's credential store): --push stages the immutable tag
+    only (a second push leaves it alone); --promote with an empty gate holds the cell back
+    (exit 1, no alias); --promote points `latest` at exactly the immutable tag's digest,
+    registry side (skopeo, nothing pushed from the engine); a second promote has nothing to do."""
     c = _base_cell(build_report)
-    args = ["--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase", "--report", "/dev/null"]
+    reg = ["--registry", f"{registry.host}/trainbase"]
+    args = ["--select", f"name={c['name']}", "--push", *reg, "--report", "/dev/null"]
     first = _build(ROOT, *args, env=registry.env())
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"pushed {registry.host}/trainbase/{c['name']}:{c['tag']} sha256:" in first.stdout
-    digest = registry.status(f"trainbase/{c['name']}", c["tag"])
     second = _build(ROOT, *args, env=registry.env())
     assert second.returncode == 0, second.stdout + second.stderr
     assert "already published (immutable; left as is)" in second.stdout
-    assert sorted(registry.tags(f"trainbase/{c['name']}")) == sorted([c["tag"], "latest"]) and digest == 200
+    repo = f"trainbase/{c['name']}"
+    assert registry.tags(repo) == [c["tag"]], "publishing must not move the alias"
+    staged = registry.digest(repo, c["tag"])
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    held = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    assert held.returncode == 1 and f"NOT promoted: the gate has no pass for {registry.host}/{repo}@{staged}" in held.stdout
+    assert registry.digest(repo, "latest") is None
+    (gate / "gpu.json").write_text(json.dumps({"ref": f"{registry.host}/{repo}@{staged}", "passed": True}))
+    promoted = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert f"latest -> {staged} (was absent)" in promoted.stdout
+    assert registry.digest(repo, "latest") == staged
+    again = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, env=registry.env())
+    assert again.returncode == 0 and f"latest is already {staged}" in again.stdout, again.stdout + again.stderr
 
 
 def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, docker, build_report, tmp_path):

@@ -183,20 +183,20 @@ def publish_jobs(reg, jobs):
     return publish.publish(jobs, "reg.example:5000/tb", reg.tag_local, out=io.StringIO())
 
 
-def test_the_immutable_tag_is_pushed_before_the_alias_and_parents_first(reg):
+def test_only_immutable_tags_are_pushed_parents_first(reg):
+    """Publishing stages: the alias is promotion's (registry side, by digest, after the gate)."""
     jobs = [FakeJob("base", "r" + "a" * 12), FakeJob("torch", "r" + "b" * 12, parent="base")]
     assert publish_jobs(reg, jobs) == 2
-    assert reg.pushes == ["reg.example:5000/tb/base:r" + "a" * 12, "reg.example:5000/tb/base:latest",
-                          "reg.example:5000/tb/torch:r" + "b" * 12, "reg.example:5000/tb/torch:latest"]
+    assert reg.pushes == ["reg.example:5000/tb/base:r" + "a" * 12, "reg.example:5000/tb/torch:r" + "b" * 12]
 
 
-def test_an_immutable_tag_is_never_overwritten_and_the_alias_still_moves(reg):
+def test_an_immutable_tag_is_never_overwritten(reg):
     tag = "r" + "c" * 12
     reg.manifests[f"reg.example:5000/tb/base:{tag}"] = "sha256:" + "9" * 64    # published by another runner
     job = FakeJob("base", tag)
     assert publish_jobs(reg, [job]) == 1
     assert reg.overwrites == [] and reg.manifests[f"reg.example:5000/tb/base:{tag}"] == "sha256:" + "9" * 64
-    assert reg.pushes == ["reg.example:5000/tb/base:latest"]
+    assert reg.pushes == []
     publish_jobs(reg, [job])                                                   # and again: still untouched
     assert reg.overwrites == []
 
@@ -207,7 +207,7 @@ def test_a_new_recipe_adds_a_tag_and_keeps_every_older_one(reg):
     old_digest = reg.manifests["reg.example:5000/tb/base:r" + "1" * 12]
     publish_jobs(reg, [new])
     assert reg.manifests["reg.example:5000/tb/base:r" + "1" * 12] == old_digest         # never deleted
-    assert reg.manifests["reg.example:5000/tb/base:latest"] == reg.manifests["reg.example:5000/tb/base:r" + "2" * 12]
+    assert "reg.example:5000/tb/base:latest" not in reg.manifests                        # promotion's job
 
 
 def test_a_failed_cell_and_the_cells_built_on_it_publish_nothing(reg):
@@ -232,3 +232,59 @@ def test_registry_digest_is_the_digest_or_none_never_a_guess(reg):
     reg.refuse = True
     with pytest.raises(registry.RegistryAuthError):
         registry.digest("ghcr.io", "o/x", "r1")
+
+
+# -- promotion: the alias follows the current recipe's digest, registry side, after the gate ------
+def promote_run(reg, cells, gate=None):
+    from trainbase.deliver import promote, registry
+
+    def retag(src, dst):       # registry side: the alias gets exactly the manifest SRC names
+        repo, digest = src.split("@")
+        assert any(r.startswith(repo + ":") and d == digest for r, d in reg.manifests.items()), src
+        reg.retags.append((src, dst))
+        reg.manifests[dst] = digest
+    reg.retags = getattr(reg, "retags", [])
+    out = io.StringIO()
+    steps = promote.plan(cells, "reg.example:5000/tb", registry.digest)
+    return promote.promote(steps, gate, retag, registry.digest, out), out.getvalue()
+
+
+def test_promotion_retags_the_alias_by_digest_and_follows_a_revert(reg):
+    old, new = "r" + "1" * 12, "r" + "2" * 12
+    reg.manifests[f"reg.example:5000/tb/base:{old}"] = "sha256:" + "1" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{new}"] = "sha256:" + "2" * 64
+    (n, held), out = promote_run(reg, [("base", new)])
+    assert (n, held) == (1, 0) and reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "2" * 64
+    assert reg.retags == [(f"reg.example:5000/tb/base@sha256:{'2' * 64}", "reg.example:5000/tb/base:latest")]
+    assert reg.pushes == []                                          # nothing pushed from a local image
+    (n, _), out = promote_run(reg, [("base", new)])
+    assert n == 0 and "already" in out
+    # the recipe is reverted: its immutable tag is published (long ago), the alias goes back to it
+    (n, _), out = promote_run(reg, [("base", old)])
+    assert n == 1 and reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "1" * 64
+
+
+def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
+    from trainbase.deliver import promote
+
+    a, b = "r" + "a" * 12, "r" + "b" * 12
+    reg.manifests[f"reg.example:5000/tb/base:{a}"] = "sha256:" + "a" * 64
+    reg.manifests[f"reg.example:5000/tb/torch:{b}"] = "sha256:" + "b" * 64
+    (tmp_path / "gpu-base").mkdir()
+    (tmp_path / "gpu-base" / "gate.json").write_text(json.dumps(
+        {"ref": f"reg.example:5000/tb/base@sha256:{'a' * 64}", "passed": True}))
+    (tmp_path / "gpu-torch.json").write_text(json.dumps(
+        {"ref": f"reg.example:5000/tb/torch@sha256:{'b' * 64}", "passed": False}))
+    gate = promote.read_gate(tmp_path)
+    (n, held), out = promote_run(reg, [("base", a), ("torch", b), ("tf", "r" + "c" * 12)], gate)
+    assert (n, held) == (1, 1)
+    assert "torch: NOT promoted: the gate has no pass" in out and "tf: reg.example:5000/tb/tf:r" in out
+    assert "reg.example:5000/tb/torch:latest" not in reg.manifests
+
+
+def test_promotion_stops_on_a_registry_that_refuses(reg):
+    from trainbase.deliver import registry
+
+    reg.refuse = True
+    with pytest.raises(registry.RegistryAuthError, match="docker login reg.example:5000"):
+        promote_run(reg, [("base", "r" + "a" * 12)])

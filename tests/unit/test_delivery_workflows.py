@@ -170,7 +170,8 @@ def test_the_pull_request_tier_is_derived_from_the_diff_not_a_profile():
 def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
     doc = workflow("gpu.yml")
     plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
-    assert "--only published" in plan
+    assert '--only "$ONLY"' in plan
+    assert doc["env"]["ONLY"] == "${{ github.event_name == 'schedule' && 'published' || 'unpromoted' }}"
     assert doc["jobs"]["gpu"]["runs-on"] == ["self-hosted", "gpu"]
     assert doc["jobs"]["multinode-fabric"]["runs-on"] == ["self-hosted", "gpu", "rdma"]
     for job in ("gpu", "multinode-fabric"):
@@ -215,3 +216,23 @@ def test_one_refresh_pull_request_at_a_time_and_no_token_on_disk():
     assert 'branch="trainbase/refresh"' in script and "git push --force origin" in script
     assert "gh pr edit" in script and "gh pr close" in script and "date -u +%Y%m%d" not in script
     assert all("GH_TOKEN" not in str(s.get("env", {})) for s in steps[:-1])
+
+
+def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
+    """build-cells publishes immutable tags only; gpu.yml's promote job -- main only, behind the
+    `registry` environment, the one job with packages: write -- retags latest by digest for the
+    digests whose gpu job left a gate record; build.yml calls it even when nothing was built."""
+    doc = workflow("gpu.yml")
+    gpu_steps = doc["jobs"]["gpu"]["steps"]
+    gate = next(s for s in gpu_steps if s.get("name", "").startswith("gate record"))
+    assert "gate/gate.json" in gate["run"] and "if" not in gate        # only after the tier step passed
+    promote = doc["jobs"]["promote"]
+    assert promote["needs"] == ["plan", "gpu"] and promote["environment"] == "registry"
+    assert "refs/heads/main" in promote["if"] and promote["permissions"]["packages"] == "write"
+    assert "build.py --promote" in promote["steps"][-1]["run"] and "--gate gate/" in promote["steps"][-1]["run"]
+    assert all(j["permissions"].get("packages") != "write" for n, j in doc["jobs"].items() if n != "promote")
+    build = workflow("build.yml")
+    assert build["jobs"]["plan"]["if"] == "github.ref == 'refs/heads/main'"
+    assert "needs.plan.result == 'success'" in build["jobs"]["gpu"]["if"]
+    cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
+    assert not [s for s in cells if "latest" in s.get("run", "") or "--promote" in s.get("run", "")]

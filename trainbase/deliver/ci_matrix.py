@@ -14,12 +14,17 @@ as the whole matrix needs.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ..build.plan import Plan
 from ..define.matrix import Cell, Matrix
 from ..render.recipes import Rendered
+from ..errors import TrainbaseError
+from ..render import recipes as rendermod
 from .registry import split_registry
 
 
@@ -90,17 +95,27 @@ def cover(m: Matrix, cells: list[Cell]) -> list[Cell]:
 def with_registry_state(items: list[dict], registry_arg: str, only: str,
                         digest: Callable[[str, str, str], str | None]) -> tuple[list[dict], dict[str, str]]:
     """Keep the entries whose immutable tag is (``only="published"``) or is not
-    (``"unpublished"``) in the registry. Published entries get ``ref``: the pushed image by
-    digest, which is what the GPU tier pulls and tests. ``digest(host, repo, tag)`` asks the
-    registry (registry.digest: an error, never a guess, when it cannot say)."""
+    (``"unpublished"``) in the registry, or is published while the alias points elsewhere
+    (``"unpromoted"``: what the GPU tier must pass before promote.py moves the alias).
+    Published entries get ``ref``: the pushed image by digest, which is what the GPU tier pulls
+    and tests. ``digest(host, repo, tag)`` asks the registry (registry.digest: an error, never a
+    guess, when it cannot say)."""
+    from .publish import ALIAS
+
     host, ns = split_registry(registry_arg)
     kept, left_out = [], {}
     for e in items:
-        d = digest(host, f"{ns}/{e['name']}", e["tag"])
-        if (d is not None) == (only == "published"):
+        repo = f"{ns}/{e['name']}"
+        d = digest(host, repo, e["tag"])
+        if only == "unpromoted":
+            promoted = d is not None and digest(host, repo, ALIAS) == d
+            wanted, why = d is not None and not promoted, "promoted" if promoted else "not published"
+        else:
+            wanted, why = (d is not None) == (only == "published"), "published" if d else "not published"
+        if wanted:
             kept.append(dict(e, ref=f"{host}/{ns}/{e['name']}@{d}") if d else e)
         else:
-            left_out[e["name"]] = "published" if d else "not published"
+            left_out[e["name"]] = why
     return kept, left_out
 
 
@@ -112,3 +127,32 @@ def github_outputs(items: list[dict], levels: list[list[dict]], left_out: dict[s
     lines += [f"level{i}={json.dumps(lv, separators=(',', ':'))}" for i, lv in enumerate(levels)]
     lines.append(f"left_out={json.dumps(left_out, separators=(',', ':'))}")
     return lines
+
+
+def command(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespace) -> int:
+    """`build.py --ci-matrix`: the selection (narrowed by --since, --cover, --only) as
+    $GITHUB_OUTPUT lines."""
+    from . import affected as affectedmod
+
+    if args.only and not args.registry:
+        raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
+    if args.since:
+        touched = affectedmod.since(m, root, args.since).test      # rebuilt cells are re-tested too
+        selected = [c for c in selected if c.name in touched]
+    rendered = rendermod.render_all(m, selected, root=root)
+    items, left_out = entries(m, rendered, selected)
+    if args.cover:                  # among the cells that can be built, so every value stays covered
+        chosen = {c.name for c in cover(m, [m.cell(e["name"]) for e in items])}
+        items = [e for e in items if e["name"] in chosen]
+    if args.only:
+        from . import registry     # the engine adapter, only when a registry is asked
+
+        items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest)
+        left_out.update(unwanted)
+    try:
+        levels = by_level(items, args.max_levels)
+    except TooDeep as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(github_outputs(items, levels, left_out)))
+    return 0

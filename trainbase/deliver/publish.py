@@ -4,8 +4,10 @@ Rules:
 - only a cell whose build completed (built, or cached from an earlier complete build) is
   pushed; a failed cell, and every cell built on it, publishes nothing;
 - a framework cell is pushed only when its parent is published too (its layers build on it);
-- the immutable tag (the recipe hash) is pushed first and never overwritten: if the
-  registry already has it, it is left as it is; only then does the moving alias follow;
+- only the immutable tag (the recipe hash) is pushed, and never overwritten: if the registry
+  already has it, it is left as it is. The moving alias (`latest`) is NOT touched here:
+  promotion (promote.py) retags it registry side, by digest, after the gate passed -- so a
+  parent re-published by a child's job, or two jobs racing, can never move it;
 - the registry is asked with the user's credentials (registry.py); if it refuses them, or
   cannot say whether a tag exists, publishing stops with that error: nothing is pushed blindly.
 
@@ -22,7 +24,7 @@ from trainbase_common.states import JobState
 
 from . import registry
 
-ALIAS = "latest"          # the moving alias next to each immutable tag (what Azure ML users expect)
+ALIAS = "latest"          # the moving alias next to each immutable tag (promote.py moves it)
 
 
 class Publishable(Protocol):
@@ -49,7 +51,7 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
             out.write(f"publish: {j.name}: not published (its parent {j.parent} is not)\n")
             continue
         repo = f"{ns}/{j.name}"
-        target, alias = f"{host}/{repo}:{j.tag}", f"{host}/{repo}:{ALIAS}"
+        target = f"{host}/{repo}:{j.tag}"
         if registry.tag_state(host, repo, j.tag) == "present":
             out.write(f"publish: {j.name}: {target} already published (immutable; left as is)\n")
         else:
@@ -57,8 +59,5 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
             j.repo_digest = registry.push(host, target)
             j.pushed.append(target)
             out.write(f"publish: {j.name}: pushed {target} {j.repo_digest}\n")
-        tag_local(j.image, alias)
-        registry.push(host, alias)
-        j.pushed.append(alias)
         published.add(j.name)
     return len(published)

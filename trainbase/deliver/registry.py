@@ -7,7 +7,11 @@ be reached is an error too. Nothing is ever guessed."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Literal
 
 from trainbase_common import engine
@@ -90,3 +94,30 @@ def pull(host: str, ref: str) -> None:
         engine.pull(ref)
     except engine.EngineError as e:
         raise _classify(host, f"serve {ref}", str(e)) from None
+
+
+def _loopback(host: str) -> bool:
+    """A registry on this machine: the engine talks plain HTTP to it (127.0.0.0/8 is insecure
+    by default), so skopeo must too."""
+    name = host.rsplit(":", 1)[0]
+    return name == "localhost" or name.startswith("127.")
+
+
+def retag(src: str, dst: str) -> None:
+    """Point DST (HOST/REPO:TAG) at the manifest SRC names (HOST/REPO@sha256:...), registry side:
+    `skopeo copy --all --preserve-digests`, whose blobs are already there, so only the manifest
+    (or the multi-arch index) is written and its digest cannot change. Credentials: what
+    `docker login` stored (DOCKER_CONFIG honoured; credential helpers included)."""
+    host = dst.partition("/")[0]
+    if shutil.which("skopeo") is None:
+        raise RegistryError("promotion retags registry side with skopeo, which is not installed "
+                            "(apt-get install skopeo; GitHub's ubuntu runners have it)")
+    cmd = ["skopeo", "copy", "--all", "--preserve-digests", "--retry-times", "2", "--quiet"]
+    authfile = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    if authfile.exists():
+        cmd += ["--authfile", str(authfile)]
+    if _loopback(host):
+        cmd += ["--src-tls-verify=false", "--dest-tls-verify=false"]
+    p = subprocess.run([*cmd, f"docker://{src}", f"docker://{dst}"], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise _classify(host, f"retag {dst} to {src}", (p.stderr or p.stdout).strip()[-400:])

@@ -1,0 +1,122 @@
+"""Promotion: `build.py --promote --registry HOST[:PORT]/NAMESPACE [--gate DIR]`.
+
+Publishing (publish.py) pushes immutable tags only: they are the staging area, nothing a user
+pulls by name moves. Promotion then points each cell's moving alias (`latest`) at the digest of
+the cell's CURRENT recipe tag, registry side, by digest (`skopeo copy` of the manifest: no
+layer moves, no local image is involved, so no job can race another's push):
+
+- a cell whose current immutable tag is not in the registry keeps its alias where it is;
+- a cell whose alias already has that digest is left alone;
+- any other cell is a candidate -- including one whose recipe was REVERTED to an immutable tag
+  published long ago: the alias follows the recipe back (revert-safe), because candidates come
+  from the recipe and the registry's answers, never from "what this run built";
+- with ``--gate DIR``, a candidate is promoted only when DIR holds a pass for exactly its
+  digest (the GPU tier writes one per tested image: gpu.yml); the rest are named and left.
+After each retag the alias is read back and must have the digest; anything else is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from ..define.matrix import Cell, Matrix
+from ..errors import TrainbaseError
+from ..render import recipes as rendermod
+
+from .publish import ALIAS
+from .registry import RegistryError, split_registry
+
+
+@dataclass
+class Step:
+    name: str
+    immutable: str            # HOST/NS/NAME:TAG
+    alias: str                # HOST/NS/NAME:latest
+    digest: str | None        # of the immutable tag (None: not published)
+    alias_digest: str | None  # of the alias now (None: no alias yet)
+
+    @property
+    def by_digest(self) -> str:
+        return f"{self.immutable.rsplit(':', 1)[0]}@{self.digest}"
+
+    @property
+    def state(self) -> str:
+        if self.digest is None:
+            return "unpublished"
+        return "current" if self.alias_digest == self.digest else "candidate"
+
+
+def plan(cells: list[tuple[str, str]], registry_arg: str,
+         digest: Callable[[str, str, str], str | None]) -> list[Step]:
+    """One step per (cell name, immutable tag): what the registry holds for both tags.
+    ``digest(host, repo, tag)`` is registry.digest (an error, never a guess)."""
+    host, ns = split_registry(registry_arg)
+    return [Step(name, f"{host}/{ns}/{name}:{tag}", f"{host}/{ns}/{name}:{ALIAS}",
+                 digest(host, f"{ns}/{name}", tag), digest(host, f"{ns}/{name}", ALIAS))
+            for name, tag in cells]
+
+
+def read_gate(gate_dir: Path) -> set[str]:
+    """The image references (by digest) the gate passed: every ``*.json`` in DIR (searched
+    recursively: one artifact folder per GPU job) holding ``{"ref": ..., "passed": true}``."""
+    passed = set()
+    for f in sorted(gate_dir.rglob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise RegistryError(f"--gate {gate_dir}: {f.name} is not a gate record: {e}") from None
+        if doc.get("passed") is True and "@sha256:" in str(doc.get("ref", "")):
+            passed.add(doc["ref"])
+    return passed
+
+
+def promote(steps: list[Step], gate: set[str] | None, retag: Callable[[str, str], None],
+            digest: Callable[[str, str, str], str | None], out: TextIO) -> tuple[int, int]:
+    """Retag every candidate the gate passed; (promoted, held back)."""
+    promoted = held = 0
+    for s in steps:
+        if s.state == "unpublished":
+            out.write(f"promote: {s.name}: {s.immutable} is not published: {ALIAS} left as it is\n")
+            continue
+        if s.state == "current":
+            out.write(f"promote: {s.name}: {ALIAS} is already {s.digest}\n")
+            continue
+        if gate is not None and s.by_digest not in gate:
+            held += 1
+            out.write(f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}\n")
+            continue
+        retag(s.by_digest, s.alias)
+        host, _, rest = s.alias.partition("/")
+        repo, _, tag = rest.rpartition(":")
+        now = digest(host, repo, tag)
+        if now != s.digest:
+            raise RegistryError(f"promote: {s.name}: {s.alias} is {now} after the retag, expected {s.digest}")
+        promoted += 1
+        out.write(f"promote: {s.name}: {ALIAS} -> {s.digest} (was {s.alias_digest or 'absent'})\n")
+    return promoted, held
+
+
+def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None, gate_dir: Path | None,
+            out: TextIO = sys.stdout) -> int:
+    """`build.py --promote`: exit 0 when every candidate was promoted, 1 when the gate held
+    some back (named), an error (RegistryError) when the registry could not answer."""
+    from . import registry
+
+    if not registry_arg:
+        raise TrainbaseError("--promote needs --registry HOST[:PORT]/NAMESPACE")
+    if gate_dir is not None and not gate_dir.is_dir():
+        raise TrainbaseError(f"--gate {gate_dir}: not a directory of gate records")
+    rendered = rendermod.render_all(m, selected, root=root)
+    cells = [(c.name, rendered[c.name].tag) for c in selected]
+    steps = plan(cells, registry_arg, registry.digest)
+    gate = read_gate(gate_dir) if gate_dir is not None else None
+    promoted, held = promote(steps, gate, registry.retag, registry.digest, out)
+    out.write(f"promote: {promoted} promoted, {held} held back by the gate, "
+              f"{sum(s.state == 'current' for s in steps)} already current, "
+              f"{sum(s.state == 'unpublished' for s in steps)} not published\n")
+    return 1 if held else 0
