@@ -5,8 +5,10 @@ Takes the plan's ``Job``s (build/) whose build and supply chain completed, and t
 
 - registry.py: the registry asked with the user's ``docker login`` credentials -- present,
   absent, or an error that says how to log in; never a guess;
-- publish.py: ``--push``: immutable tag first and never overwritten, then the moving alias;
-  a failed cell, and every cell built on it, publishes nothing;
+- publish.py: ``--push``: immutable tags only, never overwritten (staging); a failed cell,
+  and every cell built on it, publishes nothing;
+- promote.py: ``--promote``: the moving alias retagged registry side, by digest, to each
+  cell's current recipe tag where the gate (GPU tier) passed it; revert-safe;
 - affected.py: which cells a change since a revision rebuilds or re-tests (each cell's tag at
   both revisions compared);
 - ci_matrix.py: the CI job matrix by FROM level, optionally only the affected cells, a cover
