@@ -39,6 +39,8 @@ def parser() -> argparse.ArgumentParser:
                      help="remove this namespace's local images whose recipe tag no cell renders any more")
     act.add_argument("--affected", metavar="REV",
                      help="the cells the working tree's changes since REV (its merge base) must rebuild or re-test")
+    act.add_argument("--outdated", action="store_true",
+                     help="report the PyPI pins of matrix.yaml that upstream has newer releases of (changes nothing)")
     act.add_argument("--promote", action="store_true",
                      help="point each selected cell's `latest` at its current recipe tag's digest, registry side "
                           "(needs --registry; with --gate DIR only where the gate passed that digest)")
@@ -155,6 +157,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ci_matrix:
         from .deliver import ci_matrix as cimod
         return cimod.command(m, root, selected, args)
+    if args.outdated:
+        from .define import outdated
+        print(outdated.report(outdated.check(m.path)))
+        return 0
     if args.promote:
         from .deliver import promote
         return promote.command(m, root, selected, args.registry, args.gate)

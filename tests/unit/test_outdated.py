@@ -1,0 +1,40 @@
+"""`build.py --outdated`: every PyPI pin of matrix.yaml found (package lists and the CUDA wheel
+tables), compared with PyPI's releases -- the newest of the pin's own series and the newest
+overall, pre-releases and yanked files left out -- without changing anything."""
+from trainbase.define import outdated
+
+from .conftest import ROOT
+
+
+def test_every_kind_of_pin_in_matrix_yaml_is_found():
+    found = {(p.package, p.version): p.where for p in outdated.pins(ROOT / "matrix.yaml")}
+    assert ("impi-rt", "2021.18.1") in found and ("mpi4py", "4.1.1") in found
+    assert any(pkg == "nvidia-nccl-cu13" for pkg, _ in found)           # {package:, version:} tables
+    assert any(pkg == "torch" for pkg, _ in found) and any(pkg == "setuptools" for pkg, _ in found)
+    assert all(where for where in found.values())
+
+
+def test_a_series_bump_and_a_newer_series_are_told_apart(tmp_path):
+    m = tmp_path / "matrix.yaml"
+    m.write_text("mpi:\n  x:\n    packages: [impi-rt==2021.18.1, mpi4py==4.1.1]\n"
+                 "cuda:\n  '13.0':\n    wheels:\n      nccl: {package: nvidia-nccl-cu13, version: 2.30.7}\n")
+    releases = {"impi-rt": ["2021.18.0", "2021.18.1", "2021.19.0", "2021.20.0rc1"],
+                "mpi4py": ["4.1.0", "4.1.1"],
+                "nvidia-nccl-cu13": ["2.30.7", "2.30.9", "2.32.3"]}
+    findings = {f.pin.package: f for f in outdated.check(m, releases.__getitem__)}
+    assert (findings["impi-rt"].newest_in_series, findings["impi-rt"].newest) == (None, "2021.19.0")  # no rc
+    assert (findings["mpi4py"].newest_in_series, findings["mpi4py"].newest) == (None, None)
+    assert (findings["nvidia-nccl-cu13"].newest_in_series, findings["nvidia-nccl-cu13"].newest) == ("2.30.9", "2.32.3")
+    text = outdated.report(list(findings.values()))
+    assert text.startswith("2 of 3 pins have newer releases") and "current: mpi4py" in text
+    assert "| impi-rt | 2021.18.1 | - | 2021.19.0 | mpi.x.packages[0] |" in text
+
+
+def test_a_package_pypi_cannot_answer_for_is_a_line_not_a_crash(tmp_path):
+    m = tmp_path / "matrix.yaml"
+    m.write_text("python:\n  packages: [mpi4py==4.1.1]\n")
+
+    def down(name):
+        raise ConnectionError("pypi.org unreachable")
+    (f,) = outdated.check(m, down)
+    assert "ConnectionError" in f.error and "? (ConnectionError" in outdated.report([f])

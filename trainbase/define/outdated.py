@@ -1,0 +1,123 @@
+"""`build.py --outdated`: which versions matrix.yaml pins that upstream has moved past.
+
+A pin is meant to hold still -- that is what makes a recipe tag reproducible -- but a pin
+nobody looks at ages silently (Intel MPI 2021.18 while PyPI has 2021.19, an NCCL two minors
+behind). This reads every PyPI pin the matrix declares (``name==version`` in a package list,
+``{package: NAME, version: V}`` for the CUDA wheels) and asks PyPI's JSON API for the releases
+of each package: the newest final release in the pin's own series (major.minor: a safe bump)
+and the newest overall. It changes nothing: refresh.yml puts the report into its pull request
+and a person decides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.version import InvalidVersion, Version
+
+PYPI_JSON = "https://pypi.org/pypi/{name}/json"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][^\s;]*)$")
+
+
+@dataclass
+class Pin:
+    package: str
+    version: str
+    where: list[str] = field(default_factory=list)   # matrix.yaml paths that pin it
+
+
+@dataclass
+class Finding:
+    pin: Pin
+    newest_in_series: str | None   # None: the pin is the newest of its major.minor
+    newest: str | None             # None: the pin is the newest release
+    error: str = ""
+
+
+def _walk(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
+    if isinstance(node, dict):
+        if isinstance(node.get("package"), str) and node.get("version") is not None:
+            yield node["package"], str(node["version"]), path
+        for k, v in node.items():
+            yield from _walk(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            if isinstance(v, str) and (m := _PIN.match(v.strip())):
+                yield m.group(1), m.group(2), f"{path}[{i}]"
+            else:
+                yield from _walk(v, f"{path}[{i}]")
+
+
+def pins(matrix_file: Path) -> list[Pin]:
+    """Every PyPI pin of matrix.yaml, one per (package, version), with where it is pinned."""
+    found: dict[tuple[str, str], Pin] = {}
+    for name, version, where in _walk(yaml.safe_load(matrix_file.read_text()), ""):
+        key = (re.sub(r"[-_.]+", "-", name).lower(), version)
+        found.setdefault(key, Pin(key[0], version)).where.append(where)
+    return sorted(found.values(), key=lambda p: (p.package, Version(p.version) if _ok(p.version) else p.version))
+
+
+def _ok(v: str) -> bool:
+    try:
+        Version(v)
+        return True
+    except InvalidVersion:
+        return False
+
+
+def fetch_releases(package: str) -> list[str]:
+    """Every non-yanked release version PyPI lists for ``package``."""
+    import requests
+
+    r = requests.get(PYPI_JSON.format(name=package), timeout=30)
+    r.raise_for_status()
+    return [v for v, files in r.json()["releases"].items() if files and not all(f.get("yanked") for f in files)]
+
+
+def compare(pin: Pin, releases: list[str]) -> Finding:
+    finals = sorted(v for v in map(_version_or_none, releases) if v is not None and not v.is_prerelease)
+    mine = Version(pin.version)
+    series = [v for v in finals if v.release[:2] == mine.release[:2]]
+    newest_in_series = str(series[-1]) if series and series[-1] > mine else None
+    newest = str(finals[-1]) if finals and finals[-1] > mine else None
+    return Finding(pin, newest_in_series, newest)
+
+
+def _version_or_none(v: str) -> Version | None:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        return None
+
+
+def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releases) -> list[Finding]:
+    out = []
+    for pin in pins(matrix_file):
+        if not _ok(pin.version):
+            continue
+        try:
+            out.append(compare(pin, releases(pin.package)))
+        except Exception as e:  # noqa: BLE001 -- a report: one package PyPI cannot answer for is a line, not a crash
+            out.append(Finding(pin, None, None, error=f"{type(e).__name__}: {e}"[:200]))
+    return out
+
+
+def report(findings: list[Finding]) -> str:
+    """Markdown: the pins upstream moved past, newest first in importance (a series bump is a
+    safe refresh; a newer series needs a matrix entry), then the current ones in one line."""
+    behind = [f for f in findings if f.newest or f.error]
+    lines = ["| package | pinned | newest in its series | newest | pinned at |", "|---|---|---|---|---|"]
+    for f in behind:
+        if f.error:
+            lines.append(f"| {f.pin.package} | {f.pin.version} | ? | ? ({f.error}) | {', '.join(f.pin.where[:2])} |")
+        else:
+            lines.append(f"| {f.pin.package} | {f.pin.version} | {f.newest_in_series or '-'} | {f.newest} | "
+                         f"{', '.join(f.pin.where[:2])}{' ...' if len(f.pin.where) > 2 else ''} |")
+    current = sorted({f.pin.package for f in findings if not (f.newest or f.error)})
+    head = f"{len(behind)} of {len(findings)} pins have newer releases on PyPI"
+    return "\n".join([head, "", *(lines if behind else []), "", f"current: {', '.join(current) or 'none'}"])
