@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--test", action="store_true",
                    help="after building, run the conformance suite (trainbase_conformance/checks) on the built images")
     b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
+    b.add_argument("--zstd-twin", action="store_true",
+                   help="with --push: also publish TAG-zstd, the same image with zstd layers (faster pulls for "
+                        "engines that read zstd; promotion moves latest-zstd with latest)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
                    help="where --push publishes and parents are pulled from; what --ci-matrix --only asks")
     d = p.add_argument_group("delivery (--ci-matrix)")
@@ -322,6 +325,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
                            dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
+                           zstd_twin=args.zstd_twin,
                            min_free_gb=args.min_free_gb, supply=None if args.no_supply else SupplyOptions(
                                dir=root / args.supply_dir, allowlist=Path(args.allowlist), locked=args.locked,
                                python_audit=args.python_audit))

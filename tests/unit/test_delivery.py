@@ -288,3 +288,27 @@ def test_promotion_stops_on_a_registry_that_refuses(reg):
     reg.refuse = True
     with pytest.raises(registry.RegistryAuthError, match="docker login reg.example:5000"):
         promote_run(reg, [("base", "r" + "a" * 12)])
+
+
+def test_a_zstd_twin_is_written_once_beside_the_immutable_tag_and_promoted_with_it(reg, monkeypatch):
+    from trainbase.deliver import registry
+
+    def twin(src, dst):
+        reg.twins.append((src, dst))
+        reg.manifests[dst] = "sha256:" + "7" * 64
+    reg.twins = []
+    monkeypatch.setattr(registry, "zstd_twin", twin)
+    job = FakeJob("base", "r" + "a" * 12)
+    reg.local[job.image] = "ab" * 6
+    out = io.StringIO()
+    assert publish.publish([job], "reg.example:5000/tb", reg.tag_local, out=out, zstd_twin=True) == 1
+    tag = "reg.example:5000/tb/base:r" + "a" * 12
+    assert reg.twins == [(tag, tag + "-zstd")] and f"wrote {tag}-zstd (zstd layers)" in out.getvalue()
+    publish.publish([job], "reg.example:5000/tb", reg.tag_local, out=io.StringIO(), zstd_twin=True)
+    assert len(reg.twins) == 1                                        # immutable: written once
+    (n, _), text = promote_run(reg, [("base", "r" + "a" * 12)])
+    assert n == 1 and reg.manifests["reg.example:5000/tb/base:latest-zstd"] == "sha256:" + "7" * 64
+    assert reg.manifests["reg.example:5000/tb/base:latest"] == reg.manifests[tag]
+    assert "latest-zstd -> sha256:" in text
+    (n, _), text = promote_run(reg, [("base", "r" + "a" * 12)])
+    assert n == 0 and "already" in text

@@ -236,3 +236,4 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     assert "needs.plan.result == 'success'" in build["jobs"]["gpu"]["if"]
     cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [s for s in cells if "latest" in s.get("run", "") or "--promote" in s.get("run", "")]
+    assert any("--push --zstd-twin" in s.get("run", "") for s in cells)

@@ -28,7 +28,7 @@ from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
 
-from .publish import ALIAS
+from .publish import ALIAS, ZSTD
 from .registry import RegistryError, split_registry
 
 
@@ -39,6 +39,8 @@ class Step:
     alias: str                # HOST/NS/NAME:latest
     digest: str | None        # of the immutable tag (None: not published)
     alias_digest: str | None  # of the alias now (None: no alias yet)
+    twin_digest: str | None = None        # of TAG-zstd, where the cell publishes a zstd twin
+    twin_alias_digest: str | None = None  # of latest-zstd now
 
     @property
     def by_digest(self) -> str:
@@ -48,7 +50,8 @@ class Step:
     def state(self) -> str:
         if self.digest is None:
             return "unpublished"
-        return "current" if self.alias_digest == self.digest else "candidate"
+        current = self.alias_digest == self.digest and self.twin_alias_digest == self.twin_digest
+        return "current" if current else "candidate"
 
 
 def plan(cells: list[tuple[str, str]], registry_arg: str,
@@ -56,9 +59,16 @@ def plan(cells: list[tuple[str, str]], registry_arg: str,
     """One step per (cell name, immutable tag): what the registry holds for both tags.
     ``digest(host, repo, tag)`` is registry.digest (an error, never a guess)."""
     host, ns = split_registry(registry_arg)
-    return [Step(name, f"{host}/{ns}/{name}:{tag}", f"{host}/{ns}/{name}:{ALIAS}",
-                 digest(host, f"{ns}/{name}", tag), digest(host, f"{ns}/{name}", ALIAS))
-            for name, tag in cells]
+    steps = []
+    for name, tag in cells:
+        repo = f"{ns}/{name}"
+        s = Step(name, f"{host}/{repo}:{tag}", f"{host}/{repo}:{ALIAS}", digest(host, repo, tag),
+                 digest(host, repo, ALIAS))
+        if s.digest is not None:
+            s.twin_digest = digest(host, repo, f"{tag}{ZSTD}")
+            s.twin_alias_digest = digest(host, repo, f"{ALIAS}{ZSTD}") if s.twin_digest else None
+        steps.append(s)
+    return steps
 
 
 def read_gate(gate_dir: Path) -> set[str]:
@@ -90,14 +100,22 @@ def promote(steps: list[Step], gate: set[str] | None, retag: Callable[[str, str]
             held += 1
             out.write(f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}\n")
             continue
-        retag(s.by_digest, s.alias)
-        host, _, rest = s.alias.partition("/")
-        repo, _, tag = rest.rpartition(":")
-        now = digest(host, repo, tag)
-        if now != s.digest:
-            raise RegistryError(f"promote: {s.name}: {s.alias} is {now} after the retag, expected {s.digest}")
+        # the zstd twin is the gated image recompressed (publish.py): it follows the same pass
+        moves = [(s.by_digest, s.alias, s.digest, s.alias_digest)]
+        if s.twin_digest:
+            moves.append((f"{s.by_digest.split('@')[0]}@{s.twin_digest}", f"{s.alias}{ZSTD}", s.twin_digest,
+                          s.twin_alias_digest))
+        for src, alias, want, was in moves:
+            if was == want:
+                continue
+            retag(src, alias)
+            host, _, rest = alias.partition("/")
+            repo, _, tag = rest.rpartition(":")
+            now = digest(host, repo, tag)
+            if now != want:
+                raise RegistryError(f"promote: {s.name}: {alias} is {now} after the retag, expected {want}")
+            out.write(f"promote: {s.name}: {alias.rsplit(':', 1)[1]} -> {want} (was {was or 'absent'})\n")
         promoted += 1
-        out.write(f"promote: {s.name}: {ALIAS} -> {s.digest} (was {s.alias_digest or 'absent'})\n")
     return promoted, held
 
 

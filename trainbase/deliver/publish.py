@@ -25,6 +25,7 @@ from trainbase_common.states import JobState
 from . import registry
 
 ALIAS = "latest"          # the moving alias next to each immutable tag (promote.py moves it)
+ZSTD = "-zstd"            # suffix of an immutable tag's zstd twin, and of latest's (latest-zstd)
 
 
 class Publishable(Protocol):
@@ -37,10 +38,12 @@ class Publishable(Protocol):
     repo_digest: str | None
 
 
-def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO) -> int:
+def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO, zstd_twin: bool = False) -> int:
     """Push every publishable job (parents first); returns how many cells were published.
-    ``tag_local(src, dst)`` tags an image in the engine. Raises registry.RegistryError (or its
-    auth subclass) on the first answer that is not a clear present/absent."""
+    ``tag_local(src, dst)`` tags an image in the engine. With ``zstd_twin`` each immutable tag
+    also gets ``TAG-zstd`` (registry side, written once like the tag itself). Raises
+    registry.RegistryError (or its auth subclass) on the first answer that is not a clear
+    present/absent."""
     host, ns = registry.split_registry(registry_arg)
     published: set[str] = set()
     for j in jobs:
@@ -59,5 +62,13 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
             j.repo_digest = registry.push(host, target)
             j.pushed.append(target)
             out.write(f"publish: {j.name}: pushed {target} {j.repo_digest}\n")
+        if zstd_twin:
+            twin = f"{target}{ZSTD}"
+            if registry.tag_state(host, repo, f"{j.tag}{ZSTD}") == "present":
+                out.write(f"publish: {j.name}: {twin} already published (immutable; left as is)\n")
+            else:
+                registry.zstd_twin(target, twin)
+                j.pushed.append(twin)
+                out.write(f"publish: {j.name}: wrote {twin} (zstd layers)\n")
         published.add(j.name)
     return len(published)

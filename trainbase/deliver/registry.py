@@ -53,8 +53,10 @@ def login_hint(host: str) -> str:
 
 
 def _classify(host: str, what: str, message: str) -> RegistryError:
-    message = " ".join(str(message).split())[:300]
-    if _AUTH.search(message):
+    refused = bool(_AUTH.search(str(message)))   # anywhere in it: skopeo puts the cause last
+    message = " ".join(str(message).split())
+    message = message[-300:] if len(message) > 300 else message
+    if refused:
         return RegistryAuthError(f"registry {host} refused to {what} ({message}): log in first with "
                                  f"{login_hint(host)}; trainbase uses the credentials `docker login` stored")
     return RegistryError(f"registry {host} could not {what}: {message}")
@@ -96,6 +98,24 @@ def pull(host: str, ref: str) -> None:
         raise _classify(host, f"serve {ref}", str(e)) from None
 
 
+def _skopeo_copy(host: str, src: str, dst: str, what: str, *options: str, source: str = "", dest: str = "") -> None:
+    """`skopeo copy` between two references of HOST (or a local ``source``/``dest`` transport
+    such as ``oci:DIR:TAG``) with `docker login`'s credentials."""
+    if shutil.which("skopeo") is None:
+        raise RegistryError(f"to {what}, trainbase runs skopeo, which is not installed "
+                            "(apt-get install skopeo; GitHub's ubuntu runners have it)")
+    cmd = ["skopeo", "copy", "--retry-times", "2", "--quiet", *options]
+    authfile = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
+    if authfile.exists():
+        cmd += ["--authfile", str(authfile)]
+    if _loopback(host):
+        cmd += ["--src-tls-verify=false", "--dest-tls-verify=false"]
+    p = subprocess.run([*cmd, source or f"docker://{src}", dest or f"docker://{dst}"],
+                       capture_output=True, text=True, timeout=3600)
+    if p.returncode != 0:
+        raise _classify(host, what, (p.stderr or p.stdout).strip())
+
+
 def _loopback(host: str) -> bool:
     """A registry on this machine: the engine talks plain HTTP to it (127.0.0.0/8 is insecure
     by default), so skopeo must too."""
@@ -108,16 +128,19 @@ def retag(src: str, dst: str) -> None:
     `skopeo copy --all --preserve-digests`, whose blobs are already there, so only the manifest
     (or the multi-arch index) is written and its digest cannot change. Credentials: what
     `docker login` stored (DOCKER_CONFIG honoured; credential helpers included)."""
+    _skopeo_copy(dst.partition("/")[0], src, dst, f"retag {dst} to {src}", "--all", "--preserve-digests")
+
+
+def zstd_twin(src: str, dst: str) -> None:
+    """Write DST, the image SRC names with its layers recompressed as zstd (OCI media types):
+    for engines that read zstd (Docker >= 23, containerd, Podman 4, enroot 4) a faster pull;
+    SRC (gzip) stays what every engine reads (docs/tags.md). Through a local OCI layout: copied
+    registry to registry, skopeo would reuse the gzip blobs the repository already has and
+    write a twin that is not zstd at all (skopeo 1.9)."""
+    import tempfile
+
     host = dst.partition("/")[0]
-    if shutil.which("skopeo") is None:
-        raise RegistryError("promotion retags registry side with skopeo, which is not installed "
-                            "(apt-get install skopeo; GitHub's ubuntu runners have it)")
-    cmd = ["skopeo", "copy", "--all", "--preserve-digests", "--retry-times", "2", "--quiet"]
-    authfile = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-    if authfile.exists():
-        cmd += ["--authfile", str(authfile)]
-    if _loopback(host):
-        cmd += ["--src-tls-verify=false", "--dest-tls-verify=false"]
-    p = subprocess.run([*cmd, f"docker://{src}", f"docker://{dst}"], capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        raise _classify(host, f"retag {dst} to {src}", (p.stderr or p.stdout).strip()[-400:])
+    with tempfile.TemporaryDirectory(prefix="trainbase-zstd-") as d:
+        _skopeo_copy(host, src, "", f"recompress {src} as zstd", "--format", "oci", "--dest-compress-format", "zstd",
+                     dest=f"oci:{d}:twin")
+        _skopeo_copy(host, "", dst, f"push the zstd twin {dst}", "--preserve-digests", source=f"oci:{d}:twin")

@@ -44,6 +44,7 @@ class Options:
     log_dir: Path = Path("logs")
     dry_run: bool = False
     push: bool = False
+    zstd_twin: bool = False              # with push: also TAG-zstd (deliver/publish.py)
     registry: str | None = None
     no_cache: bool = False
     min_free_gb: float = 10.0
@@ -316,7 +317,8 @@ class Executor:
     # -- publish --------------------------------------------------------------------------------
     def push(self) -> None:
         try:
-            publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out)
+            publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out,
+                            zstd_twin=self.opts.zstd_twin)
         except registry.RegistryError as e:
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")

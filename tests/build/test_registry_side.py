@@ -1,0 +1,59 @@
+"""What delivery does registry side, with skopeo and `docker login`'s credentials, against the
+real loopback registry (htpasswd, as GHCR/ACR/ECR): a zstd twin that keeps the image and changes
+only the layer compression, and a retag by digest that writes the manifest unchanged. A small
+image (the local Debian base) keeps this quick; tests/build/test_build.py promotes a real cell."""
+import base64
+import json
+import subprocess
+import urllib.request
+
+import pytest
+
+from trainbase.deliver import registry as regmod
+
+pytestmark = pytest.mark.engine
+
+BASE = "trainbase-bootstrap/debian:12.15-slim"
+
+
+def _manifest(reg, repo: str, tag: str) -> dict:
+    auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+    req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/manifests/{tag}", headers={
+        "Authorization": f"Basic {auth}",
+        "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"})
+    return json.load(urllib.request.urlopen(req, timeout=30))
+
+
+def _blob(reg, repo: str, digest: str) -> dict:
+    auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+    req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/blobs/{digest}", headers={"Authorization": f"Basic {auth}"})
+    return json.load(urllib.request.urlopen(req, timeout=30))
+
+
+def test_zstd_twin_and_retag_by_digest(registry, docker, monkeypatch):
+    if subprocess.run([docker, "image", "inspect", BASE], capture_output=True).returncode != 0:
+        pytest.skip(f"{BASE} is not in the engine (the build bootstraps it)")
+    repo, tag = "trainbase/registry-side", "r" + "5" * 12
+    src = f"{registry.host}/{repo}:{tag}"
+    for args in (["tag", BASE, src], ["push", src]):
+        r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    gzip_digest = registry.digest(repo, tag)
+    regmod.zstd_twin(src, f"{src}-zstd")
+    twin = _manifest(registry, repo, f"{tag}-zstd")
+    assert twin["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert {layer["mediaType"] for layer in twin["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+    gz = _manifest(registry, repo, tag)
+    assert all("gzip" in layer["mediaType"] for layer in gz["layers"]) and len(gz["layers"]) == len(twin["layers"])
+    # the same filesystem: the uncompressed layer digests (diff_ids) of both configs agree
+    diff_ids = [_blob(registry, repo, m["config"]["digest"])["rootfs"]["diff_ids"] for m in (gz, twin)]
+    assert diff_ids[0] == diff_ids[1], "the twin is not the same image"
+    assert registry.digest(repo, tag) == gzip_digest, "the gzip tag is untouched"
+    # retag by digest, registry side: the alias gets exactly that manifest
+    regmod.retag(f"{registry.host}/{repo}@{gzip_digest}", f"{registry.host}/{repo}:latest")
+    assert registry.digest(repo, "latest") == gzip_digest
+    # without credentials the registry refuses, and the error says how to log in
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    with pytest.raises(regmod.RegistryAuthError, match=f"docker login {registry.host}"):
+        regmod.retag(f"{registry.host}/{repo}@{gzip_digest}", f"{registry.host}/{repo}:other")
