@@ -26,7 +26,7 @@ DOCKER_BUILDKIT=0 docker build -q "${network[@]}" --build-arg "BASE=$base" -t "$
   || { tail -n 40 "$ctx/build.log" >&2; echo "foreign-image: the build of $image failed" >&2; exit 2; }
 echo "    built in $((SECONDS - start)) s"
 rc=0
-bash "$REPO/scripts/installed-suite.sh" - "$tiers" "$out" "$image" --expect "$recipe/expectations.yaml" || rc=$?
+bash "$REPO/scripts/installed-suite.sh" - "$tiers" "$out" "$image" --expect "$recipe/expectations.yaml" --tb=line || rc=$?
 [ "$rc" -le 1 ] || { echo "foreign-image: the suite could not run (exit $rc)" >&2; exit "$rc"; }
 # the verdict must be the recorded one (outcomes.json): every listed check fails, nothing else does
 "$REPO/.venv/bin/python" - "$out/junit.xml" "$recipe/outcomes.json" <<'PY'

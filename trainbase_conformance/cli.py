@@ -33,7 +33,10 @@ def parse_tiers(text: str) -> list[str]:
 def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
     """The pytest command line for the parsed options (the plugin's own options by name)."""
     # rootdir: the checks' own folder, so test ids read test_mpi.py::... wherever it runs
+    # The command itself imported the package before pytest started, so pytest cannot rewrite
+    # the plugin's asserts and says so once per package: they carry their own messages.
     args = [str(CHECKS), f"--rootdir={CHECKS}", "-p", "trainbase_conformance.plugin", "-p", "no:cacheprovider", "-ra",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning",
             "-m", " or ".join(ns.tier)]
     for ref in ns.images:
         args += ["--image", ref]
