@@ -162,12 +162,24 @@ def podman_load(user: str, image: str) -> str:
     return names[0]
 
 
+def podman_oci_runtime(unified: Path = Path("/sys/fs/cgroup/unified")) -> list[str]:
+    """`--runtime runc` on a hybrid cgroup host whose cgroup2 part holds a controller (here:
+    hugetlb, which no v1 hierarchy mounts): Podman's default crun refuses every container there
+    ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"), runc runs
+    them. Anywhere else (pure v1, pure v2): Podman's own choice."""
+    try:
+        controllers = (unified / "cgroup.controllers").read_text().split()
+    except OSError:
+        return []
+    return ["--runtime", "runc"] if controllers and shutil.which("runc") else []
+
+
 def podman_run(user: str, ref: str, args: list[str], command: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """`podman run --rm` as ``user``. `--network=host`: rootless networking (slirp4netns) adds
     nothing a single-container job needs; --shm-size as the suite's Docker runs (64 MB default
     is too small for 2 ranks' shared-memory transport)."""
-    return as_user(user, ["podman", "run", "--rm", "--network=host", "--shm-size=1g", *args, ref,
-                          "sh", "-c", command], timeout=timeout)
+    return as_user(user, ["podman", "run", "--rm", *podman_oci_runtime(), "--network=host", "--shm-size=1g", *args,
+                          ref, "sh", "-c", command], timeout=timeout)
 
 
 def podman_remove(user: str, ref: str) -> None:

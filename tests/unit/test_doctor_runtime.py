@@ -232,3 +232,16 @@ def test_launcher_hint_without_a_path_problem_is_unchanged(tmp_path):
                "mpi.launcher")
     assert r.status == core.FAIL and "reports 3.1.2" in r.summary and "ch-run" not in r.hint
     assert "PATH lacks" not in r.summary
+
+
+def test_rootless_podman_uses_runc_where_crun_refuses_the_hybrid_cgroup_layout(tmp_path, monkeypatch):
+    """A hybrid cgroup host whose cgroup2 part holds a controller (hugetlb, mounted by no v1
+    hierarchy) makes crun refuse every container; the suite's Podman runs then ask for runc."""
+    from trainbase_conformance import runtimes
+
+    monkeypatch.setattr(runtimes.shutil, "which", lambda name: f"/usr/bin/{name}")
+    (tmp_path / "cgroup.controllers").write_text("hugetlb\n")
+    assert runtimes.podman_oci_runtime(tmp_path) == ["--runtime", "runc"]
+    (tmp_path / "cgroup.controllers").write_text("\n")
+    assert runtimes.podman_oci_runtime(tmp_path) == []
+    assert runtimes.podman_oci_runtime(tmp_path / "absent") == []      # pure v1 or pure v2: Podman's choice
