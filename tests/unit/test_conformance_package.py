@@ -123,3 +123,26 @@ def test_require_hardware_turns_the_gpu_tiers_skip_into_a_failure(tmp_path):
     assert cases and all(c.find("skipped") is not None for c in cases)
     cases, problems = run("--require-hardware")
     assert cases and all(p is not None and "tier gpu: no usable GPU" in p.get("message", "") for p in problems)
+
+
+def test_the_foreign_images_recorded_verdict_names_real_checks():
+    """outcomes.json (what scripts/foreign-image.sh requires of Azure ML's rebuilt image) names
+    checks that exist, each with its reason: a renamed check cannot leave the verdict stale."""
+    import ast
+
+    outcomes = json.loads((AZUREML.parent / "outcomes.json").read_text())
+    assert outcomes["tiers"] == "static,cpu" and outcomes["must_fail"]
+    for name, why in outcomes["must_fail"].items():
+        module, check = name.split("::")
+        tree = ast.parse((CHECKS / f"{module}.py").read_text())
+        assert check in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, name
+        assert len(why) > 20, f"{name}: say why it fails"
+
+
+def test_the_expectations_example_in_the_docs_is_valid(tmp_path):
+    """docs/conformance.md's example file follows the schema it documents."""
+    import re
+    text = (ROOT / "docs" / "conformance.md").read_text()
+    example = re.search(r"```yaml\n(# expectations.yaml\n.*?)```", text, re.S).group(1)
+    data = expectations.load(write(tmp_path, example))
+    assert data["mpi"]["kind"] == "openmpi" and data["frameworks"] == {"pytorch": "2.1.0"}
