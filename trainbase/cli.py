@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--select", action="append", metavar="KEY=VALUE",
                    help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
     p.add_argument("--profile", help="only cells of this profile (e.g. local, production, ci)")
-    p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell")
+    p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell; with --outdated: one per pin")
     b = p.add_argument_group("building (--matrix)")
     b.add_argument("-j", "--jobs", type=int, default=2, help="parallel builds (default 2)")
     b.add_argument("--dry-run", action="store_true", help="print the plan (order, shared parents, cached) and stop")
@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         return cimod.command(m, root, selected, args)
     if args.outdated:
         from .define import outdated
-        print(outdated.report(outdated.check(m.path)))
+        findings = outdated.check(m.path)
+        print(json.dumps(outdated.as_json(findings), indent=2) if args.json else outdated.report(findings))
         return 0
     if args.promote:
         from .deliver import promote

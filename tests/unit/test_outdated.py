@@ -25,6 +25,9 @@ def test_a_series_bump_and_a_newer_series_are_told_apart(tmp_path):
     assert (findings["impi-rt"].newest_in_series, findings["impi-rt"].newest) == (None, "2021.19.0")  # no rc
     assert (findings["mpi4py"].newest_in_series, findings["mpi4py"].newest) == (None, None)
     assert (findings["nvidia-nccl-cu13"].newest_in_series, findings["nvidia-nccl-cu13"].newest) == ("2.30.9", "2.32.3")
+    rows = {r["package"]: r for r in outdated.as_json(list(findings.values()))}
+    assert rows["nvidia-nccl-cu13"] == {"package": "nvidia-nccl-cu13", "pinned": "2.30.7", "newest_in_series": "2.30.9",
+                                        "newest": "2.32.3", "where": ["cuda.13.0.wheels.nccl"]}
     text = outdated.report(list(findings.values()))
     assert text.startswith("2 of 3 pins have newer releases") and "current: mpi4py" in text
     assert "| impi-rt | 2021.18.1 | - | 2021.19.0 | mpi.x.packages[0] |" in text

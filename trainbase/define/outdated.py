@@ -107,6 +107,12 @@ def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releas
     return out
 
 
+def as_json(findings: list[Finding]) -> list[dict[str, Any]]:
+    """One object per pin (``--outdated --json``), for a dashboard or a bot."""
+    return [{"package": f.pin.package, "pinned": f.pin.version, "newest_in_series": f.newest_in_series,
+             "newest": f.newest, "where": f.pin.where, **({"error": f.error} if f.error else {})} for f in findings]
+
+
 def report(findings: list[Finding]) -> str:
     """Markdown: the pins upstream moved past, newest first in importance (a series bump is a
     safe refresh; a newer series needs a matrix entry), then the current ones in one line."""
