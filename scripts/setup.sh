@@ -64,6 +64,9 @@ want+=(openmpi-bin python3-mpi4py)
 # user, and a one-node Slurm (munged, slurmctld, slurmd on loopback, started and stopped by the
 # tier itself) whose srun offers --mpi=pmi2 and, with libpmix-dev, --mpi=pmix
 want+=(charliecloud podman uidmap slurmctld slurmd slurm-client munge libpmix-dev)
+# arm64 cells on an x86_64 host: qemu's user-mode emulator. Installed here, but the handler is
+# registered by the build only when an arm64 cell is selected (trainbase/build/emulation.py)
+want+=(qemu-user-static binfmt-support)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   want+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

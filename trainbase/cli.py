@@ -232,7 +232,7 @@ def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | No
         rec["image"] = f"{m.spec.naming.namespace}/{c.name}:{r.tag}"
         chain, x = [], r
         while x is not None:               # a cell cannot build while anything under it is pending
-            chain += [a for a in x.context.artifacts if m.spec.artifacts[a].pending]
+            chain += [a for a in x.context.artifacts if m.spec.artifacts[a].file_for(x.cell.platform).pending]
             x = rendered.get(x.cell.parent) if x.cell.parent else None
         rec["artifacts_pending"] = sorted(set(chain))
     return rec

@@ -92,9 +92,12 @@ def build_cli() -> str:
 
 def build_command(dockerfile: str, ref: str, *, labels: dict[str, str], build_args: dict[str, str],
                   target: str | None = None, secrets: dict[str, str] | None = None, network: str | None = None,
-                  no_cache: bool = False, context: str = ".") -> tuple[list[str], dict[str, str]]:
-    """The BuildKit build of REF (argv, environment); `docker build -t` tags only a completed image."""
+                  no_cache: bool = False, context: str = ".", platform: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The BuildKit build of REF (argv, environment); `docker build -t` tags only a completed image.
+    ``platform``: the OCI platform to build for (another architecture runs under qemu)."""
     cmd = [build_cli(), "build", "--progress=plain", "-f", dockerfile, "-t", ref]
+    if platform:
+        cmd += ["--platform", platform]
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]
     for k, v in build_args.items():

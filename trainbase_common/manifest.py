@@ -15,6 +15,8 @@ def labels(manifest: dict[str, Any]) -> dict[str, str]:
         "org.opencontainers.image.title": manifest["name"],
         "org.opencontainers.image.description": "trainbase distributed-training image (see /etc/trainbase/manifest.json)",
         "io.trainbase.os": c["os"]["id"],
+        # manifests written before the platform axis are amd64 images
+        "io.trainbase.platform": manifest.get("platform", "linux/amd64"),
         "io.trainbase.cuda": c["cuda"]["version"],
         "io.trainbase.cudnn": c["cudnn"]["version"],
         "io.trainbase.nccl": c["nccl"]["version"],

@@ -30,7 +30,7 @@ from ..render import context
 from . import bootstrap
 
 
-def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
+def resolve(ref: str, row: Any, lock: BaseLock, log, arch: str | None = None) -> tuple[str, str | None]:
     """(what to build FROM, why the row's cells must not build) for one base of a build. A
     bootstrap already in the engine that is not the locked one is made again once (an engine
     can hold one from before a Debian point release); what then still differs from the lock
@@ -41,14 +41,14 @@ def resolve(ref: str, row: Any, lock: BaseLock, log) -> tuple[str, str | None]:
     if lock.digest:
         # pulled by the locked digest, never by the tag: a tag moved upstream is not a reason
         # to refuse the build (nor one to build FROM something else); no bootstrap stands in
-        how, built_from = bootstrap.ensure_base_image(lock.engine_ref(), None, log=log)
-        return built_from, _differs(lock, built_from)
-    how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+        how, built_from = bootstrap.ensure_base_image(lock.engine_ref(), None, log=log, arch=arch)
+        return built_from, (None if how == "registry index" else _differs(lock, built_from))
+    how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only, arch=arch)
     why = _differs(lock, built_from)
     if why and how == "bootstrap present":
         log(f"{ref}: the bootstrap in the engine is not the locked one: making it again")
         engine.remove_image(built_from)
-        how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only)
+        how, built_from = bootstrap.ensure_base_image(ref, suite, mirror, log=log, bootstrap_only=only, arch=arch)
         why = _differs(lock, built_from)
     return built_from, why
 
@@ -75,18 +75,21 @@ def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
     seen: dict[str, Any] = {}
     for c in cells:
         if not c.parent:
-            seen.setdefault(context.build(m, c).data["os"]["base"], m.spec.os[c.os])
+            os_ = context.build(m, c).data["os"]
+            # a registry base is one index for every platform: resolved once, under its bare ref
+            k = os_["base_key"] if m.spec.os[c.os].bootstrap is not None else os_["base"]
+            seen.setdefault(k, (os_["base"], c.arch, m.spec.os[c.os]))
     failures: list[str] = []
-    for ref, row in sorted(seen.items()):
+    for k, (ref, arch, row) in sorted(seen.items()):
         if row.bootstrap is not None:
-            engine.remove_image(bootstrap.bootstrap_ref(ref))   # today's mirror, not an old bootstrap
+            engine.remove_image(bootstrap.bootstrap_ref(ref, arch))   # today's mirror, not an old bootstrap
             _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
-                                                 log=log, bootstrap_only=True)
+                                                 log=log, bootstrap_only=True, arch=arch)
             ident = base_identity(own)
-            entries[ref] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
+            entries[k] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
                                     packages=bootstrap.packages_of(own),
                                     note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}")
-            log(f"{ref}: locked to {ident['identity']}")
+            log(f"{k}: locked to {ident['identity']}")
             continue
         try:
             digest = engine.distribution_digest(ref)

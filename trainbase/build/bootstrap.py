@@ -30,6 +30,7 @@ from pathlib import Path
 
 from trainbase_common import engine
 
+from . import emulation
 from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
 Log = Callable[[str], None]
@@ -55,9 +56,14 @@ UBUNTU_SUITES = frozenset({
 BOOTSTRAP_NAMESPACE = "trainbase-bootstrap"
 
 
-def bootstrap_ref(ref: str) -> str:
-    """trainbase's own name for its bootstrap of ``ref``: debian:12.15-slim -> trainbase-bootstrap/debian:12.15-slim."""
-    return f"{BOOTSTRAP_NAMESPACE}/{ref.rsplit('/', 1)[-1]}"
+def bootstrap_ref(ref: str, arch: str | None = None) -> str:
+    """trainbase's own name for its bootstrap of ``ref``: debian:12.15-slim ->
+    trainbase-bootstrap/debian:12.15-slim; another architecture's under its own name
+    (trainbase-bootstrap/arm64/debian:12.15-slim): an engine's tag holds one platform."""
+    own = ref.rsplit("/", 1)[-1]
+    if arch and not emulation.is_native(arch):
+        return f"{BOOTSTRAP_NAMESPACE}/{arch}/{own}"
+    return f"{BOOTSTRAP_NAMESPACE}/{own}"
 
 
 def _is_our_bootstrap(ref: str) -> bool:
@@ -144,11 +150,14 @@ def _remove_tree(path: str, log: Log) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str) -> None:
+def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str, arch: str | None = None) -> None:
     digest = hashlib.sha256(packages.encode()).hexdigest()
-    changes = ['CMD ["bash"]',
-               f"LABEL io.trainbase.base.source=debootstrap io.trainbase.base.suite={suite} "
-               f"io.trainbase.base.mirror={mirror} io.trainbase.base.packages-sha256={digest}"]
+    labels = {"io.trainbase.base.source": "debootstrap", "io.trainbase.base.suite": suite,
+              "io.trainbase.base.mirror": mirror, "io.trainbase.base.packages-sha256": digest}
+    if arch and not emulation.is_native(arch):
+        _import_foreign(rootfs, ref, labels, arch)
+        return
+    changes = ['CMD ["bash"]', "LABEL " + " ".join(f"{k}={v}" for k, v in labels.items())]
     with tempfile.NamedTemporaryFile(suffix=".tar", dir=os.environ.get("TMPDIR") or "/var/tmp") as tmp:
         with tarfile.open(tmp.name, "w", format=tarfile.PAX_FORMAT) as tar:
             tar.add(rootfs, arcname=".", filter=lambda ti: ti)
@@ -156,6 +165,26 @@ def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str) -> No
             engine.import_rootfs(tmp.name, ref, changes)
         except engine.EngineError as e:
             raise BootstrapError(f"importing {ref} failed: {e}") from None
+
+
+def _import_foreign(rootfs: str, ref: str, labels: dict[str, str], arch: str) -> None:
+    """Another architecture's root filesystem as an image of THAT platform. `docker import`
+    records the host's architecture whatever it is asked (Docker 20.10 ignores the API's
+    platform parameter), and BuildKit then refuses or re-pulls the base of a --platform build;
+    a `FROM scratch` + `ADD` build with --platform runs nothing under emulation and writes the
+    right architecture into the image config."""
+    from trainbase_common import buildkit
+
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR") or "/var/tmp") as ctx:
+        with tarfile.open(os.path.join(ctx, "rootfs.tar"), "w", format=tarfile.PAX_FORMAT) as tar:
+            tar.add(rootfs, arcname=".", filter=lambda ti: ti)
+        Path(ctx, "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n')
+        cmd, env = buildkit.build_command("Dockerfile", ref, labels=labels, build_args={}, target=None,
+                                          secrets=None, network=None, no_cache=False,
+                                          platform=f"linux/{arch}", context=ctx)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ctx)
+        if r.returncode != 0:
+            raise BootstrapError(f"importing {ref} ({arch}) failed:\n{_tail(r.stdout + r.stderr)}")
 
 
 def packages_of(image: str) -> list[str]:
@@ -179,11 +208,18 @@ def _tag_of(ref: str) -> str:
 
 
 def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_MIRROR,
-                      log: Log = print, bootstrap_only: bool = False) -> tuple[str, str]:
+                      log: Log = print, bootstrap_only: bool = False, arch: str | None = None) -> tuple[str, str]:
     """Make a base for ``ref`` available: (how, the reference to build FROM). How is "present"
     or "pulled" (the official image), or "bootstrapped" / "bootstrap present" (trainbase's own
     bootstrap, under bootstrap_ref(ref)). ``bootstrap_only``: the base lock says the row is
-    built FROM trainbase's bootstrap, so the official image is not even looked at."""
+    built FROM trainbase's bootstrap, so the official image is not even looked at. ``arch``:
+    a platform other than the host's -- an engine tag holds the host's platform, so a registry
+    base is left for BuildKit to resolve from its index, and a bootstrap is made for ``arch``
+    (debootstrap runs the second stage under qemu)."""
+    foreign = bool(arch) and not emulation.is_native(arch or "")
+    if foreign and not bootstrap_only and not suite:
+        log(f"{ref} ({arch}): resolved by BuildKit from the registry's index at build time")
+        return "registry index", ref
     if not engine.available():
         raise BootstrapError("no container engine answers: run scripts/setup.sh"
                              + (f" (DOCKER_HOST={os.environ['DOCKER_HOST']})" if os.environ.get("DOCKER_HOST") else ""))
@@ -191,6 +227,8 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
         if not suite:
             raise BootstrapError(f"{ref} is locked to trainbase's bootstrap, but its row names no bootstrap suite")
         log(f"{ref}: locked to trainbase's bootstrap (locks/bases.json)")
+    elif foreign:
+        log(f"{ref} ({arch}): the engine holds one platform per tag; using trainbase's {arch} bootstrap")
     elif engine.image_exists(ref):
         if not _is_our_bootstrap(ref):
             log(f"{ref}: present")
@@ -212,7 +250,7 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
     if not suite:  # (bootstrap_only without a suite was refused above)
         raise BootstrapError(f"{ref} in the engine is a trainbase bootstrap, not the official image, and no "
                              "suite was given to bootstrap it again")
-    own = bootstrap_ref(ref)
+    own = bootstrap_ref(ref, arch)
     if _is_our_bootstrap(own):
         info = engine.inspect_image(own)
         log(f"{ref}: using trainbase's own bootstrap {own} (packages sha256 "
@@ -230,8 +268,10 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
     tmp = tempfile.mkdtemp(prefix="trainbase-rootfs-", dir=os.environ.get("TMPDIR") or "/var/tmp")
     rootfs = os.path.join(tmp, "rootfs")
     try:
-        cmd = [debootstrap, "--variant=minbase", suite, rootfs, mirror] + ([script] if script else [])
-        log(f"{ref}: debootstrap --variant=minbase {suite} {rootfs} {mirror}")
+        arch_opt = [f"--arch={arch}"] if foreign else []
+        cmd = [debootstrap, "--variant=minbase", *arch_opt, suite, rootfs, mirror] + ([script] if script else [])
+        log(f"{ref}: debootstrap --variant=minbase {' '.join(arch_opt + [''])}{suite} {rootfs} {mirror}"
+            + (" (second stage under qemu)" if foreign else ""))
         t1 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PATH=_sbin_path()))
         if r.returncode != 0:
@@ -251,7 +291,7 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
         packages = package_list(rootfs)
         write_file(Path(rootfs, PACKAGE_LIST), packages)
         t2 = time.monotonic()
-        _import(rootfs, own, suite, mirror, packages)
+        _import(rootfs, own, suite, mirror, packages, arch)
         info = engine.inspect_image(own)
         log(f"{ref}: bootstrapped as {own}: Debian {have} ({suite}{', slim' if slim else ''}, {packages.count(chr(10))} "
             f"packages, list in /{PACKAGE_LIST}): debootstrap {t_boot:.0f} s, import {time.monotonic() - t2:.0f} s"

@@ -46,7 +46,7 @@ def command(j: Job, namespace: str, base_refs: dict[str, str], ca: str | None, n
                 **base_labels(j, base_refs)},
         build_args={"TRAINBASE_NAMESPACE": namespace, **base_arg(j, base_refs)},
         target=None if j.parent else "image", secrets={"ca_bundle": ca} if ca else None,
-        network=network, no_cache=no_cache)
+        network=network, no_cache=no_cache, platform=j.cell.platform)
 
 
 def base_labels(j: Job, base_refs: dict[str, str]) -> dict[str, str]:
@@ -54,8 +54,8 @@ def base_labels(j: Job, base_refs: dict[str, str]) -> dict[str, str]:
     children inherit them. The supply step reads them back for cached and pulled tags."""
     if j.parent:
         return {}
-    os_base = j.rendered.context.data["os"]["base"]
-    return bases.base_labels(bases.base_identity(base_refs.get(os_base, os_base)))
+    os_ = j.rendered.context.data["os"]
+    return bases.base_labels(bases.base_identity(base_refs.get(os_["base_key"], os_["base"])))
 
 
 def base_arg(j: Job, base_refs: dict[str, str]) -> dict[str, str]:
@@ -63,7 +63,7 @@ def base_arg(j: Job, base_refs: dict[str, str]) -> dict[str, str]:
     os_ = j.rendered.context.data["os"]
     if j.parent or not os_.get("bootstrappable"):
         return {}
-    return {"TRAINBASE_BASE": base_refs.get(os_["base"], os_["base"])}
+    return {"TRAINBASE_BASE": base_refs.get(os_["base_key"], os_["base"])}
 
 
 def check_space(builds: int, min_free_gb: float) -> None:

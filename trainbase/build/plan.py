@@ -120,9 +120,10 @@ class Plan:
     def refuse_unverified(self) -> None:
         """A cell that downloads an artifact without a verified checksum is refused."""
         for j in self.jobs.values():
-            pending = [a for a in j.rendered.context.artifacts if self.m.spec.artifacts[a].pending]
+            plat = j.cell.platform
+            pending = [a for a in j.rendered.context.artifacts if self.m.spec.artifacts[a].file_for(plat).pending]
             if pending and j.status == JobState.QUEUED:
-                a = self.m.spec.artifacts[pending[0]]
+                a = self.m.spec.artifacts[pending[0]].file_for(plat)
                 j.status, j.reason = JobState.REFUSED, (f"artifact {pending[0]} has no verified sha256 "
                                                         f"({' '.join(a.pending_reason.split())})")
 

@@ -67,6 +67,13 @@ class BaseLock:
         return f"{engine.repository(self.ref)}@{self.digest}" if self.digest else self.ref
 
 
+def key(ref: str, platform: str | None) -> str:
+    """The lock's key for ``ref`` built for ``platform`` (None: the first platform of the axis,
+    which keeps the bare ref). A bootstrap is one architecture's package list, so each platform
+    has its own entry; a registry base's digest is its multi-arch index, shared by all."""
+    return f"{ref} {platform}" if platform else ref
+
+
 def unlocked(ref: str, how: str, note: str = "") -> BaseLock:
     return BaseLock(ref=ref, how=how, identity=None, note=note)
 
@@ -84,7 +91,7 @@ def load(root: Path) -> dict[str, BaseLock]:
         for ref, e in data["bases"].items():
             if e["how"] not in (BOOTSTRAP, REGISTRY):
                 raise ValueError(f"{ref}: how must be {BOOTSTRAP!r} or {REGISTRY!r}, not {e['how']!r}")
-            out[ref] = BaseLock(ref=ref, how=e["how"], identity=e.get("identity"),
+            out[ref] = BaseLock(ref=ref.split(" ", 1)[0], how=e["how"], identity=e.get("identity"),
                                 packages=list(e.get("packages") or []), note=e.get("note", ""))
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -93,17 +100,23 @@ def load(root: Path) -> dict[str, BaseLock]:
 
 def write(root: Path, entries: dict[str, BaseLock]) -> None:
     doc: dict[str, Any] = {"schema": SCHEMA, "bases": {}}
-    for ref in sorted(entries):
-        e = asdict(entries[ref])
+    for k in sorted(entries):
+        e = asdict(entries[k])
         del e["ref"]
-        doc["bases"][ref] = e
+        doc["bases"][k] = e
     (root / LOCK_FILE).parent.mkdir(parents=True, exist_ok=True)
     (root / LOCK_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def entry_for(entries: dict[str, BaseLock], ref: str, bootstrappable: bool) -> BaseLock:
-    """The lock of ``ref``; an unlocked entry of the row's kind when the file has none."""
-    return entries.get(ref) or unlocked(ref, BOOTSTRAP if bootstrappable else REGISTRY, "not in " + LOCK_FILE)
+def entry_for(entries: dict[str, BaseLock], base_key: str, bootstrappable: bool) -> BaseLock:
+    """The lock of a base (``key(ref, platform)``); a registry base of another platform shares
+    its index's entry; an unlocked entry of the row's kind when the file has none."""
+    ref = base_key.split(" ", 1)[0]
+    if base_key in entries:
+        return entries[base_key]
+    if not bootstrappable and ref in entries:
+        return entries[ref]
+    return unlocked(ref, BOOTSTRAP if bootstrappable else REGISTRY, f"{base_key} not in {LOCK_FILE}")
 
 
 def package_changes(locked: list[str], now: list[str], limit: int = 8) -> str:

@@ -13,17 +13,21 @@ from pydantic import ValidationError
 from ..errors import MatrixError
 from .schema import AXES, MatrixFile, Release
 
+# matrix.yaml's component table for each axis (the axis name where they are the same)
+TABLE_NAMES = {"framework": "frameworks", "platform": "platforms"}
+
 
 @dataclass(frozen=True)
 class Cell:
     """One image of the matrix: one value per axis, resolved against the component tables."""
 
+    platform: str
     os: str
     cuda: str
     mpi: str
     ib: str
     framework: str
-    name: str
+    name: str                               # the cell's own name: unique, carries the platform tag
     release: Release | None = None          # the framework release (None for framework=none)
     parent: str | None = None               # name of the cell this image is built FROM
     excluded: str | None = None             # reason, when the cell does not exist
@@ -33,9 +37,16 @@ class Cell:
     def axes(self) -> dict[str, str]:
         return {a: getattr(self, a) for a in AXES}
 
+    image: str = ""                         # the published repository: the same for every platform
+
     @property
     def framework_version(self) -> str | None:
         return self.release.version if self.release else None
+
+    @property
+    def arch(self) -> str:
+        """linux/arm64 -> arm64"""
+        return self.platform.rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -116,14 +127,14 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     def fail(msg: str) -> None:
         raise MatrixError(f"{where}: {msg}")
 
-    tables = {"os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
+    tables = {"platform": s.platforms, "os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
     for axis in AXES:
         values = getattr(s.axes, axis)
         if len(set(values)) != len(values):
             fail(f"axes.{axis}: duplicate values")
         for v in values:
             if v not in tables[axis]:
-                fail(f"axes.{axis}: value {v!r} has no entry in the {axis if axis != 'framework' else 'frameworks'} table")
+                fail(f"axes.{axis}: value {v!r} has no entry in the {TABLE_NAMES.get(axis, axis)} table")
     if "none" not in s.axes.framework:
         fail("axes.framework must include 'none' (the base images every framework image builds on)")
 
@@ -134,6 +145,20 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             fail(f"{at}: artifact {key!r} is pinned by an OpenPGP fingerprint, which only a repository "
                  "signing key (ib.*.key) may be; pin this file by sha256")
 
+    first = s.axes.platform[0]
+    for k, a in s.artifacts.items():
+        if a.architecture_specific:
+            for plat in s.axes.platform[1:]:
+                if plat not in a.platforms:
+                    fail(f"artifacts.{k}: architecture_specific, but no file for {plat} (add platforms.{plat}: url, sha256)")
+        for plat in a.platforms:
+            if plat not in s.platforms:
+                fail(f"artifacts.{k}.platforms: unknown platform {plat!r} (declared: {', '.join(s.platforms)})")
+            if plat == first:
+                fail(f"artifacts.{k}.platforms.{plat}: the artifact's own url/sha256 are the {plat} file")
+    tags = [s.platforms[p].name_tag for p in s.axes.platform]
+    if len(set(tags)) != len(tags) or tags[0] != "":
+        fail("platforms: name_tag must be empty for the first platform of the axis and distinct for the others")
     for k, row in s.os.items():
         artifact(row.python.installer, f"os.{k}.python.installer")
         if "{cuda_toolkit}" not in row.base and row.cuda_from == "base":
@@ -191,7 +216,7 @@ def _name(s: MatrixFile, values: dict[str, str], release: Release | None, parent
     ib = s.ib[values["ib"]]
     cuda = s.cuda[values["cuda"]]
     base = s.naming.base.format(mpi=values["mpi"], ib_tag=ib.name_tag, cuda=values["cuda"],
-                                cudnn_major=cuda.cudnn_major, os=values["os"])
+                                cudnn_major=cuda.cudnn_major, os=values["os"]) + s.platforms[values["platform"]].name_tag
     if release is None:
         return base
     prefix = s.naming.framework_prefix.format(framework=values["framework"], framework_version=release.version)
@@ -206,9 +231,9 @@ def _expand(s: MatrixFile, where: str) -> list[Cell]:
     order = sorted(s.axes.framework, key=lambda f: _depth(s, f))
     resolved: dict[tuple[str, ...], Cell] = {}
     for fw in order:
-        for os_, cuda, mpi, ib in itertools.product(s.axes.os, s.axes.cuda, s.axes.mpi, s.axes.ib):
-            values = dict(os=os_, cuda=cuda, mpi=mpi, ib=ib, framework=fw)
-            resolved[(os_, cuda, mpi, ib, fw)] = _resolve(s, values, resolved)
+        for plat, os_, cuda, mpi, ib in itertools.product(s.axes.platform, s.axes.os, s.axes.cuda, s.axes.mpi, s.axes.ib):
+            values = dict(platform=plat, os=os_, cuda=cuda, mpi=mpi, ib=ib, framework=fw)
+            resolved[(plat, os_, cuda, mpi, ib, fw)] = _resolve(s, values, resolved)
     cells = [resolved[k] for k in itertools.product(*(getattr(s.axes, a) for a in AXES))]
     # Names must be unique among cells that exist.
     seen: dict[str, Cell] = {}
@@ -238,7 +263,7 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
     if fw != "none":
         framework = s.frameworks[fw]
         parent_fw = framework.parent or "none"
-        parent = resolved[(v["os"], v["cuda"], v["mpi"], v["ib"], parent_fw)]
+        parent = resolved[(v["platform"], v["os"], v["cuda"], v["mpi"], v["ib"], parent_fw)]
         candidates = [r for r in framework.releases if v["cuda"] in r.cuda]
         if parent.release is not None:  # a child release must match its parent's version
             candidates = [r for r in candidates if r.requires.get(parent_fw, parent.release.version) == parent.release.version]
@@ -247,7 +272,8 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
     def excluded(reason: str) -> Cell:
         name = _name(s, v, release, parent.name if parent and parent.release else None) if (release or fw == "none") \
             else f"{fw}-{_name(s, v, None, None)}"
-        return Cell(**v, name=name, release=release, parent=parent.name if parent else None, excluded=reason)
+        return Cell(**v, name=name, release=release, parent=parent.name if parent else None, excluded=reason,
+                    image=_image(s, v, name))
 
     for rule in s.rules:
         if _matches(rule.when, v) and (rule.require is None or not _matches(rule.require, v)):
@@ -271,7 +297,13 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             return excluded(f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "
                             f"NCCL {nccl}: an image carries one NCCL, so the two must agree")
     name = _name(s, v, release, parent.name if parent and parent.release else None)
-    return Cell(**v, name=name, release=release, parent=parent.name if parent else None)
+    return Cell(**v, name=name, release=release, parent=parent.name if parent else None, image=_image(s, v, name))
+
+
+def _image(s: MatrixFile, v: dict[str, str], name: str) -> str:
+    """The repository a cell is published under: its name without the platform tag, so every
+    platform of one recipe lands in one multi-arch image index under one tag."""
+    return name.removesuffix(s.platforms[v["platform"]].name_tag) if s.platforms[v["platform"]].name_tag else name
 
 
 def _assign_profiles(s: MatrixFile, cells: list[Cell], where: str) -> list[Cell]:

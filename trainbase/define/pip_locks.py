@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +34,9 @@ class LockSet:
     python: str
     requirements: tuple[str, ...]
     context: tuple[str, ...] = ()
+    # PyPI platform tag to resolve for when it is not this machine's (manylinux_2_36_aarch64 for
+    # the arm64 images built on an x86_64 host); None: the host's own (the first platform)
+    wheel_platform: str | None = None
 
     @property
     def path(self) -> str:
@@ -40,7 +44,10 @@ class LockSet:
 
     @property
     def inputs_sha256(self) -> str:
-        text = json.dumps([self.python, sorted(self.requirements), sorted(self.context)])
+        parts: list = [self.python, sorted(self.requirements), sorted(self.context)]
+        if self.wheel_platform:
+            parts.append(self.wheel_platform)
+        text = json.dumps(parts)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -50,6 +57,7 @@ def header(ls: LockSet) -> str:
         f"# python: {ls.python}\n"
         f"# requirements: {' '.join(sorted(ls.requirements))}\n"
         + (f"# resolved with: {' '.join(sorted(ls.context))}\n" if ls.context else "")
+        + (f"# platform: {ls.wheel_platform}\n" if ls.wheel_platform else "")
         + f"# inputs-sha256: {ls.inputs_sha256}\n"
     )
 
@@ -62,6 +70,16 @@ def status(root: Path, ls: LockSet) -> str | None:
     if f"# inputs-sha256: {ls.inputs_sha256}\n" not in p.read_text():
         return f"{ls.path} is stale: matrix.yaml changed its inputs (run `python build.py --lock`)"
     return None
+
+
+def platform_tags(wheel_platform: str) -> list[str]:
+    """manylinux_2_35_aarch64 -> every manylinux tag a glibc 2.35 system accepts (2_17 ... 2_35
+    and manylinux2014): pip takes a given --platform literally, it does not expand it."""
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", wheel_platform)
+    if not m:
+        return [wheel_platform]
+    top, arch = int(m.group(1)), m.group(2)
+    return [f"manylinux_2_{n}_{arch}" for n in range(top, 16, -1)] + [f"manylinux2014_{arch}"]
 
 
 def find_python(version: str) -> str:
@@ -87,6 +105,17 @@ def resolve(ls: LockSet, log=print) -> str:
         report = Path(tmp) / "report.json"
         cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                "--disable-pip-version-check", "--report", str(report), *ls.requirements, *ls.context]
+        if ls.wheel_platform:
+            # Another architecture's wheels, chosen by pip's own tag logic (manylinux_2_36 also
+            # accepts every older manylinux tag). pip can only do this for wheels (--only-binary):
+            # an sdist's metadata would need that architecture's build. Markers
+            # (platform_machine) are still evaluated for the host: a package whose requirements
+            # differ by machine must be resolved on a native runner.
+            major, minor = ls.python.split(".")[:2]
+            for tag in platform_tags(ls.wheel_platform):
+                cmd += ["--platform", tag]
+            cmd += ["--only-binary=:all:", "--implementation", "cp",
+                    "--python-version", f"{major}.{minor}", "--abi", f"cp{major}{minor}", "--target", str(Path(tmp) / "t")]
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # PyPI itself, not a host's local mirrors
         log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)

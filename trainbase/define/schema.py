@@ -12,7 +12,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PIN = re.compile(r"^[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+$")
 # A URL that names a moving target: a branch, "latest", a nightly.
 MOVING = re.compile(r"(?i)(refs/heads/|/archive/(master|main)\b|[/_=-](latest|master|nightly)([/._-]|$))")
-AXES = ("os", "cuda", "mpi", "ib", "framework")
+AXES = ("platform", "os", "cuda", "mpi", "ib", "framework")
 
 
 class Strict(BaseModel):
@@ -32,16 +32,51 @@ Pins = Annotated[list[str], AfterValidator(_pinned)]
 OPENPGP_ID = re.compile(r"^([0-9A-F]{16}|[0-9A-F]{40})$")
 
 
+class PlatformFile(Strict):
+    """The same artifact built for another platform: its own URL and its own checksum (a
+    per-architecture installer such as Miniforge's aarch64 .sh is a different file)."""
+
+    url: str
+    sha256: str
+    pending_reason: str | None = None
+
+    @model_validator(mode="after")
+    def _checksum(self) -> "PlatformFile":
+        if self.sha256 == "pending":
+            if not self.pending_reason:
+                raise ValueError("sha256 is 'pending' without a pending_reason")
+        elif not SHA256.match(self.sha256):
+            raise ValueError(f"sha256 {self.sha256!r} is not 64 lowercase hex digits")
+        return self
+
+    @property
+    def pending(self) -> bool:
+        return self.sha256 == "pending"
+
+
 class Artifact(Strict):
     """A downloaded file, pinned by its bytes (sha256) -- or, for a repository signing key only,
     by its OpenPGP identity: a key file is re-exported whenever its signatures or expiry change,
     so its bytes are not stable, but its fingerprint is; the build imports the key, checks the
-    fingerprint with gpg and refuses anything else (tb-fetch-openpgp-key)."""
+    fingerprint with gpg and refuses anything else (tb-fetch-openpgp-key).
+
+    ``url``/``sha256`` are the file for the first platform of the axis (linux/amd64);
+    ``platforms`` names the file per other platform where it differs (an architecture-specific
+    installer). Source tarballs and keys are the same bytes on every platform and need none."""
 
     url: str
     sha256: str | None = None
     openpgp_fingerprint: str | None = None
     pending_reason: str | None = None
+    # true for a file built per architecture: every platform but the first must then name its
+    # own file below (never the x86_64 installer run on arm64 by omission)
+    architecture_specific: bool = False
+    platforms: dict[str, PlatformFile] = {}
+
+    def file_for(self, platform: str) -> "Artifact | PlatformFile":
+        """The file this artifact is on ``platform``: its own entry there, else the artifact
+        itself (the same bytes everywhere: a source tarball, a key)."""
+        return self.platforms.get(platform, self)
 
     @field_validator("url")
     @classmethod
@@ -71,6 +106,22 @@ class Artifact(Strict):
     @property
     def pending(self) -> bool:
         return self.sha256 == "pending"
+
+
+class Platform(Strict):
+    """One value of the platform axis (an OCI platform, ``linux/arm64``) and how each source
+    names that architecture."""
+
+    arch: Literal["amd64", "arm64"]          # OCI / Docker / Debian architecture
+    machine: Literal["x86_64", "aarch64"]    # uname -m, PyPI wheel platform tags
+    name_tag: str                            # appended to the cell's name (local identity only:
+                                             # the published repository is the same for every platform)
+    nvidia_repo: str                         # NVIDIA's repository directory: x86_64 | sbsa
+    doca_repo: str                           # DOCA's repository directory: x86_64 | arm64-sbsa
+    # PyPI wheel platform the pip locks of this platform resolve for (glibc of the oldest row)
+    wheel_platform: str
+    runner: str                              # GitHub-hosted runner label that builds it natively
+    gpu_runner_label: str                    # label of the self-hosted GPU runners for it
 
 
 class Naming(Strict):
@@ -252,6 +303,7 @@ class Profile(Strict):
 
 
 class Axes(Strict):
+    platform: list[str] = Field(min_length=1)
     os: list[str] = Field(min_length=1)
     cuda: list[str] = Field(min_length=1)
     mpi: list[str] = Field(min_length=1)
@@ -264,6 +316,7 @@ class MatrixFile(Strict):
     naming: Naming
     axes: Axes
     artifacts: dict[str, Artifact]
+    platforms: dict[str, Platform]
     os: dict[str, OsRow]
     cuda: dict[str, CudaRow]
     ib: dict[str, IbRow]

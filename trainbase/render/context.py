@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..define.matrix import Cell, Matrix
+from ..define import base_lock
 from ..define.pip_locks import LockSet
 
 VENV_PREFIX = "/opt/trainbase/venv"
@@ -29,12 +30,14 @@ class CellContext:
     artifacts: list[str]             # artifact keys this cell's own Dockerfile downloads
 
 
-def _artifact(m: Matrix, key: str | None) -> dict[str, str] | None:
+def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str] | None:
+    """The artifact's file for this platform (an architecture's own installer where it has one)."""
     if key is None:
         return None
     a = m.spec.artifacts[key]
-    return {"key": key, "url": a.url, "sha256": a.sha256, "openpgp_fingerprint": a.openpgp_fingerprint,
-            "file": a.url.rsplit("/", 1)[-1]}
+    f = a.file_for(platform)
+    return {"key": key, "url": f.url, "sha256": f.sha256, "openpgp_fingerprint": a.openpgp_fingerprint,
+            "file": f.url.rsplit("/", 1)[-1]}
 
 
 def _os_version(os_key: str) -> str:
@@ -69,17 +72,25 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     ucx = ibr.ucx[osr.family]
     python_prefix = VENV_PREFIX if osr.python.manager == "venv" else CONDA_PREFIX
     cudnn = cu.wheels["cudnn"].version if osr.cuda_from == "wheels" else cu.base_cudnn
+    plat = s.platforms[cell.platform]
+    # pip sets of every platform but the first resolve for that platform's wheels, into files
+    # of their own (the same pins, other files and hashes)
+    other = cell.platform != s.axes.platform[0]
+    wheel_platform = plat.wheel_platform if other else None
+
+    def lock(name: str, requirements, context=()) -> LockSet:
+        return LockSet(name + plat.name_tag, py, tuple(requirements), tuple(context), wheel_platform)
 
     # -- lock sets, in install order (the order of the layers that use them) ------------------
     cuda_pins = [f"{w.package}=={w.version}" for k, w in cu.wheels.items() if k != "nccl"]
     nccl_pin = f"{cu.wheels['nccl'].package}=={cu.nccl}"
     base_locks: dict[str, LockSet] = {}
     if osr.cuda_from == "wheels":
-        base_locks["cuda"] = LockSet(f"cuda{cell.cuda}-{_python_tag(py)}", py, tuple(cuda_pins))
-    base_locks["nccl"] = LockSet(f"nccl{cu.nccl}-cuda{cell.cuda}-{_python_tag(py)}", py, (nccl_pin,))
+        base_locks["cuda"] = lock(f"cuda{cell.cuda}-{_python_tag(py)}", cuda_pins)
+    base_locks["nccl"] = lock(f"nccl{cu.nccl}-cuda{cell.cuda}-{_python_tag(py)}", (nccl_pin,))
     if mpir.install == "pypi":
-        base_locks["mpi"] = LockSet(f"{cell.mpi}-{_python_tag(py)}", py, tuple(mpir.packages))
-    base_locks["python"] = LockSet(f"python-{_python_tag(py)}", py, tuple(s.python.packages))
+        base_locks["mpi"] = lock(f"{cell.mpi}-{_python_tag(py)}", mpir.packages)
+    base_locks["python"] = lock(f"python-{_python_tag(py)}", s.python.packages)
 
     # What is already pinned in the image when a framework set is resolved: the framework's
     # resolver must keep these, so its lock cannot bring a second CUDA/NCCL.
@@ -94,10 +105,10 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         assert rel is not None
         parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]
         set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
-        main_lock = LockSet(set_name, py, tuple(rel.packages), tuple(parents_pkgs + image_pins))
+        main_lock = lock(set_name, rel.packages, parents_pkgs + image_pins)
         build_lock = None
         if rel.build_packages:
-            build_lock = LockSet(set_name + "-build", py, tuple(rel.build_packages), tuple(parents_pkgs + image_pins))
+            build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins)
             fw_locks.append(build_lock)
         fw_locks.append(main_lock)
         fw_data = {
@@ -105,7 +116,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "version": rel.version,
             "lock": main_lock.path,
             "build_lock": build_lock.path if build_lock else None,
-            "sdist": _artifact(m, rel.artifact),
+            "sdist": _artifact(m, rel.artifact, cell.platform),
             "patch": {"file": rel.patch.file, "sha256": rel.patch.sha256} if rel.patch else None,
             "requires": dict(rel.requires),
         }
@@ -121,10 +132,14 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         "name": cell.name,
         "cell": cell.axes,
         "parent": cell.parent,
+        "platform": {"id": cell.platform, "arch": plat.arch, "machine": plat.machine,
+                     "nvidia_repo": plat.nvidia_repo, "image": cell.image},
         "os": {
             "key": cell.os, "family": osr.family, "codename": osr.codename, "version": _os_version(cell.os),
             "base": osr.base.format(cuda_toolkit=cu.toolkit), "cuda_from": osr.cuda_from,
             "bootstrappable": osr.bootstrap is not None,
+            # the base as resolved for this platform (locks/bases.json key; what the build resolves)
+            "base_key": base_lock.key(osr.base.format(cuda_toolkit=cu.toolkit), cell.platform if other else None),
         },
         "cuda": {
             "key": cell.cuda, "toolkit": cu.toolkit, "from": osr.cuda_from, "cudnn": cudnn,
@@ -135,20 +150,21 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         "ib": {
             "key": cell.ib, "kind": ibr.kind, "providers": list(ibr.providers), "version": ibr.version,
             "package_version": ibr.package_version,
-            "repo": ibr.repo.format(os_family=osr.family, os_version=_os_version(cell.os)) if ibr.repo else None,
-            "key_artifact": _artifact(m, ibr.key),
+            "repo": ibr.repo.format(os_family=osr.family, os_version=_os_version(cell.os), arch=plat.doca_repo)
+                    if ibr.repo else None,
+            "key_artifact": _artifact(m, ibr.key, cell.platform),
         },
-        "ucx": {"from": ucx.source, "version": ucx.version, "artifact": _artifact(m, ucx.artifact),
+        "ucx": {"from": ucx.source, "version": ucx.version, "artifact": _artifact(m, ucx.artifact, cell.platform),
                 "prefix": UCX_PREFIX if ucx.source == "source" else "/usr"},
         "mpi": {
             "key": cell.mpi, "kind": mpir.kind, "version": mpir.version, "install": mpir.install,
-            "series": ".".join(mpir.version.split(".")[:2]), "artifact": _artifact(m, mpir.artifact),
+            "series": ".".join(mpir.version.split(".")[:2]), "artifact": _artifact(m, mpir.artifact, cell.platform),
             "lock": base_locks["mpi"].path if "mpi" in base_locks else None,
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else python_prefix,
         },
         "python": {
             "manager": osr.python.manager, "version": py, "prefix": python_prefix,
-            "installer": _artifact(m, osr.python.installer), "lock": base_locks["python"].path,
+            "installer": _artifact(m, osr.python.installer, cell.platform), "lock": base_locks["python"].path,
         },
         "framework": fw_data,
         "manifest_path": MANIFEST_PATH,
@@ -186,6 +202,10 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     out = {
         "schema": 1,
         "name": cell.name,
+        # the OCI platform the image is built for; `image` is the repository every platform of
+        # this recipe is published under (one multi-arch index per tag)
+        "platform": cell.platform,
+        "image": cell.image,
         "axes": cell.axes,
         "parent": cell.parent,
         "components": components,

@@ -100,7 +100,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             return out[cell.name]
         parent = render(m.cell(cell.parent)) if cell.parent else None
         cc = ctxmod.build(m, cell)
-        base = base_lock.entry_for(bases, cc.data["os"]["base"], cc.data["os"]["bootstrappable"])
+        base = base_lock.entry_for(bases, cc.data["os"]["base_key"], cc.data["os"]["bootstrappable"])
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
         data = dict(cc.data, labels=manifest_labels(cc.manifest), namespace=m.spec.naming.namespace,
                     parent_tag=parent.tag if parent else None, base_from=base.from_ref())
@@ -127,7 +127,8 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         os_stage = None
         if not cell.parent:
             stage = env.get_template("os-stage.Dockerfile.j2").render(**data)
-            os_stage = hashlib.sha256(stage.encode()).hexdigest()
+            # one platform's layers serve only that platform's cells
+            os_stage = hashlib.sha256((cell.platform + "\n" + stage).encode()).hexdigest()
         r = Rendered(cell=cell, files=files, recipe=h.hexdigest(), context=cc, os_stage=os_stage)
         out[cell.name] = r
         return r

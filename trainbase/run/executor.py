@@ -24,7 +24,7 @@ from pathlib import Path
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
-from ..build import bases, bootstrap, docker_build
+from ..build import bases, bootstrap, docker_build, emulation
 from ..build.plan import Job, Plan
 from ..define import base_lock
 from ..define.matrix import Cell, Matrix
@@ -104,17 +104,32 @@ class Executor:
         j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
 
     # -- base images --------------------------------------------------------------------------
+    def ensure_emulation(self) -> None:
+        """Cells of another architecture than the host's run under qemu: its handler is
+        registered now, only because such a cell is to be built; a host that cannot run them
+        fails those cells before any build starts (the others go on)."""
+        arches = {j.cell.arch for j in self.jobs.values() if j.status == JobState.QUEUED}
+        try:
+            self.emulated = emulation.ensure(arches, log=lambda s: self.out.write(s + "\n"))
+        except emulation.EmulationError as e:
+            for j in self.jobs.values():
+                if j.status == JobState.QUEUED and not emulation.is_native(j.cell.arch):
+                    j.status, j.reason = JobState.FAILED, str(e)
+                    j.ended = time.monotonic()
+            self.plan.propagate()
+
     def ensure_bases(self) -> None:
         by_base: dict[str, list[Job]] = {}
         for j in self.jobs.values():
             if not j.cell.parent and (j.status == JobState.QUEUED or self._documents_need_base(j)):
-                by_base.setdefault(j.rendered.context.data["os"]["base"], []).append(j)
+                by_base.setdefault(j.rendered.context.data["os"]["base_key"], []).append(j)
         locks = base_lock.load(self.root)
-        for ref, jobs in by_base.items():
+        for key, jobs in by_base.items():
             row = self.m.spec.os[jobs[0].cell.os]
-            lock = base_lock.entry_for(locks, ref, row.bootstrap is not None)
+            ref = jobs[0].rendered.context.data["os"]["base"]
+            lock = base_lock.entry_for(locks, key, row.bootstrap is not None)
             try:
-                self.base_refs[ref], why = bases.resolve(ref, row, lock,
+                self.base_refs[key], why = bases.resolve(ref, row, lock, arch=jobs[0].cell.arch,
                                                          log=lambda s: self.out.write(f"base: {s}\n"))
             except bootstrap.BootstrapError as e:
                 why = f"base image {ref} unavailable: {str(e).splitlines()[0]}"
@@ -236,6 +251,7 @@ class Executor:
                                  + (f" at DOCKER_HOST={os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else "")
                                  + ": run scripts/setup.sh (it starts one)")
         self.check_space()
+        self.ensure_emulation()
         self.ensure_bases()
         if self.supply and self.supply.opts.locked:
             # --locked rebuilds every selected cell from its tag's lock, without cache: a cell
