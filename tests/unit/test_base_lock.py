@@ -99,7 +99,7 @@ def _executor(tmp_path, monkeypatch, resolved_identities):
     b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), tmp_path, out=io.StringIO())
     ensured, removed = [], []
 
-    def ensure(ref, suite, mirror, log, bootstrap_only=False):
+    def ensure(ref, suite, mirror, log, bootstrap_only=False, arch=None):
         ensured.append(bootstrap_only)
         return "bootstrap present", OWN
 
@@ -188,7 +188,7 @@ def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, mo
     m = _registry_locked(tmp_path)
     calls = []
 
-    def ensure(ref, suite=None, mirror=None, log=None, bootstrap_only=False):
+    def ensure(ref, suite=None, mirror=None, log=None, bootstrap_only=False, arch=None):
         calls.append((ref, suite, bootstrap_only))
         return "pulled", ref
 

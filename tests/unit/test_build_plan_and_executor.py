@@ -110,7 +110,8 @@ def test_pending_artifact_refuses_the_cell_before_building(m_pending, monkeypatc
 
 
 def test_doca_cells_are_not_refused_their_key_is_pinned_by_fingerprint(m, monkeypatch):
-    cells = m.select(parse_selects(["ib=doca"]))
+    # (the arm64 DOCA rows are refused for another reason: Miniforge's aarch64 installer is pending)
+    cells = m.select(parse_selects(["ib=doca", "platform=linux/amd64"]))
     b, log = make(m, [c.name for c in cells], dry_run=True, monkeypatch=monkeypatch)
     monkeypatch.setattr(engine, "available", lambda: False)
     assert b.run() == 0 and log == []

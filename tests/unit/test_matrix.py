@@ -16,7 +16,7 @@ def m():
 
 def test_every_combination_is_accounted_for(m):
     axes = m.spec.axes
-    total = len(axes.os) * len(axes.cuda) * len(axes.mpi) * len(axes.ib) * len(axes.framework)
+    total = len(axes.platform) * len(axes.os) * len(axes.cuda) * len(axes.mpi) * len(axes.ib) * len(axes.framework)
     assert len(m.cells) == total
     assert all(c.excluded or c.excluded is None for c in m.cells)
     assert all(c.excluded for c in m.cells if c not in m.included)
@@ -70,8 +70,13 @@ def test_framework_cells_build_on_their_parent(m):
      "rule frameworks-on-current-lts"),
     (dict(os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="horovod"),
      "rule intelmpi-frameworks"),
+    (dict(platform="linux/arm64", os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="none"),
+     "rule intelmpi-x86-only: Intel MPI ships x86_64 only"),
+    (dict(platform="linux/arm64", os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="inbox", framework="horovod"),
+     "rule arm64-frameworks-from-wheels"),
 ])
 def test_excluded_cells_say_why(m, axes, reason):
+    axes = {"platform": "linux/amd64", **axes}
     [cell] = [c for c in m.cells if c.axes == axes]
     assert cell.excluded and reason in cell.excluded
 
@@ -83,7 +88,7 @@ def test_nccl_disagreement_excludes_with_reason(workdir, matrix_data):
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
     m2 = load(workdir / "matrix.yaml")
     [cell] = [c for c in m2.cells if c.framework == "pytorch" and c.os == "debian12" and c.cuda == "12.8"
-              and c.mpi == "openmpi4.1.4" and c.ib == "inbox"]
+              and c.mpi == "openmpi4.1.4" and c.ib == "inbox" and c.platform == "linux/amd64"]
     assert "pins NCCL 2.26.2 but CUDA 12.8 rows ship NCCL 2.27.5" in cell.excluded
 
 
@@ -105,7 +110,7 @@ def test_list_json_is_what_ci_fans_out(capsys):
     rec = data["cells"][0]
     assert set(rec) >= {"name", "dockerfile", "axes", "profiles", "parent", "tag", "image"}
     assert rec["dockerfile"] == f"images/{rec['name']}/Dockerfile"
-    assert set(rec["axes"]) == {"os", "cuda", "mpi", "ib", "framework"}
+    assert set(rec["axes"]) == {"platform", "os", "cuda", "mpi", "ib", "framework"}
 
 
 def test_list_all_shows_excluded_with_reasons(capsys):

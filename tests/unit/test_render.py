@@ -20,6 +20,8 @@ GOLDEN_CELLS = [
     "intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ubuntu24.04",  # NVIDIA base, DOCA, conda, Intel MPI
     "openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04",          # UCX + Open MPI 5 from source
     "horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",  # framework on a parent
+    "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",       # arm64: its own locks, platform label
+    "openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubuntu24.04-arm64",  # arm64: Miniforge aarch64, DOCA arm64-sbsa
 ]
 TAG = re.compile(r":r[0-9a-f]{12}\b")
 
@@ -141,3 +143,17 @@ def test_changing_a_pin_changes_only_the_cells_that_use_it(workdir, matrix_data)
     changed = {n for n in before if before[n].recipe != after[n].recipe}
     assert changed and all("openmpi4.1.4" in n for n in changed)
     assert any(n.startswith("pytorch") for n in changed)  # children follow their parent's tag
+
+
+def test_arm64_cells_take_their_own_files_and_the_same_repository(rendered):
+    """An arm64 cell installs aarch64 files: its own pip locks (other wheels, other hashes), the
+    aarch64 Miniforge, DOCA's arm64-sbsa repository; and it publishes under the amd64 cell's
+    repository (one multi-arch index), not a repository of its own."""
+    arm = rendered["openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubuntu24.04-arm64"]
+    amd = rendered["openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubuntu24.04"]
+    text = arm.files[arm.dockerfile]
+    assert "Miniforge3-25.3.0-3-Linux-aarch64.sh" in text and "Linux-x86_64" not in text
+    assert "/ubuntu24.04/arm64-sbsa/" in text
+    assert all(ls.path.endswith("-arm64.txt") for ls in arm.context.locks)
+    assert arm.cell.image == amd.cell.image == amd.cell.name and arm.recipe != amd.recipe
+    assert arm.context.manifest["platform"] == "linux/arm64"
