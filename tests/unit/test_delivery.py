@@ -167,10 +167,16 @@ class FakeJob:
     status: JobState = JobState.BUILT
     pushed: list[str] = field(default_factory=list)
     repo_digest: str | None = None
+    platform: str = "linux/amd64"
+    repo: str | None = None            # the published repository, when not the name (arm64 cells)
 
     @property
     def image(self):
         return f"trainbase/{self.name}:{self.tag}"
+
+    @property
+    def repository(self):
+        return self.repo or self.name
 
 
 @pytest.fixture
@@ -227,6 +233,40 @@ def test_a_refused_login_stops_publishing_before_anything_is_pushed(reg):
     with pytest.raises(registry.RegistryAuthError, match="log in first"):
         publish_jobs(reg, [FakeJob("base", "r" + "0" * 12)])
     assert reg.pushes == []
+
+
+def test_the_platforms_of_one_recipe_are_one_index_under_one_tag_or_nothing(reg, monkeypatch):
+    """arm64 and amd64 cells of one recipe publish ONE image index under one tag, parents first
+    per platform; when one platform failed, the repository publishes nothing (no tag that holds
+    only the platform that happened to build), and its children neither."""
+    indexes = []
+
+    def push_index(host, target, images):
+        indexes.append((target, images))
+        reg.manifests[target] = "sha256:" + "7" * 64
+        return "sha256:" + "7" * 64
+
+    monkeypatch.setattr(registry, "push_index", push_index)
+    a, b = "r" + "a" * 12, "r" + "b" * 12
+    jobs = [FakeJob("base", a), FakeJob("torch", "r" + "c" * 12, parent="base"),
+            FakeJob("torch-arm64", "r" + "d" * 12, parent="base-arm64", platform="linux/arm64", repo="torch"),
+            FakeJob("base-arm64", b, platform="linux/arm64", repo="base")]
+    assert publish_jobs(reg, jobs) == 4
+    assert [t for t, _ in indexes] == [f"reg.example:5000/tb/base:{publish.release_tag([a, b])}",
+                                       f"reg.example:5000/tb/torch:{publish.release_tag(['r' + 'c' * 12, 'r' + 'd' * 12])}"]
+    assert indexes[0][1] == {"linux/amd64": f"trainbase/base:{a}", "linux/arm64": f"trainbase/base-arm64:{b}"}
+    assert reg.pushes == [] and publish.release_tag([a]) == a and publish.release_tag([a, b]) == publish.release_tag([b, a])
+
+    indexes.clear()
+    failed = [FakeJob("base", "r" + "1" * 12),
+              FakeJob("base-arm64", "r" + "2" * 12, platform="linux/arm64", repo="base", status=JobState.FAILED),
+              FakeJob("torch", "r" + "3" * 12, parent="base")]
+    out = io.StringIO()
+    for j in failed:
+        reg.local.setdefault(j.image, "x")
+    assert publish.publish(failed, "reg.example:5000/tb", reg.tag_local, out=out) == 0
+    assert indexes == [] and reg.pushes == []
+    assert "its linux/arm64 image is failed" in out.getvalue()
 
 
 def test_registry_digest_is_the_digest_or_none_never_a_guess(reg):

@@ -50,6 +50,15 @@ class Job:
         return self.cell.name
 
     @property
+    def repository(self) -> str:
+        """Where it is published: shared by the platforms of one recipe."""
+        return self.cell.image or self.cell.name
+
+    @property
+    def platform(self) -> str:
+        return self.cell.platform
+
+    @property
     def tag(self) -> str:
         return self.rendered.tag
 

@@ -28,7 +28,7 @@ from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
 
-from .publish import ALIAS, ZSTD
+from .publish import ALIAS, ZSTD, releases
 from .registry import RegistryError, split_registry
 
 
@@ -130,7 +130,8 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     if gate_dir is not None and not gate_dir.is_dir():
         raise TrainbaseError(f"--gate {gate_dir}: not a directory of gate records")
     rendered = rendermod.render_all(m, selected, root=root)
-    cells = [(c.name, rendered[c.name].tag) for c in selected]
+    # one step per repository: the platforms of one recipe are one index (publish.releases)
+    cells = list(releases([(c.image or c.name, rendered[c.name].tag) for c in selected]).items())
     steps = plan(cells, registry_arg, registry.digest)
     gate = read_gate(gate_dir) if gate_dir is not None else None
     promoted, held = promote(steps, gate, registry.retag, registry.digest, out)

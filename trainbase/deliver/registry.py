@@ -144,3 +144,55 @@ def zstd_twin(src: str, dst: str) -> None:
         _skopeo_copy(host, src, "", f"recompress {src} as zstd", "--format", "oci", "--dest-compress-format", "zstd",
                      dest=f"oci:{d}:twin")
         _skopeo_copy(host, "", dst, f"push the zstd twin {dst}", "--preserve-digests", source=f"oci:{d}:twin")
+
+
+INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
+
+
+def push_index(host: str, target: str, images: dict[str, str]) -> str:
+    """Push one multi-arch image index under ``target`` (HOST/REPO:TAG) holding ``images``
+    (OCI platform -> local engine image), and return its digest. Every platform's image is
+    copied into one local OCI layout, the index is written there over their manifests, and
+    the layout is pushed once with ``--all --preserve-digests``: the registry receives the
+    platforms' manifests untagged and one tag, the index -- never a per-platform tag, never a
+    moment where TAG names one platform only. A pull on either architecture resolves its own."""
+    import hashlib
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="trainbase-index-", dir=os.environ.get("TMPDIR") or "/var/tmp") as d:
+        manifests = []
+        for plat, image in sorted(images.items()):
+            ref = "p-" + plat.replace("/", "-")
+            _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci",
+                         source=f"docker-daemon:{image}", dest=f"oci:{d}:{ref}")
+            layout = json.loads(Path(d, "index.json").read_text())
+            desc = next(m for m in layout["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
+            os_, arch = plat.split("/", 1)
+            manifests.append({"mediaType": desc["mediaType"], "digest": desc["digest"], "size": desc["size"],
+                              "platform": {"architecture": arch, "os": os_}})
+        index = json.dumps({"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests},
+                           separators=(",", ":")).encode()
+        digest = "sha256:" + hashlib.sha256(index).hexdigest()
+        Path(d, "blobs", "sha256", digest.split(":", 1)[1]).write_bytes(index)
+        layout = json.loads(Path(d, "index.json").read_text())
+        layout["manifests"].append({"mediaType": INDEX_MEDIA_TYPE, "digest": digest, "size": len(index),
+                                    "annotations": {"org.opencontainers.image.ref.name": "index"}})
+        Path(d, "index.json").write_text(json.dumps(layout))
+        _skopeo_copy(host, "", target, f"push the image index {target}", "--all", "--preserve-digests",
+                     source=f"oci:{d}:index")
+    return digest
+
+
+def platforms_of(host: str, ref: str) -> dict[str, str]:
+    """OCI platform -> manifest digest of the index ``ref`` names ({} for a single-platform
+    image), read from the registry (skopeo inspect --raw)."""
+    import json
+
+    cmd = ["skopeo", "inspect", "--raw"] + (["--tls-verify=false"] if _loopback(host) else []) + [f"docker://{ref}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise _classify(host, f"describe {ref}", (p.stderr or p.stdout).strip())
+    doc = json.loads(p.stdout)
+    return {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"]
+            for m in doc.get("manifests", []) if m.get("platform")}
