@@ -1,6 +1,7 @@
 """The workflows in .github/, checked as data: actionlint and zizmor are clean; the build workflow declares
 as many level jobs as the whole matrix needs; every third-party action is pinned to a commit;
 workflows only call commands (no logic written inline that a person could not run locally)."""
+import json
 import re
 import shutil
 import subprocess
@@ -172,7 +173,8 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
     plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
     assert '--only "$ONLY"' in plan
     assert doc["env"]["ONLY"] == "${{ github.event_name == 'schedule' && 'published' || 'unpromoted' }}"
-    assert doc["jobs"]["gpu"]["runs-on"] == ["self-hosted", "gpu"]
+    # each platform's GPU runners (matrix.yaml platforms.*.gpu_runner_label, in the plan's entries)
+    assert doc["jobs"]["gpu"]["runs-on"] == ["self-hosted", "${{ matrix.cell.gpu_label }}"]
     assert doc["jobs"]["multinode-fabric"]["runs-on"] == ["self-hosted", "gpu", "rdma"]
     for job in ("gpu", "multinode-fabric"):
         runs = " ".join(s.get("run", "") for s in doc["jobs"][job]["steps"])
@@ -237,3 +239,20 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [s for s in cells if "latest" in s.get("run", "") or "--promote" in s.get("run", "")]
     assert any("--push --zstd-twin" in s.get("run", "") for s in cells)
+
+
+def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(capsys):
+    """The fan-out entries carry each cell's platform, its native runner and its GPU runner
+    label, from matrix.yaml (no workflow names a platform)."""
+    from trainbase.cli import main
+
+    code = main(["--ci-matrix", "--profile", "local"])
+    out = capsys.readouterr().out
+    cells = json.loads(next(ln for ln in out.splitlines() if ln.startswith("cells="))[len("cells="):])
+    arm = [c for c in cells if c["arch"] == "arm64"]
+    assert code == 0 and arm and all(c["runs_on"] == "ubuntu-24.04-arm" and c["gpu_label"] == "gpu-arm64" for c in arm)
+    amd = {c["repository"]: c for c in cells if c["arch"] == "amd64"}
+    for c in arm:
+        assert c["repository"] == c["name"].removesuffix("-arm64") and c["release_tag"] == amd[c["repository"]]["release_tag"]
+    build = yaml.safe_load((ROOT / ".github/workflows/build-cells.yml").read_text())
+    assert "matrix.cell.arch == 'arm64'" in build["jobs"]["cell"]["runs-on"]

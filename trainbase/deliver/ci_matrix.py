@@ -25,6 +25,7 @@ from ..define.matrix import Cell, Matrix
 from ..render.recipes import Rendered
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
+from .publish import releases
 from .registry import split_registry
 
 
@@ -48,7 +49,15 @@ def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tupl
         if job.status.bad:
             refused[name] = job.reason or str(job.status)
             continue
-        out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image})
+        plat = m.spec.platforms[job.cell.platform]
+        out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image,
+                    # where it builds natively, and which self-hosted GPU runners test it
+                    "platform": job.cell.platform, "arch": plat.arch, "runs_on": plat.runner,
+                    "gpu_label": plat.gpu_runner_label, "repository": job.repository})
+    # the tag each repository is published under: one index for the platforms of one recipe
+    tags = releases([(e["repository"], e["tag"]) for e in out])
+    for e in out:
+        e["release_tag"] = tags[e["repository"]]
     return out, refused
 
 
@@ -105,15 +114,15 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
     host, ns = split_registry(registry_arg)
     kept, left_out = [], {}
     for e in items:
-        repo = f"{ns}/{e['name']}"
-        d = digest(host, repo, e["tag"])
+        repo = f"{ns}/{e.get('repository', e['name'])}"
+        d = digest(host, repo, e.get("release_tag", e["tag"]))
         if only == "unpromoted":
             promoted = d is not None and digest(host, repo, ALIAS) == d
             wanted, why = d is not None and not promoted, "promoted" if promoted else "not published"
         else:
             wanted, why = (d is not None) == (only == "published"), "published" if d else "not published"
         if wanted:
-            kept.append(dict(e, ref=f"{host}/{ns}/{e['name']}@{d}") if d else e)
+            kept.append(dict(e, ref=f"{host}/{repo}@{d}") if d else e)
         else:
             left_out[e["name"]] = why
     return kept, left_out
