@@ -51,6 +51,8 @@ MARKERS = {
                  "for runners that have it",
     "enroot": "runtime-tier cases through enroot (start, srun one container per task as pyxis does); "
               "for runners that have it",
+    "native_only(why)": "cannot run under qemu emulation (timings, ptrace, CPU probes): skipped on an image of "
+                        "another architecture than the host's, saying so (emulation.py)",
     "evidence(kind)": "what a check proves: run, load, content or presence (EVIDENCE)",
     "trainbase_contract(what)": "checks trainbase's own tools or metadata (tb-doctor, tb-launch, labels, "
                                 "SBOM, the manifest's extra fields): skipped on an image trainbase did not build",

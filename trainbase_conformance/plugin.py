@@ -32,6 +32,7 @@ from trainbase_common.states import usable_images
 
 from . import EVIDENCE, MARKERS, TIERS, expectations
 from .containers import Container, inspect_image, short_name, ssh_cluster
+from .emulation import _native_only, emulated  # noqa: F401  (an autouse fixture, registered here)
 from .flavors import MpiFlavor
 from .host import HostCaps, probe_host
 from .resources import DOCTOR_SCHEMA as DOCTOR_SCHEMA_PATH
@@ -271,6 +272,7 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_
             "size_GB": f"{inspect.get('Size', 0) / 1e9:.2f}",
             "manifest": manifest.get("name", "?"),
             "start_s": f"{time.monotonic() - t0:.1f}",
+            "platform": emulated(inspect) or f"{inspect.get('Os', 'linux')}/{inspect.get('Architecture', '?')} (native)",
         }
         pytestconfig.stash[_IMAGE_FACTS][short_name(image)] = facts
         for k, v in facts.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from trainbase_conformance.emulation import ELF_MACHINE, MACHINE, image_arch
 from trainbase_conformance.linkage import unexplained_gaps
 
 from trainbase_conformance.plugin import PROBE_DIR
@@ -46,3 +47,25 @@ def test_every_python_requirement_is_installed(target):
     r = target.sh(f"{target.python} -m pip check --disable-pip-version-check", timeout=300)
     out = (r.stdout + r.stderr).strip()
     assert r.rc == 0, f"pip check in {target.python} exited {r.rc}:\n{out[-3000:]}"
+
+
+@pytest.mark.static
+@pytest.mark.evidence("content")
+def test_every_binary_is_built_for_the_image_platform(target):
+    """The image's platform (its config's architecture, and the manifest's platform where it
+    declares one) is what every program and shared library under its prefixes is built for, and
+    what the kernel reports inside it. An installer or tarball of the other architecture (the
+    x86_64 Miniforge in an arm64 image) builds fine under emulation and dies with "exec format
+    error" on the real node."""
+    arch = image_arch(target.inspect)
+    declared = target.manifest.get("platform")
+    assert declared in (None, f"linux/{arch}"), f"the manifest says {declared}, the image config says linux/{arch}"
+    scan = target.json_probe(f"{target.python} {PROBE_DIR}/elf_machines.py /opt /usr/local /usr/bin /usr/lib",
+                             timeout=600)
+    assert scan["uname"] == MACHINE[arch], f"uname -m in the image is {scan['uname']}, the image is {arch}"
+    want = str(ELF_MACHINE[arch])
+    assert scan["counts"].get(want, 0) > 50, f"only {scan['counts'].get(want, 0)} {arch} ELF files found: {scan['counts']}"
+    other = {m: n for m, n in scan["counts"].items() if m != want}
+    assert not other, (f"{sum(other.values())} programs/libraries are built for another machine than {arch} "
+                       f"(ELF e_machine {', '.join(other)}), e.g. "
+                       + ", ".join(p for m in other for p in scan["samples"][m][:3]))

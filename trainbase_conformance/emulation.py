@@ -1,0 +1,50 @@
+"""Images of another architecture than the host's (an arm64 image on an x86_64 runner) run
+under qemu user-mode emulation: everything executes, 5-20x slower, and some things are not what
+they would be on the real hardware -- timings and ratios to the host, ptrace/cross-memory
+attach between emulated processes, CPU feature probes. Checks that measure those declare it
+with ``@pytest.mark.native_only("why")``; on an emulated image they are skipped with a reason
+that starts "not run under emulation:", so the report says which checks an emulated tier did
+not cover (never a silent pass), and the image facts say the image ran emulated.
+"""
+
+from __future__ import annotations
+
+import platform as pyplatform
+from typing import Any
+
+import pytest
+
+# uname -m of the host -> OCI architecture
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+# OCI architecture -> uname -m inside the image, and the ELF e_machine of its binaries
+MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
+ELF_MACHINE = {"amd64": 62, "arm64": 183}     # EM_X86_64, EM_AARCH64
+
+
+def host_arch() -> str:
+    m = pyplatform.machine()
+    return _ARCH.get(m, m)
+
+
+def image_arch(inspect: dict[str, Any]) -> str:
+    return inspect.get("Architecture") or host_arch()
+
+
+def emulated(inspect: dict[str, Any]) -> str | None:
+    """How the image runs here when it is not native ("linux/arm64 under qemu on an amd64
+    host"), else None."""
+    arch = image_arch(inspect)
+    if arch == host_arch():
+        return None
+    return f"{inspect.get('Os', 'linux')}/{arch} under qemu user-mode emulation on an {host_arch()} host"
+
+
+@pytest.fixture(autouse=True)
+def _native_only(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("native_only")
+    if marker is None or "target" not in request.fixturenames:
+        return
+    how = emulated(request.getfixturevalue("target").inspect)
+    if how:
+        why = marker.args[0] if marker.args else "it measures the hardware"
+        pytest.skip(f"not run under emulation: {why} ({how}); run it on a native runner")
