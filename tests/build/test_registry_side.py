@@ -57,3 +57,46 @@ def test_zstd_twin_and_retag_by_digest(registry, docker, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
     with pytest.raises(regmod.RegistryAuthError, match=f"docker login {registry.host}"):
         regmod.retag(f"{registry.host}/{repo}@{gzip_digest}", f"{registry.host}/{repo}:other")
+
+
+def _platform_image(docker, tmp_path, arch: str) -> str:
+    """A tiny image OF ``arch`` (its config says so), made without running anything of it:
+    BuildKit's --platform with FROM scratch + COPY."""
+    ctx = tmp_path / arch
+    ctx.mkdir()
+    (ctx / "which").write_text(f"{arch}\n")
+    (ctx / "Dockerfile").write_text("FROM scratch\nCOPY which /which\n")
+    ref = f"trainbase-test/index-{arch}:t"
+    r = subprocess.run([docker, "build", "--platform", f"linux/{arch}", "-t", ref, str(ctx)], capture_output=True,
+                       text=True, timeout=600, env={**__import__("os").environ, "DOCKER_BUILDKIT": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    return ref
+
+
+def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry, docker, monkeypatch, tmp_path):
+    """publish's index push: two platform images become ONE tag holding an OCI image index (no
+    per-platform tag in the repository), and a pull for either platform gets that platform's
+    image -- read back through the registry API, skopeo's platform override and docker pull."""
+    images = {f"linux/{a}": _platform_image(docker, tmp_path, a) for a in ("amd64", "arm64")}
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    repo, tag = "trainbase/index-test", "r" + "6" * 12
+    digest = regmod.push_index(registry.host, f"{registry.host}/{repo}:{tag}", images)
+    assert registry.digest(repo, tag) == digest
+    assert registry.tags(repo) == [tag], "a per-platform tag was pushed"
+    assert set(regmod.platforms_of(registry.host, f"{registry.host}/{repo}:{tag}")) == set(images)
+    for arch in ("amd64", "arm64"):
+        r = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--authfile", str(registry.config / "config.json"),
+                            "--override-arch", arch, f"docker://{registry.host}/{repo}:{tag}"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and json.loads(r.stdout)["Architecture"] == arch, r.stderr
+    ref = f"{registry.host}/{repo}:{tag}"
+    try:
+        r = subprocess.run([docker, "--config", str(registry.config), "pull", "--platform", "linux/arm64", ref],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        arch = subprocess.run([docker, "image", "inspect", "-f", "{{.Architecture}}", ref], capture_output=True,
+                              text=True).stdout.strip()
+        assert arch == "arm64"
+    finally:
+        for im in [ref, *images.values()]:
+            subprocess.run([docker, "rmi", "-f", im], capture_output=True)
