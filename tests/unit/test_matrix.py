@@ -146,3 +146,21 @@ def test_explain_unknown_name_is_bad_input(capsys):
 def test_empty_selection_is_an_error(m):
     with pytest.raises(MatrixError, match="matches no cell"):
         m.select({"os": ["debian12"], "ib": ["doca"]})
+
+
+def test_an_architecture_specific_artifact_needs_a_file_per_platform(workdir, matrix_data):
+    import yaml
+    del matrix_data["artifacts"]["miniforge-25.3.0-3"]["platforms"]
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
+    with pytest.raises(MatrixError, match=r"artifacts.miniforge-25.3.0-3: architecture_specific, but no file for linux/arm64"):
+        load(workdir / "matrix.yaml")
+
+
+def test_the_platforms_of_a_recipe_share_one_repository(m):
+    amd = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    arm = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64")
+    assert (amd.platform, arm.platform) == ("linux/amd64", "linux/arm64")
+    assert amd.image == arm.image == amd.name and arm.arch == "arm64"
+    torch = m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64")
+    assert torch.parent == "openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64"
+    assert torch.image == "pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12"
