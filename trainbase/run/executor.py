@@ -64,6 +64,7 @@ class Executor:
         self.ca = docker_build.ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
+        self.emulated: dict[str, str] = {}      # arch -> native | emulated (how), for the report
         self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
         self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered, network=opts.network) \
             if opts.supply else None

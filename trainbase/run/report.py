@@ -43,6 +43,10 @@ def build_report(x) -> dict:
                 "recipe": j.rendered.recipe,
                 "parent": j.cell.parent,
                 "axes": j.cell.axes,
+                "platform": j.cell.platform,
+                "repository": j.repository,
+                # native, or "emulated (qemu-aarch64 ...)": build times of the two do not compare
+                "built": getattr(x, "emulated", {}).get(j.cell.arch, "native"),
                 "status": j.status,
                 "reason": j.reason,
                 "failure_kind": getattr(j, "failure_kind", None) if j.status.bad else None,
