@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
                      help="resolve the selected rows' base images now (bootstrap: a fresh debootstrap; registry: "
                           "the manifest digest, nothing pulled), write locks/bases.json, then render (changes every "
                           "tag of a moved row); a base no registry answers for fails it")
-    act.add_argument("--lint", action="store_true", help="run hadolint on the selected rendered Dockerfiles")
+    act.add_argument("--lint", action="store_true", help="hadolint and the pipefail rule on the rendered Dockerfiles")
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
     act.add_argument("--prune", action="store_true",
                      help="remove this namespace's local images whose recipe tag no cell renders any more")
@@ -44,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--promote", action="store_true",
                      help="point each selected cell's `latest` at its current recipe tag's digest, registry side "
                           "(needs --registry; with --gate DIR only where the gate passed that digest)")
+    act.add_argument("--merge-platforms", action="store_true", help="publish each selected repository's multi-arch index from staged images")
     act.add_argument("--ci-matrix", action="store_true",
                      help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
@@ -79,7 +80,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--min-free-gb", type=float, default=10.0, help="refuse to start below this much free disk")
     b.add_argument("--test", action="store_true",
                    help="after building, run the conformance suite (trainbase_conformance/checks) on the built images")
-    b.add_argument("--push", action="store_true", help="push every completely built cell (needs --registry)")
+    b.add_argument("--push", nargs="?", const="index", choices=("index", "stage"),
+                   help="push every completely built cell (needs --registry): the platforms of one repository as one "
+                        "index; `stage`: multi-platform repositories to <ns>/staging/ for --merge-platforms (CI)")
     b.add_argument("--zstd-twin", action="store_true",
                    help="with --push: also publish TAG-zstd, the same image with zstd layers (faster pulls for "
                         "engines that read zstd; promotion moves latest-zstd with latest)")
@@ -89,13 +92,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--since", metavar="REV", help="only the cells the changes since REV affect (rebuild or re-test)")
     d.add_argument("--cover", action="store_true",
                    help="only a small subset that exercises every axis value of the selection (pull requests)")
-    d.add_argument("--max-levels", type=int, metavar="N",
-                   help="the number of level jobs the workflow declares: exit 1 when the matrix needs more")
+    d.add_argument("--max-levels", type=int, metavar="N", help="the workflow's number of level jobs: exit 1 when the matrix needs more")
     d.add_argument("--only", choices=("published", "unpublished", "unpromoted"),
                    help="with --registry: only cells whose immutable tag is (published: with its digest) or is "
                         "not in the registry, or is published but not yet what `latest` points at (unpromoted)")
-    d.add_argument("--gate", metavar="DIR", type=Path,
-                   help="with --promote: promote only digests DIR's gate records (*.json, GPU tier) passed")
+    d.add_argument("--gate", metavar="DIR", type=Path, help="with --promote: only digests DIR's gate records (*.json) passed")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set")
     return p
@@ -162,11 +163,11 @@ def run(args: argparse.Namespace) -> int:
         return cimod.command(m, root, selected, args)
     if args.outdated:
         from .define import outdated
-        findings = outdated.check(m.path)
-        print(json.dumps(outdated.as_json(findings), indent=2) if args.json else outdated.report(findings))
-        return 0
-    if args.promote:
-        from .deliver import promote
+        return outdated.command(m.path, json_output=args.json)
+    if args.promote or args.merge_platforms:
+        from .deliver import platforms, promote
+        if args.merge_platforms:
+            return platforms.merge_command(m, root, selected, args.registry)
         return promote.command(m, root, selected, args.registry, args.gate)
     return 0
 
@@ -325,8 +326,8 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         return 2
     opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
-                           dry_run=args.dry_run, push=args.push, registry=args.registry, no_cache=args.no_cache,
-                           zstd_twin=args.zstd_twin,
+                           dry_run=args.dry_run, push=bool(args.push), stage=args.push == "stage",
+                           registry=args.registry, no_cache=args.no_cache, zstd_twin=args.zstd_twin,
                            min_free_gb=args.min_free_gb, supply=None if args.no_supply else SupplyOptions(
                                dir=root / args.supply_dir, allowlist=Path(args.allowlist), locked=args.locked,
                                python_audit=args.python_audit))

@@ -127,3 +127,12 @@ def report(findings: list[Finding]) -> str:
     current = sorted({f.pin.package for f in findings if not (f.newest or f.error)})
     head = f"{len(behind)} of {len(findings)} pins have newer releases on PyPI"
     return "\n".join([head, "", *(lines if behind else []), "", f"current: {', '.join(current) or 'none'}"])
+
+
+def command(matrix_path, json_output: bool = False) -> int:
+    """`build.py --outdated [--json]`: the table (or one JSON object per pin); changes nothing."""
+    import json
+
+    findings = check(matrix_path)
+    print(json.dumps(as_json(findings), indent=2) if json_output else report(findings))
+    return 0

@@ -59,13 +59,25 @@ def releases(items: list[tuple[str, str]]) -> dict[str, str]:
     return {repo: release_tag(tags) for repo, tags in by_repo.items()}
 
 
-def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO, zstd_twin: bool = False) -> int:
+STAGING = "staging"      # <namespace>/staging/<cell name>: one platform's image, until its index is made
+
+
+def staging_repo(ns: str, cell_name: str) -> str:
+    return f"{ns}/{STAGING}/{cell_name}"
+
+
+def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO, zstd_twin: bool = False,
+            platforms: dict[str, set[str]] | None = None) -> int:
     """Push every publishable job (parents first); returns how many cells were published.
     Jobs that share a repository (the platforms of one recipe) are published together as one
     multi-arch image index under one tag, or not at all: a platform that failed leaves the
     repository unpublished, never a tag that holds only the platforms that happened to build.
     ``tag_local(src, dst)`` tags an image in the engine. With ``zstd_twin`` each single-platform
     immutable tag also gets ``TAG-zstd`` (registry side, written once like the tag itself).
+    ``platforms``: repository -> every platform the matrix builds it for. A run that holds only
+    some of them (CI builds each platform on its own runner) stages each platform's image under
+    ``<namespace>/staging/<cell name>:<recipe tag>`` instead, and ``build.py --merge-platforms``
+    (deliver/platforms.py) makes the index once every platform is staged.
     Raises registry.RegistryError (or its auth subclass) on the first answer that is not a clear
     present/absent."""
     host, ns = registry.split_registry(registry_arg)
@@ -94,24 +106,30 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
             for j in group:
                 out.write(f"publish: {j.name}: not published ({why})\n")
             continue
-        if len(group) == 1:
-            _publish_one(group[0], host, ns, tag_local, out, zstd_twin)
+        wanted = (platforms or {}).get(group[0].repository, {j.platform for j in group})
+        if {j.platform for j in group} != wanted:
+            for j in group:
+                _publish_one(j, host, staging_repo(ns, j.name), tag_local, out, False,
+                             note=f"staged; the index comes with `--merge-platforms` once {', '.join(sorted(wanted))} are")
+        elif len(group) == 1:
+            _publish_one(group[0], host, f"{ns}/{group[0].repository}", tag_local, out, zstd_twin)
         else:
             _publish_index(group, host, ns, out, zstd_twin)
         published.update(j.name for j in group)
     return len(published)
 
 
-def _publish_one(j: Publishable, host: str, ns: str, tag_local, out: TextIO, zstd_twin: bool) -> None:
-    repo = f"{ns}/{j.repository}"
+def _publish_one(j: Publishable, host: str, repo: str, tag_local, out: TextIO, zstd_twin: bool,
+                 note: str = "") -> None:
     target = f"{host}/{repo}:{j.tag}"
+    note = f" ({note})" if note else ""
     if registry.tag_state(host, repo, j.tag) == "present":
-        out.write(f"publish: {j.name}: {target} already published (immutable; left as is)\n")
+        out.write(f"publish: {j.name}: {target} already published (immutable; left as is){note}\n")
     else:
         tag_local(j.image, target)
         j.repo_digest = registry.push(host, target)
         j.pushed.append(target)
-        out.write(f"publish: {j.name}: pushed {target} {j.repo_digest}\n")
+        out.write(f"publish: {j.name}: pushed {target} {j.repo_digest}{note}\n")
     if zstd_twin:
         twin = f"{target}{ZSTD}"
         if registry.tag_state(host, repo, f"{j.tag}{ZSTD}") == "present":

@@ -151,7 +151,8 @@ INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 
 def push_index(host: str, target: str, images: dict[str, str]) -> str:
     """Push one multi-arch image index under ``target`` (HOST/REPO:TAG) holding ``images``
-    (OCI platform -> local engine image), and return its digest. Every platform's image is
+    (OCI platform -> a local engine image, or ``docker://HOST/REPO:TAG`` of a platform image
+    staged in the registry by its own runner), and return its digest. Every platform's image is
     copied into one local OCI layout, the index is written there over their manifests, and
     the layout is pushed once with ``--all --preserve-digests``: the registry receives the
     platforms' manifests untagged and one tag, the index -- never a per-platform tag, never a
@@ -164,8 +165,9 @@ def push_index(host: str, target: str, images: dict[str, str]) -> str:
         manifests = []
         for plat, image in sorted(images.items()):
             ref = "p-" + plat.replace("/", "-")
+            source = image if image.startswith("docker://") else f"docker-daemon:{image}"
             _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci",
-                         source=f"docker-daemon:{image}", dest=f"oci:{d}:{ref}")
+                         source=source, dest=f"oci:{d}:{ref}")
             layout = json.loads(Path(d, "index.json").read_text())
             desc = next(m for m in layout["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
             os_, arch = plat.split("/", 1)

@@ -28,7 +28,7 @@ from ..build import bases, bootstrap, docker_build, emulation
 from ..build.plan import Job, Plan
 from ..define import base_lock
 from ..define.matrix import Cell, Matrix
-from ..deliver import publish, registry
+from ..deliver import platforms, publish, registry
 from ..deliver.publish import ALIAS
 from ..errors import TrainbaseError
 from ..render.recipes import Rendered
@@ -44,6 +44,7 @@ class Options:
     log_dir: Path = Path("logs")
     dry_run: bool = False
     push: bool = False
+    stage: bool = False                  # with push: multi-platform repositories go to staging (CI)
     zstd_twin: bool = False              # with push: also TAG-zstd (deliver/publish.py)
     registry: str | None = None
     no_cache: bool = False
@@ -334,8 +335,9 @@ class Executor:
     # -- publish --------------------------------------------------------------------------------
     def push(self) -> None:
         try:
+            wanted = platforms.expected(self.m, self.root) if self.opts.stage else None
             publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out,
-                            zstd_twin=self.opts.zstd_twin)
+                            zstd_twin=self.opts.zstd_twin, platforms=wanted)
         except registry.RegistryError as e:
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")
