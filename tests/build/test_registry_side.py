@@ -90,6 +90,20 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and json.loads(r.stdout)["Architecture"] == arch, r.stderr
     ref = f"{registry.host}/{repo}:{tag}"
+    # CI's way: each platform's runner staged its image (docker push to <ns>/staging/<cell>),
+    # one job merges them registry to registry into an index of the same platforms
+    staged = {}
+    for plat, image in images.items():
+        stage = f"{registry.host}/trainbase/staging/index-test-{plat.split('/')[1]}:t"
+        for args in (["tag", image, stage], ["push", stage]):
+            r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True,
+                               timeout=300)
+            assert r.returncode == 0, r.stderr
+        staged[plat] = f"docker://{stage}"
+    merged = regmod.push_index(registry.host, f"{registry.host}/{repo}:merged", staged)
+    assert registry.digest(repo, "merged") == merged
+    assert set(regmod.platforms_of(registry.host, f"{registry.host}/{repo}:merged")) == set(images)
+    images.update({f"staged-{p}": s.removeprefix("docker://") for p, s in staged.items()})
     try:
         r = subprocess.run([docker, "--config", str(registry.config), "pull", "--platform", "linux/arm64", ref],
                            capture_output=True, text=True, timeout=300)

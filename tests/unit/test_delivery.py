@@ -356,3 +356,34 @@ def test_a_zstd_twin_is_written_once_beside_the_immutable_tag_and_promoted_with_
     assert "latest-zstd -> sha256:" in text
     (n, _), text = promote_run(reg, [("base", "r" + "a" * 12)])
     assert n == 0 and "already" in text
+
+
+def test_ci_runners_stage_their_platform_and_merge_publishes_the_index_only_when_all_are_staged(reg, monkeypatch):
+    """CI builds each platform on its own runner: a run holding one platform of a multi-platform
+    repository stages it under <ns>/staging/<cell>; --merge-platforms then pushes the index from
+    the staged images, or names the platform still missing and pushes nothing."""
+    from trainbase.deliver import platforms
+    from trainbase.render import recipes
+
+    a = FakeJob("base", "r" + "a" * 12)
+    out = io.StringIO()
+    reg.local.setdefault(a.image, "aa")
+    assert publish.publish([a], "reg.example:5000/tb", reg.tag_local, out=out,
+                           platforms={"base": {"linux/amd64", "linux/arm64"}}) == 1
+    assert reg.pushes == ["reg.example:5000/tb/staging/base:" + a.tag] and "staged" in out.getvalue()
+
+    m = load(ROOT / "matrix.yaml")
+    cells = [m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12"), m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64")]
+    rendered = recipes.render_all(m, cells, root=ROOT)
+    indexes = []
+    monkeypatch.setattr(registry, "push_index", lambda host, target, srcs: indexes.append((target, srcs)) or "sha256:" + "8" * 64)
+    reg.manifests[f"reg.example:5000/tb/staging/{cells[0].name}:{rendered[cells[0].name].tag}"] = "sha256:" + "1" * 64
+    out = io.StringIO()
+    assert platforms.merge_command(m, ROOT, cells, "reg.example:5000/tb", out=out) == 1
+    assert indexes == [] and "NOT published: no staged image for linux/arm64" in out.getvalue()
+    reg.manifests[f"reg.example:5000/tb/staging/{cells[1].name}:{rendered[cells[1].name].tag}"] = "sha256:" + "2" * 64
+    assert platforms.merge_command(m, ROOT, cells, "reg.example:5000/tb", out=io.StringIO()) == 0
+    [(target, srcs)] = indexes
+    assert target.endswith(f"/tb/{cells[0].name}:" + publish.release_tag([rendered[c.name].tag for c in cells]))
+    assert srcs["linux/arm64"] == f"docker://reg.example:5000/tb/staging/{cells[1].name}:{rendered[cells[1].name].tag}"
+    assert platforms.expected(m, ROOT)[cells[0].name] == {"linux/amd64", "linux/arm64"}

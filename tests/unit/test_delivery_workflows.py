@@ -238,7 +238,10 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     assert "needs.plan.result == 'success'" in build["jobs"]["gpu"]["if"]
     cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
     assert not [s for s in cells if "latest" in s.get("run", "") or "--promote" in s.get("run", "")]
-    assert any("--push --zstd-twin" in s.get("run", "") for s in cells)
+    assert any("--push stage --zstd-twin" in s.get("run", "") for s in cells)
+    # each platform staged; one job merges each multi-platform repository's index before the GPU tier
+    assert "merge-platforms" in build["jobs"]["gpu"]["needs"]
+    assert "--merge-platforms" in " ".join(s.get("run", "") for s in build["jobs"]["merge-platforms"]["steps"])
 
 
 def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(capsys):

@@ -97,9 +97,12 @@ class Executor:
         rebuilding. This is how a fan-out job gets the parent its cell is built FROM. Asked
         with the stored credentials; a refusal stops the run (registry.RegistryAuthError)."""
         host, ns = registry.split_registry(self.opts.registry or "")
-        if registry.tag_state(host, f"{ns}/{j.name}", j.tag) != "present":
+        # a platform of a multi-platform repository is staged by its runner (publish.py)
+        repo = next((r for r in (publish.staging_repo(ns, j.name), f"{ns}/{j.name}")
+                     if registry.tag_state(host, r, j.tag) == "present"), None)
+        if repo is None:
             return
-        remote = f"{host}/{ns}/{j.name}:{j.tag}"
+        remote = f"{host}/{repo}:{j.tag}"
         registry.pull(host, remote)
         engine.tag(remote, j.image)
         engine.tag(remote, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
