@@ -175,3 +175,31 @@ def test_build_command_is_a_buildkit_build_that_tags_only_at_the_end(monkeypatch
     assert cmd[cmd.index("-t") + 1] == "ns/x:r1" and cmd[-1] == "."
     assert ["--secret", "id=ca_bundle,src=/ca.pem"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
     assert ["--label", "a=1"] == cmd[cmd.index("--label"):cmd.index("--label") + 2]
+
+
+def test_images_say_where_their_recipe_lives_without_leaking_a_token(tmp_path, monkeypatch):
+    """OCI source/revision/created labels: the repository URL without credentials, the commit,
+    the time; CI's own repository and SHA where GitHub sets them."""
+    import subprocess
+
+    from trainbase.build import docker_build
+
+    for k in ("GITHUB_REPOSITORY", "GITHUB_SHA", "GITHUB_SERVER_URL"):
+        monkeypatch.delenv(k, raising=False)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin",
+                    "https://x-access-token:ghs_SECRET@github.com/org/trainbase.git"], check=True)
+    docker_build.source_labels.cache_clear()
+    got = docker_build.source_labels(str(tmp_path))
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert got["org.opencontainers.image.source"] == "https://github.com/org/trainbase.git"
+    assert got["org.opencontainers.image.revision"] == head and got["org.opencontainers.image.created"].endswith("Z")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/trainbase")
+    monkeypatch.setenv("GITHUB_SHA", "f" * 40)
+    docker_build.source_labels.cache_clear()
+    got = docker_build.source_labels(str(tmp_path))
+    assert got["org.opencontainers.image.source"] == "https://github.com/org/trainbase"
+    assert got["org.opencontainers.image.revision"] == "f" * 40
+    docker_build.source_labels.cache_clear()

@@ -10,8 +10,12 @@ secret (never in a layer), and the `image` target of a base cell's Dockerfile.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
+import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 
 from trainbase_common import buildkit, engine
@@ -37,16 +41,40 @@ def ca_bundle(value: str | None) -> str | None:
 
 
 def command(j: Job, namespace: str, base_refs: dict[str, str], ca: str | None, network: str | None,
-            no_cache: bool) -> tuple[list[str], dict[str, str]]:
+            no_cache: bool, root: Path = Path(".")) -> tuple[list[str], dict[str, str]]:
     """The build command of ``j`` and its environment. ``base_refs``: each row's base -> what
     it is built FROM here (official or bootstrap)."""
     return buildkit.build_command(
         j.rendered.dockerfile, j.image,
         labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag,
-                **base_labels(j, base_refs)},
+                **source_labels(str(root)), **base_labels(j, base_refs)},
         build_args={"TRAINBASE_NAMESPACE": namespace, **base_arg(j, base_refs)},
         target=None if j.parent else "image", secrets={"ca_bundle": ca} if ca else None,
         network=network, no_cache=no_cache, platform=j.cell.platform)
+
+
+@functools.cache
+def source_labels(root: str) -> dict[str, str]:
+    """OCI ``source``/``revision``/``created``: where the recipe lives, the commit it was built
+    from, when. Read once per run: CI's repository URL (GITHUB_SERVER_URL/GITHUB_REPOSITORY),
+    else the checkout's origin without any credentials in it; HEAD of the checkout. Labels are
+    not part of the recipe (the tag stays the recipe's), so they never cause a rebuild."""
+    out = {"org.opencontainers.image.created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+    def git(*args: str) -> str:
+        r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    if os.environ.get("GITHUB_REPOSITORY"):
+        source = f"{os.environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{os.environ['GITHUB_REPOSITORY']}"
+    else:
+        source = re.sub(r"//[^/@]*@", "//", git("config", "--get", "remote.origin.url"))
+    if source and not source.startswith("/"):          # a local path is nobody's source
+        out["org.opencontainers.image.source"] = source
+    revision = os.environ.get("GITHUB_SHA") or git("rev-parse", "HEAD")
+    if revision:
+        out["org.opencontainers.image.revision"] = revision
+    return out
 
 
 def base_labels(j: Job, base_refs: dict[str, str]) -> dict[str, str]:

@@ -160,7 +160,7 @@ class Executor:
     # -- build ---------------------------------------------------------------------------------
     def command(self, j: Job) -> tuple[list[str], dict[str, str]]:
         return docker_build.command(j, self.m.spec.naming.namespace, self.base_refs, self.ca, self.opts.network,
-                                    no_cache=self.opts.no_cache or j.image in self._locked_images())
+                                    no_cache=self.opts.no_cache or j.image in self._locked_images(), root=self.root)
 
     def build_one(self, j: Job) -> None:
         logdir = self.opts.log_dir / self.run_id

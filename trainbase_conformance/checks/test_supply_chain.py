@@ -48,6 +48,23 @@ def test_image_carries_its_cyclonedx_sbom(target):
 
 
 @pytest.mark.static
+@pytest.mark.evidence("content")
+@pytest.mark.trainbase_contract("the OCI revision/created/source labels trainbase's build writes")
+def test_image_says_which_commit_built_it_and_when(target):
+    """org.opencontainers.image.revision is the commit the recipe was built from (40 hex digits),
+    created an RFC 3339 UTC time, and source, where present, a URL without credentials: what a
+    user checks before pulling (docs/supply-chain.md) and what ties an image to its recipe."""
+    labels = target.labels
+    revision = labels.get("org.opencontainers.image.revision", "")
+    assert re.fullmatch(r"[0-9a-f]{40}", revision), f"revision label {revision!r} is not a commit"
+    created = labels.get("org.opencontainers.image.created", "")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created), f"created label {created!r}"
+    source = labels.get("org.opencontainers.image.source")
+    if source is not None:
+        assert re.match(r"https://[^/@]+/", source), f"source label {source!r} is not a URL without credentials"
+
+
+@pytest.mark.static
 @pytest.mark.evidence("run")
 def test_sbom_lists_exactly_what_dpkg_and_python_have(target):
     """Every Debian package dpkg lists and every Python distribution the image's Python sees is
