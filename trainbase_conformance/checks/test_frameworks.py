@@ -32,6 +32,20 @@ def put_examples(*containers) -> None:
         c.put(f"{EXAMPLES}/.", EX)
 
 
+def wheel_machine(target, dist: str) -> tuple[str, str]:
+    """(the machine the framework's wheel was built for, per its WHEEL tags; the image's own):
+    an arm64 image must carry the aarch64 build of torch/TensorFlow, not an x86_64 one that pip
+    could only have installed by mistake (and that would die with "exec format error")."""
+    info = py_json(target, f"""
+        import importlib.metadata as md, platform
+        tags = [l.split(":", 1)[1].strip() for l in md.distribution({dist!r}).read_text("WHEEL").splitlines()
+                if l.startswith("Tag:")]
+        print(json.dumps({{"tags": tags, "machine": platform.machine()}}))
+    """)
+    machines = {m for t in info["tags"] for m in ("x86_64", "aarch64") if t.endswith(m)}
+    return ",".join(sorted(machines)) or "any (" + " ".join(info["tags"]) + ")", info["machine"]
+
+
 def py_json(target, code: str, timeout: int = 240):
     """Run a Python snippet with the image's Python; its last stdout line is JSON."""
     code = "import json\n" + textwrap.dedent(code)
@@ -69,6 +83,8 @@ def test_pytorch_build_matches_manifest(target):
     assert info["cudnn"] == major * 10000 + minor * 100 + patch
     assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"]
     assert info["nccl_ok"] and info["gloo_ok"], info
+    built, machine = wheel_machine(target, "torch")
+    assert built == machine, f"torch's wheel is built for {built}, the image runs {machine}"
 
 
 @pytest.mark.static
@@ -257,6 +273,8 @@ def test_tensorflow_build_matches_manifest(target):
     # TF's wheels are built against an older CUDA 12 and run on the image's newer 12.x runtime
     assert info["cuda"].split(".")[0] == target.components["cuda"]["version"].split(".")[0]
     assert str(info["cudnn"]).split(".")[0] == target.components["cudnn"]["version"].split(".")[0]
+    built, machine = wheel_machine(target, "tensorflow")
+    assert built == machine, f"tensorflow's wheel is built for {built}, the image runs {machine}"
 
 
 @pytest.mark.multinode
