@@ -65,8 +65,13 @@ want+=(openmpi-bin python3-mpi4py)
 # tier itself) whose srun offers --mpi=pmi2 and, with libpmix-dev, --mpi=pmix
 want+=(charliecloud podman uidmap slurmctld slurmd slurm-client munge libpmix-dev)
 # arm64 cells on an x86_64 host: qemu's user-mode emulator. Installed here, but the handler is
-# registered by the build only when an arm64 cell is selected (trainbase/build/emulation.py)
-want+=(qemu-user-static binfmt-support)
+# registered by the build only when an arm64 cell is selected (trainbase/build/emulation.py).
+# Debian 12's own qemu (7.2) segfaults in `import torch` of PyTorch's aarch64 wheel on recent
+# kernels (measured here: kernel 6.18, the PyTorch 2.15 arm64 cell's build died in its import
+# check; the base cells built): on bookworm it comes from bookworm-backports (qemu 10), below.
+want+=(binfmt-support)
+codename="$(. /etc/os-release 2>/dev/null; echo "${VERSION_CODENAME:-}")"
+[ "$codename" = bookworm ] || want+=(qemu-user-static)
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
   want+=(python3 python3-venv)
 elif ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
@@ -93,6 +98,23 @@ if [ "${#missing[@]}" -gt 0 ]; then
   rm -f "$apt_log"
 else
   info "all present: ${want[*]}"
+fi
+if [ "$codename" = bookworm ]; then
+  qemu_version="$(dpkg-query -W -f='${Version}' qemu-user-static 2>/dev/null || true)"
+  if ! dpkg --compare-versions "${qemu_version:-0}" ge 1:8; then
+    info "qemu-user-static from bookworm-backports (Debian 12's ${qemu_version:-none} cannot run PyTorch's aarch64 wheel)"
+    echo "deb http://deb.debian.org/debian bookworm-backports main" | as_root tee /etc/apt/sources.list.d/trainbase-bookworm-backports.list >/dev/null
+    apt_log="$(mktemp)"
+    if ! { as_root apt-get update -qq && as_root apt-get install -y -qq -t bookworm-backports qemu-user-static; } >"$apt_log" 2>&1; then
+      tail -n 30 "$apt_log" >&2
+      die "apt-get install -t bookworm-backports qemu-user-static failed (output above)"
+    fi
+    rm -f "$apt_log"
+    # a handler registered with the F flag keeps the old emulator open: re-register it
+    if grep -qs '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64; then
+      as_root update-binfmts --disable qemu-aarch64 && as_root update-binfmts --enable qemu-aarch64
+    fi
+  fi
 fi
 
 # --- 2. Python virtual environment --------------------------------------------
