@@ -253,13 +253,13 @@ def save(ref: str) -> io.BufferedReader:
     return io.BufferedReader(_ChunkReader(iter(_call(image.save, chunk_size=1 << 20))), 1 << 20)
 
 
-def build_legacy(context: str | Path, ref: str, build_args: dict[str, str]) -> None:
-    """A small build with the engine's classic builder (no BuildKit features needed: the
-    conformance self-test's broken variants). Raises EngineAPIError with the build log's tail."""
+def build_legacy(context: str | Path, ref: str, build_args: dict[str, str], network: str | None = None) -> None:
+    """A small build with the engine's classic builder (no BuildKit features needed: the conformance
+    self-test's broken variants; ``network``: host, for an engine without a NAT bridge). Raises EngineAPIError."""
     import docker
 
     try:
-        client().images.build(path=str(context), tag=ref, buildargs=build_args, rm=True, forcerm=True)
+        client().images.build(path=str(context), tag=ref, buildargs=build_args, rm=True, forcerm=True, network_mode=network)
     except docker.errors.BuildError as e:
         tail = " | ".join(str(x.get("stream") or x.get("error") or "").strip() for x in list(e.build_log)[-6:])
         raise EngineAPIError(None, f"building {ref} failed: {e.msg}: {tail}") from None
