@@ -166,7 +166,10 @@ def push_index(host: str, target: str, images: dict[str, str]) -> str:
         for plat, image in sorted(images.items()):
             ref = "p-" + plat.replace("/", "-")
             source = image if image.startswith("docker://") else f"docker-daemon:{image}"
-            _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci",
+            # skopeo's docker-daemon transport asks the default socket, whatever DOCKER_HOST says
+            daemon = (["--src-daemon-host", os.environ["DOCKER_HOST"]]
+                      if source.startswith("docker-daemon:") and os.environ.get("DOCKER_HOST") else [])
+            _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci", *daemon,
                          source=source, dest=f"oci:{d}:{ref}")
             layout = json.loads(Path(d, "index.json").read_text())
             desc = next(m for m in layout["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
