@@ -9,21 +9,15 @@ not cover (never a silent pass), and the image facts say the image ran emulated.
 
 from __future__ import annotations
 
-import platform as pyplatform
 from typing import Any
 
 import pytest
 
-# uname -m of the host -> OCI architecture
-_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-# OCI architecture -> uname -m inside the image, and the ELF e_machine of its binaries
-MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
+from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
+from trainbase_common.platforms import host_arch
+
+# OCI architecture -> the ELF e_machine of its binaries
 ELF_MACHINE = {"amd64": 62, "arm64": 183}     # EM_X86_64, EM_AARCH64
-
-
-def host_arch() -> str:
-    m = pyplatform.machine()
-    return _ARCH.get(m, m)
 
 
 def image_arch(inspect: dict[str, Any]) -> str:

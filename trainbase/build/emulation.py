@@ -12,29 +12,23 @@ the fix, instead of an "exec format error" in the first RUN line an hour in.
 from __future__ import annotations
 
 import os
-import platform as pyplatform
 import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from trainbase_common.platforms import host_arch
+
 from ..errors import TrainbaseError
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
-# OCI architecture -> uname -m, and qemu's name for it
-MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+# OCI architecture -> qemu's name for it (MACHINES: -> uname -m)
 QEMU = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin:" + os.environ.get("PATH", "")
 
 
 class EmulationError(TrainbaseError):
     """A foreign-architecture cell cannot run on this host; the message says how to fix it."""
-
-
-def host_arch() -> str:
-    """This machine's OCI architecture (amd64, arm64)."""
-    m = pyplatform.machine()
-    return {v: k for k, v in MACHINES.items()}.get(m, m)
 
 
 def is_native(arch: str) -> bool:
