@@ -45,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
                      help="point each selected cell's `latest` at its current recipe tag's digest, registry side "
                           "(needs --registry; with --gate DIR only where the gate passed that digest)")
     act.add_argument("--merge-platforms", action="store_true", help="publish each selected repository's multi-arch index from staged images")
+    act.add_argument("--verify-attestations", nargs="?", const="", metavar="REF",
+                     help="check the signed SBOM + provenance attached to REF (HOST/REPO:TAG|@DIGEST) or to each selected cell in --registry")
     act.add_argument("--ci-matrix", action="store_true",
                      help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
@@ -88,6 +90,8 @@ def parser() -> argparse.ArgumentParser:
                         "engines that read zstd; promotion moves latest-zstd with latest)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
                    help="where --push publishes and parents are pulled from; what --ci-matrix --only asks")
+    b.add_argument("--sign-key", type=Path, metavar="PEM", help="with --push: sign the SBOM + provenance with this key and attach them")
+    b.add_argument("--public-key", metavar="PEM", help="with --verify-attestations: the key the attestations must be signed with")
     d = p.add_argument_group("delivery (--ci-matrix)")
     d.add_argument("--since", metavar="REV", help="only the cells the changes since REV affect (rebuild or re-test)")
     d.add_argument("--cover", action="store_true",
@@ -155,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if args.matrix:
         return build_matrix(m, root, selected, args)
     if args.prune:
+        from .run.prune import prune
         return prune(m, root)
     if args.affected:
         return affected(m, root, args.affected, as_json=args.json)
@@ -164,6 +169,9 @@ def run(args: argparse.Namespace) -> int:
     if args.outdated:
         from .define import outdated
         return outdated.command(m.path, json_output=args.json)
+    if args.verify_attestations is not None:
+        from .deliver import attest
+        return attest.verify_command(m, root, selected, args.verify_attestations, args.registry, args.public_key)
     if args.promote or args.merge_platforms:
         from .deliver import platforms, promote
         if args.merge_platforms:
@@ -316,6 +324,14 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
 
     if args.push:
         registry.split_registry(args.registry or "")
+    if args.sign_key:           # a key that cannot sign fails now, not after the builds
+        from .supply import attestation
+        if not args.push:
+            raise TrainbaseError("--sign-key signs what --push publishes: add --push")
+        try:
+            attestation.load_signer(args.sign_key)
+        except attestation.AttestationError as e:
+            raise TrainbaseError(str(e)) from None
     rendered = rendermod.render_all(m, selected, root=root)   # the selection and its parents
     stale = rendermod.check(m, rendered, root, orphans=False)
     if stale:
@@ -327,7 +343,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network,
                            log_dir=(root / args.log_dir) if not Path(args.log_dir).is_absolute() else Path(args.log_dir),
                            dry_run=args.dry_run, push=bool(args.push), stage=args.push == "stage",
-                           registry=args.registry, no_cache=args.no_cache, zstd_twin=args.zstd_twin,
+                           registry=args.registry, no_cache=args.no_cache, zstd_twin=args.zstd_twin, sign_key=args.sign_key,
                            min_free_gb=args.min_free_gb, supply=None if args.no_supply else SupplyOptions(
                                dir=root / args.supply_dir, allowlist=Path(args.allowlist), locked=args.locked,
                                python_audit=args.python_audit))
@@ -378,23 +394,4 @@ def affected(m: Matrix, root: Path, rev: str, *, as_json: bool) -> int:
 
     a = affectedmod.since(m, root, rev)
     print(json.dumps(a.as_json(), indent=2) if as_json else affectedmod.describe(a))
-    return 0
-
-
-def prune(m: Matrix, root: Path) -> int:
-    """Old recipes pile up (a CUDA framework image is 5-8 GB): remove every local
-    NAMESPACE/<cell>:r<hash> that is not the current recipe of its cell."""
-    import re
-
-    from trainbase_common import engine
-
-    rendered = rendermod.render_all(m, root=root)
-    ns = m.spec.naming.namespace
-    current = {f"{ns}/{name}:{r.tag}" for name, r in rendered.items()}
-    out = engine.list_tags(f"{ns}/*")
-    stale = [ref for ref in out if re.search(r":r[0-9a-f]{12}$", ref) and ref not in current]
-    for ref in stale:
-        engine.remove_image(ref)
-        print(f"removed  {ref}")
-    print(f"pruned {len(stale)} stale image tag(s); {len(out) - len(stale)} kept")
     return 0

@@ -114,3 +114,102 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
     finally:
         for im in [ref, *images.values()]:
             subprocess.run([docker, "rmi", "-f", im], capture_output=True)
+
+
+def _keypair(tmp_path, name: str):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    priv, pub = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, docker, monkeypatch, tmp_path):
+    """Attach (as `--push --sign-key` does), list (the registry has no referrers API: the
+    fallback tag), verify with the public key; a wrong key, a tampered envelope and an image
+    without attestations fail; promotion by digest keeps them."""
+    import io
+    from types import SimpleNamespace
+
+    from trainbase.deliver import attest, referrers
+    from trainbase.supply import attestation as att
+
+    image = _platform_image(docker, tmp_path, "amd64")
+    repo, tag = "trainbase/attested", "r" + "a" * 12
+    ref = f"{registry.host}/{repo}:{tag}"
+    for args in (["tag", image, ref], ["push", ref]):
+        r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    job = SimpleNamespace(name="attested", tag=tag, platform="linux/amd64", image=image)
+    docs = tmp_path / "supply" / job.name / tag
+    docs.mkdir(parents=True)
+    sbom = {"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "openmpi", "version": "4.1.4"}]}
+    (docs / "sbom.cdx.json").write_text(json.dumps(sbom))
+    (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "recipe": "ab" * 32, "inputs": {
+        "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE},
+        "artifacts": {"openmpi": {"url": "http://deb.debian.org/x.tar.xz", "sha256": "d" * 64}}}}))
+    key, pub = _keypair(tmp_path, "signing")
+    out = io.StringIO()
+    signer = attest.Attester(f"{registry.host}/trainbase", tmp_path / "supply", key, out)
+    signer.attach(job, repo, tag)
+    signer.attach(job, repo, tag)                                   # a re-run attaches nothing twice
+    assert out.getvalue().count("signed (key") == 2 and out.getvalue().count("already attached") == 2, out.getvalue()
+
+    client = referrers.Client(registry.host)
+    digest = registry.digest(repo, tag)
+    found = client.referrers(repo, digest)
+    assert sorted(dict(d.annotations)[att.PREDICATE_ANNOTATION] for d in found) == sorted(att.PREDICATES)
+    fallback = client.manifest(repo, referrers.fallback_tag(digest))
+    assert fallback and len(json.loads(fallback[0])["manifests"]) == 2, "the fallback tag lists them"
+    envelope = client.blob(repo, json.loads(client.manifest(repo, found[0].digest)[0])["layers"][0]["digest"])
+    stmt = att.verify(envelope, att.load_public_key(pub), digest, dict(found[0].annotations)[att.PREDICATE_ANNOTATION])
+    assert stmt["subject"][0]["digest"] == {"sha256": digest.split(":")[1]}
+
+    out = io.StringIO()
+    assert attest.verify_command(None, tmp_path, [], ref, None, str(pub), out=out) == 0, out.getvalue()
+    assert out.getvalue().count("subject matches") == 2
+    prov = next(att.verify(client.blob(repo, json.loads(client.manifest(repo, d.digest)[0])["layers"][0]["digest"]),
+                           att.load_public_key(pub), digest, att.PROVENANCE) for d in found
+                if dict(d.annotations)[att.PREDICATE_ANNOTATION] == att.PROVENANCE)
+    deps = {d["name"]: d for d in prov["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["artifact:openmpi"]["digest"] == {"sha256": "d" * 64}
+    assert deps["base"]["digest"] == {"packages-sha256": "c" * 64}
+
+    # promotion retags by digest: latest has the same attestations
+    regmod.retag(f"{registry.host}/{repo}@{digest}", f"{registry.host}/{repo}:latest")
+    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{repo}:latest", None, str(pub),
+                                 out=io.StringIO()) == 0
+
+    _, other = _keypair(tmp_path, "other")
+    out = io.StringIO()
+    assert attest.verify_command(None, tmp_path, [], ref, None, str(other), out=out) == 1
+    assert "NOT verified" in out.getvalue() and "signature does not verify" in out.getvalue(), out.getvalue()
+
+    # a tampered attestation: the signed payload swapped for one about another image
+    tampered_repo = "trainbase/tampered"
+    tref = f"{registry.host}/{tampered_repo}:{tag}"
+    for args in (["tag", image, tref], ["push", tref]):
+        assert subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True).returncode == 0
+    out = io.StringIO()
+    assert attest.verify_command(None, tmp_path, [], tref, None, str(pub), out=out) == 1
+    assert out.getvalue().count("nothing attached") == 2, out.getvalue()
+    forged = json.loads(envelope)
+    forged["payload"] = base64.b64encode(json.dumps(att.statement("x", digest, att.SBOM, {"forged": True}))
+                                         .replace(" ", "").encode()).decode()
+    subject = client.descriptor(tampered_repo, tag)
+    for ptype in att.PREDICATES:
+        client.attach(tampered_repo, subject, att.DSSE_MEDIA_TYPE, json.dumps(forged).encode(), att.DSSE_MEDIA_TYPE,
+                      {att.PREDICATE_ANNOTATION: ptype})
+    out = io.StringIO()
+    assert attest.verify_command(None, tmp_path, [], tref, None, str(pub), out=out) == 1
+    assert out.getvalue().count("signature does not verify") == 2, out.getvalue()
+
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    with pytest.raises(regmod.RegistryAuthError, match=f"docker login {registry.host}"):
+        referrers.Client(registry.host).referrers(repo, digest)

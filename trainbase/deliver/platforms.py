@@ -39,6 +39,20 @@ def expected(m: Matrix, root: Path) -> dict[str, set[str]]:
     return out
 
 
+def _carry_attestations(host: str, ns: str, repo: str, cells: list[Cell], tags: dict[str, str], out: TextIO) -> None:
+    """What the build attached to each staged platform image (signed SBOM and provenance:
+    attest.py, or keyless Sigstore bundles in CI) is attached to the same digest in the
+    published repository: referrers live per repository, and the index only copied manifests."""
+    from . import referrers
+
+    client = referrers.Client(host)
+    for c in cells:
+        subject = client.descriptor(staging_repo(ns, c.name), tags[c.name])
+        n = client.copy_referrers(staging_repo(ns, c.name), f"{ns}/{repo}", subject)
+        if n:
+            out.write(f"merge: {repo}: {n} attestation(s) of its {c.platform} image carried over\n")
+
+
 def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None,
                   out: TextIO = sys.stdout) -> int:
     if not registry_arg:
@@ -67,5 +81,6 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
         digest = registry.push_index(host, target, staged)
         merged += 1
         out.write(f"merge: {repo}: pushed the image index {target} {digest} ({', '.join(sorted(staged))})\n")
+        _carry_attestations(host, ns, repo, cells, tags, out)
     out.write(f"merge: {merged} index(es) pushed, {missing_any} repository(ies) missing a platform\n")
     return 1 if missing_any else 0

@@ -18,7 +18,7 @@ build executor): what it publishes is what the caller hands it, parents first.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, TextIO
 
 from trainbase_common.states import JobState
@@ -59,6 +59,9 @@ def releases(items: list[tuple[str, str]]) -> dict[str, str]:
     return {repo: release_tag(tags) for repo, tags in by_repo.items()}
 
 
+# attest(job, repository, tag): attach signed statements to what REPOSITORY:TAG names (attest.py)
+Attach = Callable[[Publishable, str, str], None]
+
 STAGING = "staging"      # <namespace>/staging/<cell name>: one platform's image, until its index is made
 
 
@@ -67,7 +70,7 @@ def staging_repo(ns: str, cell_name: str) -> str:
 
 
 def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO, zstd_twin: bool = False,
-            platforms: dict[str, set[str]] | None = None) -> int:
+            platforms: dict[str, set[str]] | None = None, attest: Attach | None = None) -> int:
     """Push every publishable job (parents first); returns how many cells were published.
     Jobs that share a repository (the platforms of one recipe) are published together as one
     multi-arch image index under one tag, or not at all: a platform that failed leaves the
@@ -78,6 +81,9 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
     some of them (CI builds each platform on its own runner) stages each platform's image under
     ``<namespace>/staging/<cell name>:<recipe tag>`` instead, and ``build.py --merge-platforms``
     (deliver/platforms.py) makes the index once every platform is staged.
+    ``attest(job, repo, tag)`` (deliver/attest.py), when given, attaches the signed SBOM and
+    provenance to what each tag names -- also to a tag that was already there, which gets
+    what it lacks; the zstd twin, a second digest, is not attested.
     Raises registry.RegistryError (or its auth subclass) on the first answer that is not a clear
     present/absent."""
     host, ns = registry.split_registry(registry_arg)
@@ -111,10 +117,16 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
             for j in group:
                 _publish_one(j, host, staging_repo(ns, j.name), tag_local, out, False,
                              note=f"staged; the index comes with `--merge-platforms` once {', '.join(sorted(wanted))} are")
+                if attest:
+                    attest(j, staging_repo(ns, j.name), j.tag)
         elif len(group) == 1:
             _publish_one(group[0], host, f"{ns}/{group[0].repository}", tag_local, out, zstd_twin)
+            if attest:
+                attest(group[0], f"{ns}/{group[0].repository}", group[0].tag)
         else:
             _publish_index(group, host, ns, out, zstd_twin)
+            for j in group if attest else []:
+                attest(j, f"{ns}/{j.repository}", release_tag([g.tag for g in group]))
         published.update(j.name for j in group)
     return len(published)
 

@@ -46,6 +46,7 @@ class Options:
     push: bool = False
     stage: bool = False                  # with push: multi-platform repositories go to staging (CI)
     zstd_twin: bool = False              # with push: also TAG-zstd (deliver/publish.py)
+    sign_key: Path | None = None         # with push: attach signed SBOM + provenance (deliver/attest.py)
     registry: str | None = None
     no_cache: bool = False
     min_free_gb: float = 10.0
@@ -339,8 +340,14 @@ class Executor:
     def push(self) -> None:
         try:
             wanted = platforms.expected(self.m, self.root) if self.opts.stage else None
+            attester = None
+            if self.opts.sign_key is not None:
+                from ..deliver.attest import Attester
+                attester = Attester(self.opts.registry or "", self.opts.supply.dir if self.opts.supply else
+                                    self.root / "reports" / "supply", self.opts.sign_key, self.out)
             publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out,
-                            zstd_twin=self.opts.zstd_twin, platforms=wanted)
-        except registry.RegistryError as e:
+                            zstd_twin=self.opts.zstd_twin, platforms=wanted,
+                            attest=attester.attach if attester else None)
+        except TrainbaseError as e:      # the registry's answer, or a cell that cannot be attested
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")

@@ -1,0 +1,153 @@
+"""Signed SBOM and provenance attached to every pushed digest, and their verification.
+
+- ``build.py --matrix --push --registry R --sign-key KEY``: after each push (and for a tag that
+  was already there but lacks them), the cell's SBOM and SLSA provenance are signed with KEY
+  and attached to the pushed digest as OCI referrers (deliver/referrers.py); a multi-arch
+  index gets them per platform manifest, which is what a pull on each architecture resolves
+  to. Promotion retags by digest within the repository, so `latest` carries them too; images
+  staged per platform keep theirs when `--merge-platforms` copies them into the index.
+- ``build.py --verify-attestations [REF] --public-key KEY``: REF (``HOST/REPO:TAG`` or
+  ``@sha256:...``), or every selected cell's published tag in ``--registry``: both predicates
+  must be attached, signed by KEY and about exactly that digest; exit 1 otherwise, naming
+  what is missing or which check failed. Nothing is pulled: only manifests and the small
+  attestation blobs are read.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from ..define.matrix import Cell, Matrix
+from ..errors import TrainbaseError
+from ..supply import attestation as att
+from . import referrers, registry
+
+
+def _subjects(client: referrers.Client, repo: str, ref: str, platform: str = "") -> list[referrers.Descriptor]:
+    """The descriptors a pull of REPO:REF resolves to: the PLATFORM manifest of an index (every
+    platform's when PLATFORM is empty), else the manifest itself."""
+    d = client.descriptor(repo, ref)
+    if d.media_type not in (referrers.OCI_INDEX, referrers.DOCKER_LIST):
+        return [d]
+    index = json.loads((client.manifest(repo, d.digest) or (b"{}", ""))[0])
+    found = [referrers.Descriptor(m["mediaType"], m["digest"], int(m["size"])) for m in index.get("manifests", [])
+             if not platform or f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}" == platform]
+    if not found:
+        raise TrainbaseError(f"{client.host}/{repo}:{ref} has no {platform or 'platform'} manifest")
+    return found
+
+
+class Attester:
+    """Attaches the signed statements of pushed cells (publish.py calls ``attach``)."""
+
+    def __init__(self, registry_arg: str, supply_dir: Path, key_path: Path, out: TextIO):
+        self.host, _ = registry.split_registry(registry_arg)
+        self.supply_dir, self.out = supply_dir, out
+        try:
+            self.signer = att.load_signer(key_path)
+        except att.AttestationError as e:
+            raise TrainbaseError(str(e)) from None
+        self.client: referrers.Client | None = None
+
+    def attach(self, j, repo: str, ref: str) -> None:
+        from trainbase_common import engine
+
+        docs = self.supply_dir / j.name / j.tag
+        if not (docs / "sbom.cdx.json").is_file() or not (docs / "inputs.lock.json").is_file():
+            raise TrainbaseError(f"{j.name}: cannot attest {repo}:{ref}: no SBOM and input lock under {docs} "
+                                 "(the supply-chain step writes them; do not build with --no-supply)")
+        self.client = self.client or referrers.Client(self.host)
+        subject = _subjects(self.client, repo, ref, j.platform)[0]
+        keyid = self.signer.public_key.keyid
+        have = {dict(d.annotations).get(att.PREDICATE_ANNOTATION) for d in
+                self.client.referrers(repo, subject.digest, att.DSSE_MEDIA_TYPE)
+                if dict(d.annotations).get(att.KEYID_ANNOTATION) == keyid}
+        info = engine.inspect_image(j.image)
+        labels = dict(info.labels) if info is not None else {}
+        lock = json.loads((docs / "inputs.lock.json").read_text())
+        predicates = {att.SBOM: json.loads((docs / "sbom.cdx.json").read_text()),
+                      att.PROVENANCE: att.provenance(j.name, j.platform, lock, labels)}
+        for ptype, predicate in predicates.items():
+            if ptype in have:
+                self.out.write(f"attest: {j.name}: {ptype} already attached to {subject.digest[:19]} (key {keyid[:12]})\n")
+                continue
+            envelope = att.sign(att.statement(f"{self.host}/{repo}", subject.digest, ptype, predicate), self.signer)
+            d = self.client.attach(repo, subject, att.DSSE_MEDIA_TYPE, envelope, att.DSSE_MEDIA_TYPE,
+                                   {att.PREDICATE_ANNOTATION: ptype, att.KEYID_ANNOTATION: keyid})
+            self.out.write(f"attest: {j.name}: {ptype} signed (key {keyid[:12]}) and attached to "
+                           f"{self.host}/{repo}@{subject.digest} as {d.digest[:19]}\n")
+
+
+def verify_ref(client: referrers.Client, repo: str, ref: str, platform: str, key, out: TextIO) -> bool:
+    """Whether REPO:REF (its PLATFORM manifest; of an index, every platform's when PLATFORM is
+    empty) has both predicates signed by KEY; each finding printed."""
+    return all([_verify_subject(client, repo, s, key, out) for s in _subjects(client, repo, ref, platform)])
+
+
+def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Descriptor, key, out: TextIO) -> bool:
+    found = client.referrers(repo, subject.digest)
+    where = f"{client.host}/{repo}@{subject.digest}"
+    ok = True
+    for ptype in att.PREDICATES:
+        errors = []
+        for d in found:
+            ann = dict(d.annotations)
+            if d.artifact_type != att.DSSE_MEDIA_TYPE or ann.get(att.PREDICATE_ANNOTATION) != ptype:
+                continue
+            data, _ = client.manifest(repo, d.digest) or (b"{}", "")
+            layers = json.loads(data).get("layers") or [{}]
+            try:
+                att.verify(client.blob(repo, layers[0]["digest"]), key, subject.digest, ptype)
+            except (att.AttestationError, KeyError) as e:
+                errors.append(f"{d.digest[:19]}: {e}")
+                continue
+            out.write(f"verify: {where}: {ptype}: signed by {key.keyid[:12]}, subject matches ({d.digest[:19]})\n")
+            break
+        else:
+            ok = False
+            why = "; ".join(errors) if errors else "nothing attached"
+            out.write(f"verify: {where}: {ptype}: NOT verified ({why})\n")
+    keyless = [d for d in found if "sigstore.bundle" in d.artifact_type]
+    if keyless:
+        out.write(f"verify: {where}: {len(keyless)} keyless Sigstore bundle(s) attached too: verify those with "
+                  "`gh attestation verify` or `cosign verify-attestation` (docs/supply-chain.md)\n")
+    return ok
+
+
+def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, registry_arg: str | None,
+                   key_path: str | None, out: TextIO = sys.stdout) -> int:
+    from ..render import recipes as rendermod
+    from .publish import releases
+
+    if not key_path:
+        raise TrainbaseError("--verify-attestations needs --public-key PEM (the key the images were signed with)")
+    try:
+        key = att.load_public_key(Path(key_path))
+    except att.AttestationError as e:
+        raise TrainbaseError(str(e)) from None
+    targets: list[tuple[str, str, str, str]] = []          # host, repo, ref, platform
+    if ref:
+        host, _, rest = ref.partition("/")
+        repo, sep, digest = rest.partition("@")
+        if not sep:
+            repo, _, digest = rest.rpartition(":")
+        if not repo or not digest:
+            raise TrainbaseError(f"--verify-attestations {ref!r}: expected HOST/REPO:TAG or HOST/REPO@sha256:...")
+        targets.append((host, repo, digest, ""))
+    else:
+        if not registry_arg:
+            raise TrainbaseError("--verify-attestations without a reference needs --registry HOST[:PORT]/NAMESPACE")
+        host, ns = registry.split_registry(registry_arg)
+        rendered = rendermod.render_all(m, selected, root=root)
+        tags = releases([(c.image or c.name, rendered[c.name].tag) for c in selected])
+        targets += [(host, f"{ns}/{c.image or c.name}", tags[c.image or c.name], c.platform) for c in selected]
+    clients: dict[str, referrers.Client] = {}
+    bad = 0
+    for host, repo, r, platform in targets:
+        client = clients.setdefault(host, referrers.Client(host))
+        bad += not verify_ref(client, repo, r, platform, key, out)
+    out.write(f"verify: {len(targets) - bad} of {len(targets)} image(s) verified\n")
+    return 1 if bad else 0
