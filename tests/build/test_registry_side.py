@@ -186,6 +186,14 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{repo}:latest", None, str(pub),
                                  out=io.StringIO()) == 0
 
+    # --merge-platforms copies a staged image's attestations into the published repository
+    merged = "trainbase/attested-merged"
+    regmod.retag(f"{registry.host}/{repo}@{digest}", f"{registry.host}/{merged}:{tag}")
+    assert client.copy_referrers(repo, merged, client.descriptor(repo, tag)) == 2
+    assert client.copy_referrers(repo, merged, client.descriptor(repo, tag)) == 0
+    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{merged}:{tag}", None, str(pub),
+                                 out=io.StringIO()) == 0
+
     _, other = _keypair(tmp_path, "other")
     out = io.StringIO()
     assert attest.verify_command(None, tmp_path, [], ref, None, str(other), out=out) == 1

@@ -151,3 +151,49 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
         bad += not verify_ref(client, repo, r, platform, key, out)
     out.write(f"verify: {len(targets) - bad} of {len(targets)} image(s) verified\n")
     return 1 if bad else 0
+
+
+def github_subject(report_path: Path, supply_dir: Path, out_dir: Path) -> dict[str, str]:
+    """For CI's keyless signing (actions/attest, build-cells.yml): what the one cell of a
+    publish report pushed -- the subject's name and digest -- and the two predicate files:
+    the cell's SBOM and its provenance (written to OUT_DIR). {} when nothing was pushed."""
+    from trainbase_common import engine
+
+    cells = json.loads(report_path.read_text()).get("cells", [])
+    pushed = [c for c in cells if c.get("repo_digest") and c.get("pushed")]
+    if len(pushed) > 1:
+        raise TrainbaseError(f"{report_path}: {len(pushed)} cells pushed; the CI job attests one (select name=CELL)")
+    if not pushed:
+        return {}
+    c = pushed[0]
+    docs = supply_dir / c["name"] / c["tag"]
+    lock = json.loads((docs / "inputs.lock.json").read_text())
+    info = engine.inspect_image(c["image"])
+    predicate = att.provenance(c["name"], c["platform"], lock, dict(info.labels) if info else {})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "provenance.slsa.json").write_text(json.dumps(predicate, indent=2) + "\n")
+    return {"subject-name": c["pushed"][0].rsplit(":", 1)[0], "subject-digest": c["repo_digest"],
+            "sbom": str(docs / "sbom.cdx.json"), "provenance": str(out_dir / "provenance.slsa.json")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trainbase.deliver.attest REPORT [--supply-dir D] [--out D]`: KEY=VALUE lines
+    for $GITHUB_OUTPUT (github_subject)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m trainbase.deliver.attest")
+    p.add_argument("report", type=Path)
+    p.add_argument("--supply-dir", type=Path, default=Path("reports/supply"))
+    p.add_argument("--out", type=Path, default=Path("reports/attest"))
+    a = p.parse_args(argv)
+    try:
+        for k, v in github_subject(a.report, a.supply_dir, a.out).items():
+            print(f"{k}={v}")
+    except (TrainbaseError, OSError, KeyError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
