@@ -72,17 +72,25 @@ def plan(cells: list[tuple[str, str]], registry_arg: str,
 
 
 def read_gate(gate_dir: Path) -> set[str]:
-    """The image references (by digest) the gate passed: every ``*.json`` in DIR (searched
-    recursively: one artifact folder per GPU job) holding ``{"ref": ..., "passed": true}``."""
-    passed = set()
+    """The image references (by digest) the gate passed, from every ``*.json`` in DIR (searched
+    recursively: one artifact folder per job) holding ``{"ref": ..., "passed": ..., "check":
+    ...}`` (no check: ``gpu``, the GPU tier's). Every check that left a record for any image
+    must have passed for an image, and none may have failed: a digest the vulnerability scan
+    failed is held back even though its GPU tier passed, and one it never scanned too."""
+    results: dict[str, dict[str, bool]] = {}
+    checks: set[str] = set()
     for f in sorted(gate_dir.rglob("*.json")):
         try:
             doc = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise RegistryError(f"--gate {gate_dir}: {f.name} is not a gate record: {e}") from None
-        if doc.get("passed") is True and "@sha256:" in str(doc.get("ref", "")):
-            passed.add(doc["ref"])
-    return passed
+        if not isinstance(doc, dict) or "@sha256:" not in str(doc.get("ref", "")):
+            continue
+        check = str(doc.get("check") or "gpu")
+        checks.add(check)
+        prior = results.setdefault(doc["ref"], {}).get(check, True)
+        results[doc["ref"]][check] = prior and doc.get("passed") is True
+    return {ref for ref, by in results.items() if set(by) == checks and all(by.values())}
 
 
 def promote(steps: list[Step], gate: set[str] | None, retag: Callable[[str, str], None],

@@ -69,7 +69,7 @@ class AllowEntry(BaseModel):
 
     id: str
     package: str = Field(min_length=1)
-    kind: Literal["pypi", "deb"]
+    kind: Literal["pypi", "deb", "binary"]   # binary: a language binary a scanner names (Go, Rust, jar)
     reason: str
     expires: Annotated[date, BeforeValidator(_iso_day)]
     cells: tuple[str, ...] | None = None   # cell-name globs; absent = every cell
@@ -155,7 +155,7 @@ def load_allowlist(path: Path | None) -> Allowlist:
 
 @dataclass(frozen=True)
 class Finding:
-    kind: Literal["pypi", "deb"]
+    kind: Literal["pypi", "deb", "binary"]   # binary: a language binary a scanner names (Go, Rust, jar)
     package: str
     installed: str
     fixed: str                 # the first version that fixes it; '' if unknown
