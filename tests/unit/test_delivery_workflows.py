@@ -229,7 +229,11 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     gate = next(s for s in gpu_steps if s.get("name", "").startswith("gate record"))
     assert "gate/gate.json" in gate["run"] and "if" not in gate        # only after the tier step passed
     promote = doc["jobs"]["promote"]
-    assert promote["needs"] == ["plan", "gpu"] and promote["environment"] == "registry"
+    assert promote["needs"] == ["plan", "gpu", "scan"] and promote["environment"] == "registry"
+    # the scan's record reaches promote whether it passed or not (a failed scan holds the digest back)
+    scan_steps = doc["jobs"]["scan"]["steps"]
+    assert any("trainbase.supply.vulnscan" in s.get("run", "") and "--gate-dir gate/" in s["run"] for s in scan_steps)
+    assert any(s.get("with", {}).get("name", "").startswith("gate-scan-") and s.get("if") == "always()" for s in scan_steps)
     assert "refs/heads/main" in promote["if"] and promote["permissions"]["packages"] == "write"
     assert "build.py --promote" in promote["steps"][-1]["run"] and "--gate gate/" in promote["steps"][-1]["run"]
     assert all(j["permissions"].get("packages") != "write" for n, j in doc["jobs"].items() if n != "promote")
