@@ -181,6 +181,9 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     assert deps["artifact:openmpi"]["digest"] == {"sha256": "d" * 64}
     assert deps["base"]["digest"] == {"packages-sha256": "c" * 64}
 
+    # the scheduled security check reads the SBOM of what users pull from the registry
+    assert attest.sbom_of(client, repo, tag, "linux/amd64") == sbom
+
     # promotion retags by digest: latest has the same attestations
     regmod.retag(f"{registry.host}/{repo}@{digest}", f"{registry.host}/{repo}:latest")
     assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{repo}:latest", None, str(pub),

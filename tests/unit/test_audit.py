@@ -89,7 +89,7 @@ def entry(**change) -> str:
     (entry(expires="2026-01-31 12:00:00"), "field 'expires': Value error, expires '2026-01-31 12:00:00' is not a day written YYYY-MM-DD"),
     (entry(expires=None), "field 'expires': Field required"),
     (entry(id="CVE2021"), "entry #2 (CVE2021), field 'id': Value error, id 'CVE2021' is not an advisory id"),
-    (entry(kind="npm"), "field 'kind': Input should be 'pypi' or 'deb'"),
+    (entry(kind="npm"), "field 'kind': Input should be 'pypi', 'deb' or 'binary'"),
     (entry(package=123), "field 'package': Input should be a valid string"),
     (entry(cells="[]"), "field 'cells': Value error, cells, when given, must be a non-empty list"),
     ("- just-a-string\n", "entry #2, field 'entry': Input should be a valid dictionary"),

@@ -153,6 +153,56 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
     return 1 if bad else 0
 
 
+SIGSTORE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"   # what actions/attest and cosign write
+
+
+def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dict | None:
+    """The CycloneDX SBOM attached to what REPO:REF resolves to on PLATFORM: the predicate of a
+    key-signed DSSE envelope or of a keyless Sigstore bundle's envelope. Read, not verified:
+    the security check only decides whether to rebuild (verification: verify_ref, or gh/cosign)."""
+    import base64
+
+    subject = _subjects(client, repo, ref, platform)[0]
+    for d in client.referrers(repo, subject.digest):
+        ann = dict(d.annotations)
+        if att.SBOM not in (ann.get(att.PREDICATE_ANNOTATION), ann.get(SIGSTORE_PREDICATE_ANNOTATION)):
+            continue
+        data, _ = client.manifest(repo, d.digest) or (b"{}", "")
+        layers = json.loads(data).get("layers") or []
+        if not layers:
+            continue
+        doc = json.loads(client.blob(repo, layers[0]["digest"]))
+        envelope = doc.get("dsseEnvelope", doc)          # a Sigstore bundle holds the envelope
+        stmt = json.loads(base64.b64decode(envelope["payload"]))
+        if stmt.get("predicateType") == att.SBOM:
+            return stmt["predicate"]
+    return None
+
+
+def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, out_dir: Path,
+                out: TextIO = sys.stdout) -> list[Path]:
+    """The SBOM of what each selected repository's ``latest`` is now (what users pull), one
+    file per cell under OUT_DIR; a published cell without one is named (it cannot be checked)."""
+    from .publish import ALIAS
+
+    host, ns = registry.split_registry(registry_arg)
+    client = referrers.Client(host)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for c in selected:
+        repo = f"{ns}/{c.image or c.name}"
+        if client.manifest(repo, ALIAS) is None:
+            out.write(f"sbom: {c.name}: {repo}:{ALIAS} not published\n")
+            continue
+        sbom = sbom_of(client, repo, ALIAS, c.platform)
+        if sbom is None:
+            raise TrainbaseError(f"{host}/{repo}:{ALIAS} ({c.platform}) has no SBOM attached: it cannot be checked")
+        p = out_dir / f"{c.name}.cdx.json"
+        p.write_text(json.dumps(sbom))
+        paths.append(p)
+    return paths
+
+
 def github_subject(report_path: Path, supply_dir: Path, out_dir: Path) -> dict[str, str]:
     """For CI's keyless signing (actions/attest, build-cells.yml): what the one cell of a
     publish report pushed -- the subject's name and digest -- and the two predicate files:

@@ -19,7 +19,7 @@ import jinja2
 
 from trainbase_common.manifest import labels as manifest_labels
 
-from ..define import base_lock
+from ..define import base_lock, security_rebuilds
 from ..define import pip_locks as lockmod
 from ..define.matrix import Cell, Matrix
 from ..errors import TemplateError
@@ -93,6 +93,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
     env = environment(root)
     wanted = cells if cells is not None else m.included
     bases = base_lock.load(root)
+    rebuilds = security_rebuilds.load(root)
     out: dict[str, Rendered] = {}
 
     def render(cell: Cell) -> Rendered:
@@ -103,7 +104,8 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         base = base_lock.entry_for(bases, cc.data["os"]["base_key"], cc.data["os"]["bootstrappable"])
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
         data = dict(cc.data, labels=manifest_labels(cc.manifest), namespace=m.spec.naming.namespace,
-                    parent_tag=parent.tag if parent else None, base_from=base.from_ref())
+                    parent_tag=parent.tag if parent else None, base_from=base.from_ref(),
+                    security_rebuild=security_rebuilds.epoch(rebuilds, cell.os))
         try:
             text = env.get_template("Dockerfile.j2").render(**data)
         except (jinja2.TemplateError, TypeError, KeyError, AttributeError) as e:
