@@ -122,6 +122,9 @@ class Platform(Strict):
     wheel_platform: str
     runner: str                              # GitHub-hosted runner label that builds it natively
     gpu_runner_label: str                    # label of the self-hosted GPU runners for it
+    # GB the build runner must offer the engine (after the workflow's free-disk step and the
+    # move to /mnt): every cell's disk plan (deliver/disk_plan.py) must fit in it
+    runner_disk_gb: float = Field(gt=0)
 
 
 class Naming(Strict):

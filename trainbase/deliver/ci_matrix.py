@@ -25,6 +25,7 @@ from ..define.matrix import Cell, Matrix
 from ..render.recipes import Rendered
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
+from . import disk_plan
 from .publish import releases
 from .registry import split_registry
 
@@ -53,7 +54,9 @@ def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tupl
         out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image,
                     # where it builds natively, and which self-hosted GPU runners test it
                     "platform": job.cell.platform, "arch": plat.arch, "runs_on": plat.runner,
-                    "gpu_label": plat.gpu_runner_label, "repository": job.repository})
+                    "gpu_label": plat.gpu_runner_label, "repository": job.repository,
+                    # what the job holds on disk at once; the build refuses a runner with less
+                    "disk": disk_plan.plan(m, rendered, job.cell)})
     # the tag each repository is published under: one index for the platforms of one recipe
     tags = releases([(e["repository"], e["tag"]) for e in out])
     for e in out:
