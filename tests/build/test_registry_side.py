@@ -224,3 +224,39 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
     with pytest.raises(regmod.RegistryAuthError, match=f"docker login {registry.host}"):
         referrers.Client(registry.host).referrers(repo, digest)
+
+
+def test_a_mirror_gets_the_promoted_digest_its_tag_latest_and_attestations(registry, docker, monkeypatch, tmp_path):
+    """The primary (namespace `primary`) promoted a cell; the mirror (namespace `mirror` -- the
+    same code path as another host) gets the immutable tag, latest by digest and the signed
+    attestations; a second run changes nothing; an unpromoted cell is left alone."""
+    import io
+    from types import SimpleNamespace
+
+    from trainbase.deliver import attest, mirror
+
+    image = _platform_image(docker, tmp_path, "amd64")
+    tag = "r" + "b" * 12
+    src = f"{registry.host}/primary/cellx"
+    for args in (["tag", image, f"{src}:{tag}"], ["push", f"{src}:{tag}"]):
+        assert subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True).returncode == 0
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    out = io.StringIO()
+    assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) \
+        == "not promoted in the primary: nothing to mirror"
+    digest = registry.digest("primary/cellx", tag)
+    regmod.retag(f"{src}@{digest}", f"{src}:latest")
+    docs = tmp_path / "supply" / "cellx" / tag
+    docs.mkdir(parents=True)
+    (docs / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6"}))
+    (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "inputs": {}}))
+    key, pub = _keypair(tmp_path, "k")
+    attest.Attester(f"{registry.host}/primary", tmp_path / "supply", key, io.StringIO()).attach(
+        SimpleNamespace(name="cellx", tag=tag, platform="linux/amd64", image=image), "primary/cellx", tag)
+
+    done = mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out)
+    assert done == f"{tag} copied, latest -> {digest}, 2 attestation(s)"
+    assert registry.digest("mirror/cellx", tag) == digest and registry.digest("mirror/cellx", "latest") == digest
+    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/mirror/cellx:latest", None, str(pub),
+                                 out=io.StringIO()) == 0
+    assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) == "already current"

@@ -188,20 +188,22 @@ class Client:
         out = [Descriptor.from_json(m) for m in found]
         return [d for d in out if not artifact_type or d.artifact_type == artifact_type]
 
-    def copy_referrers(self, src_repo: str, dst_repo: str, subject: Descriptor) -> int:
-        """Copy what is attached to SUBJECT in SRC_REPO into DST_REPO (the same subject, already
-        copied there with its digest preserved); how many were copied."""
+    def copy_referrers(self, src_repo: str, dst_repo: str, subject: Descriptor, dst: Client | None = None) -> int:
+        """Copy what is attached to SUBJECT in SRC_REPO into DST_REPO -- of this registry, or
+        of DST (a mirror) -- where the same subject was already copied with its digest
+        preserved; how many were copied (0 when all were there)."""
+        dst = dst or self
         n = 0
-        have = {d.digest for d in self.referrers(dst_repo, subject.digest)}
+        have = {d.digest for d in dst.referrers(dst_repo, subject.digest)}
         for d in self.referrers(src_repo, subject.digest):
             if d.digest in have:
                 continue
             data, media_type = self.manifest(src_repo, d.digest) or (b"", "")
             doc = json.loads(data)
             for b in [doc["config"], *doc.get("layers", [])]:
-                self.put_blob(dst_repo, self.blob(src_repo, b["digest"]), b["mediaType"])
-            r = self.put_manifest(dst_repo, d.digest, data, media_type)
+                dst.put_blob(dst_repo, self.blob(src_repo, b["digest"]), b["mediaType"])
+            r = dst.put_manifest(dst_repo, d.digest, data, media_type)
             if not r.headers.get("OCI-Subject"):
-                self._add_to_fallback(dst_repo, subject.digest, d)
+                dst._add_to_fallback(dst_repo, subject.digest, d)
             n += 1
         return n
