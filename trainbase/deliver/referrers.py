@@ -76,12 +76,16 @@ class Client:
 
         self.host = host
         self.prefix = "http" if _loopback(host) else "https"
-        probe = self._session_less_get(f"{self.prefix}://{host}/v2/")
+        # Docker Hub's name is not where its API answers (what the engine and skopeo map too)
+        self.api = "registry-1.docker.io" if host in ("docker.io", "index.docker.io") else host
+        probe = self._session_less_get(f"{self.prefix}://{self.api}/v2/")
         # distribution's htpasswd realm and ECR challenge with Basic; GHCR, ACR, Docker Hub with Bearer
         backend = "basic" if probe.lower().startswith("basic") else "token"
-        self.oras = oras.provider.Registry(hostname=host, insecure=self.prefix == "http", auth_backend=backend)
+        self.oras = oras.provider.Registry(hostname=self.api, insecure=self.prefix == "http", auth_backend=backend)
         config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
         self.oras.auth.load_configs(oras.container.Container(f"{host}/any"), configs=[str(config)] if config.exists() else None)
+        if self.api == "registry-1.docker.io" and not getattr(self.oras.auth, "_basic_auth", None):
+            self.oras.auth._load_auth("https://index.docker.io/v1/")   # where `docker login` files Docker Hub
         # no stored credentials for a Basic registry: ask anonymously and report its 401, rather
         # than let oras-py's retry loop sleep through minutes of back-off on its missing secret
         self.anonymous = backend == "basic" and not getattr(self.oras.auth, "_basic_auth", None)
@@ -98,7 +102,7 @@ class Client:
         import requests
 
         try:
-            url = f"{self.prefix}://{self.host}/v2/{path}"
+            url = f"{self.prefix}://{self.api}/v2/{path}"
             r = (self.oras.session.request(method, url, timeout=300, **kw) if self.anonymous
                  else self.oras.do_request(url, method, **kw))
         except (requests.RequestException, ValueError) as e:
@@ -139,7 +143,7 @@ class Client:
         with tempfile.NamedTemporaryFile(prefix="trainbase-blob-") as f:
             f.write(data)
             f.flush()
-            r = self.oras.upload_blob(f.name, oras.container.Container(f"{self.host}/{repo}"), desc.as_json())
+            r = self.oras.upload_blob(f.name, oras.container.Container(f"{self.api}/{repo}"), desc.as_json())
         if r.status_code not in (200, 201, 202):
             raise RegistryError(f"registry {self.host} did not take blob {desc.digest} into {repo}: "
                                 f"HTTP {r.status_code} {r.text[:300]}")
@@ -178,8 +182,10 @@ class Client:
     def referrers(self, repo: str, subject_digest: str, artifact_type: str = "") -> list[Descriptor]:
         """What is attached to SUBJECT_DIGEST in REPO: the referrers API where the registry
         serves it, else the fallback tag's index (empty when neither has anything)."""
+        # a registry without the API answers 404 (distribution 2.x) or, for a route it does not
+        # know, 400/405/501: each means "use the fallback tag"
         r = self._request("GET", f"{repo}/referrers/{subject_digest}", f"list the referrers of {subject_digest}",
-                          (200, 404), headers={"Accept": OCI_INDEX})
+                          (200, 400, 404, 405, 501), headers={"Accept": OCI_INDEX})
         if r.status_code == 200 and r.headers.get("Content-Type", "").startswith(OCI_INDEX):
             found = r.json().get("manifests", [])
         else:
