@@ -86,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
                    help="push every completely built cell (needs --registry): the platforms of one repository as one "
                         "index; `stage`: multi-platform repositories to <ns>/staging/ for --merge-platforms (CI)")
     b.add_argument("--zstd-twin", action="store_true",
-                   help="with --push: also publish TAG-zstd, the same image with zstd layers (faster pulls for "
+                   help="with --push or --merge-platforms: also publish TAG-zstd, the same image (or index) with zstd layers (faster pulls for "
                         "engines that read zstd; promotion moves latest-zstd with latest)")
     b.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
                    help="where --push publishes and parents are pulled from; what --ci-matrix --only asks")
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.promote or args.merge_platforms:
         from .deliver import platforms, promote
         if args.merge_platforms:
-            return platforms.merge_command(m, root, selected, args.registry)
+            return platforms.merge_command(m, root, selected, args.registry, zstd_twin=args.zstd_twin)
         return promote.command(m, root, selected, args.registry, args.gate)
     return 0
 

@@ -24,6 +24,15 @@ def _manifest(reg, repo: str, tag: str) -> dict:
     return json.load(urllib.request.urlopen(req, timeout=30))
 
 
+def _manifest_any(reg, repo: str, ref: str) -> dict:
+    """A manifest or an image index (the Accept header names both)."""
+    auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
+    req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/manifests/{ref}", headers={
+        "Authorization": f"Basic {auth}",
+        "Accept": "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json"})
+    return json.load(urllib.request.urlopen(req, timeout=30))
+
+
 def _blob(reg, repo: str, digest: str) -> dict:
     auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
     req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/blobs/{digest}", headers={"Authorization": f"Basic {auth}"})
@@ -103,7 +112,21 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
     merged = regmod.push_index(registry.host, f"{registry.host}/{repo}:merged", staged)
     assert registry.digest(repo, "merged") == merged
     assert set(regmod.platforms_of(registry.host, f"{registry.host}/{repo}:merged")) == set(images)
-    images.update({f"staged-{p}": s.removeprefix("docker://") for p, s in staged.items()})
+    # its zstd twin: one index again, every platform's layers zstd, the same filesystems
+    import io
+
+    from trainbase.deliver import publish
+    publish.index_twin(registry.host, repo, "merged", io.StringIO(), repo)
+    twin = _manifest_any(registry, repo, "merged-zstd")
+    assert twin["mediaType"] == regmod.INDEX_MEDIA_TYPE and len(twin["manifests"]) == 2
+    gz = _manifest_any(registry, repo, "merged")
+    for plat_z, plat_g in zip(sorted(twin["manifests"], key=lambda m: m["platform"]["architecture"]),
+                              sorted(gz["manifests"], key=lambda m: m["platform"]["architecture"])):
+        mz, mg = (_manifest_any(registry, repo, m["digest"]) for m in (plat_z, plat_g))
+        assert {layer["mediaType"] for layer in mz["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
+        assert [_blob(registry, repo, m["config"]["digest"])["rootfs"]["diff_ids"] for m in (mz, mg)][0] == \
+            _blob(registry, repo, mg["config"]["digest"])["rootfs"]["diff_ids"]
+        images.update({f"staged-{p}": s.removeprefix("docker://") for p, s in staged.items()})
     try:
         r = subprocess.run([docker, "--config", str(registry.config), "pull", "--platform", "linux/arm64", ref],
                            capture_output=True, text=True, timeout=300)

@@ -22,7 +22,7 @@ from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
 from . import registry
-from .publish import release_tag, staging_repo
+from .publish import index_twin, release_tag, staging_repo
 
 
 def expected(m: Matrix, root: Path) -> dict[str, set[str]]:
@@ -54,7 +54,7 @@ def _carry_attestations(host: str, ns: str, repo: str, cells: list[Cell], tags: 
 
 
 def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None,
-                  out: TextIO = sys.stdout) -> int:
+                  out: TextIO = sys.stdout, zstd_twin: bool = False) -> int:
     if not registry_arg:
         raise TrainbaseError("--merge-platforms needs --registry HOST[:PORT]/NAMESPACE")
     host, ns = registry.split_registry(registry_arg)
@@ -70,6 +70,8 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
         target = f"{host}/{ns}/{repo}:{release_tag(list(tags.values()))}"
         if registry.tag_state(host, f"{ns}/{repo}", target.rsplit(":", 1)[1]) == "present":
             out.write(f"merge: {repo}: {target} already published\n")
+            if zstd_twin:
+                index_twin(host, f"{ns}/{repo}", target.rsplit(":", 1)[1], out, repo)
             continue
         staged = {c.platform: f"docker://{host}/{staging_repo(ns, c.name)}:{tags[c.name]}" for c in cells
                   if registry.tag_state(host, staging_repo(ns, c.name), tags[c.name]) == "present"}
@@ -82,5 +84,7 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
         merged += 1
         out.write(f"merge: {repo}: pushed the image index {target} {digest} ({', '.join(sorted(staged))})\n")
         _carry_attestations(host, ns, repo, cells, tags, out)
+        if zstd_twin:
+            index_twin(host, f"{ns}/{repo}", target.rsplit(":", 1)[1], out, repo)
     out.write(f"merge: {merged} index(es) pushed, {missing_any} repository(ies) missing a platform\n")
     return 1 if missing_any else 0

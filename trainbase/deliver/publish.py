@@ -159,13 +159,21 @@ def _publish_index(group: list[Publishable], host: str, ns: str, out: TextIO, zs
     plats = ", ".join(sorted(j.platform for j in group))
     if registry.tag_state(host, repo, tag) == "present":
         out.write(f"publish: {group[0].repository}: {target} already published ({plats}; immutable; left as is)\n")
-        return
-    digest = registry.push_index(host, target, {j.platform: j.image for j in group})
-    for j in group:
-        j.repo_digest = digest
-        j.pushed.append(target)
-    out.write(f"publish: {group[0].repository}: pushed the image index {target} {digest} ({plats})\n")
+    else:
+        digest = registry.push_index(host, target, {j.platform: j.image for j in group})
+        for j in group:
+            j.repo_digest = digest
+            j.pushed.append(target)
+        out.write(f"publish: {group[0].repository}: pushed the image index {target} {digest} ({plats})\n")
     if zstd_twin:
-        # a zstd twin of an index would need each platform recompressed into a second index;
-        # not made yet (docs/tags.md): engines that read zstd get the gzip index
-        out.write(f"publish: {group[0].repository}: no zstd twin for a multi-arch index\n")
+        index_twin(host, repo, tag, out, group[0].repository)
+
+
+def index_twin(host: str, repo: str, tag: str, out: TextIO, name: str) -> None:
+    """TAG-zstd of a multi-arch index: every platform recompressed, one index (written once)."""
+    twin = f"{host}/{repo}:{tag}{ZSTD}"
+    if registry.tag_state(host, repo, f"{tag}{ZSTD}") == "present":
+        out.write(f"publish: {name}: {twin} already published (immutable; left as is)\n")
+        return
+    registry.zstd_twin(f"{host}/{repo}:{tag}", twin)
+    out.write(f"publish: {name}: wrote {twin} (every platform's layers zstd)\n")

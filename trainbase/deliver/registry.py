@@ -136,14 +136,16 @@ def zstd_twin(src: str, dst: str) -> None:
     for engines that read zstd (Docker >= 23, containerd, Podman 4, enroot 4) a faster pull;
     SRC (gzip) stays what every engine reads (docs/tags.md). Through a local OCI layout: copied
     registry to registry, skopeo would reuse the gzip blobs the repository already has and
-    write a twin that is not zstd at all (skopeo 1.9)."""
+    write a twin that is not zstd at all (skopeo 1.9). ``--all``: SRC may be a multi-arch index;
+    every platform is recompressed and the twin is an index of the recompressed manifests
+    (measured with skopeo 1.9.3: both platforms' layers tar+zstd)."""
     import tempfile
 
     host = dst.partition("/")[0]
     with tempfile.TemporaryDirectory(prefix="trainbase-zstd-") as d:
-        _skopeo_copy(host, src, "", f"recompress {src} as zstd", "--format", "oci", "--dest-compress-format", "zstd",
-                     dest=f"oci:{d}:twin")
-        _skopeo_copy(host, "", dst, f"push the zstd twin {dst}", "--preserve-digests", source=f"oci:{d}:twin")
+        _skopeo_copy(host, src, "", f"recompress {src} as zstd", "--all", "--format", "oci",
+                     "--dest-compress-format", "zstd", dest=f"oci:{d}:twin")
+        _skopeo_copy(host, "", dst, f"push the zstd twin {dst}", "--all", "--preserve-digests", source=f"oci:{d}:twin")
 
 
 INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
