@@ -25,6 +25,10 @@ def test_the_rule_reads_every_place_shell_lives():
     assert {"scripts/setup.sh", "scripts/test.sh", ".ci/run", "imagefs/usr/local/bin/tb-fetch"} <= names
     runs = [r for p in (ROOT / ".github").rglob("*.yml") for r in pl._runs(__import__("yaml").safe_load(p.read_text()))]
     assert len(runs) >= 10
+    # the suite's broken variants build FROM trainbase images (pipefail SHELL): one of them
+    # failed a clean-room build by chance on `ucx_info -b | grep -Eq ...` (exit 141)
+    dockerfiles = {str(p.relative_to(ROOT)) for p in pl.repository_dockerfiles(ROOT)}
+    assert "tests/conformance/broken/no-ucx-ib/Dockerfile" in dockerfiles and len(dockerfiles) >= 20
 
 
 def test_the_nccl_line_that_failed_a_build_is_found_with_its_cell_block_and_lines():

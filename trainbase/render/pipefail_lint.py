@@ -289,4 +289,14 @@ def check_repository(root: Path, dockerfiles: dict[str, str]) -> list[Finding]:
         found += check_workflow(p, root)
     for p in shell_files(root):
         found += check_shell(p.read_text(), str(p.relative_to(root)))
+    for p in repository_dockerfiles(root):
+        found += check_dockerfile(p.read_text(), str(p.relative_to(root)))
     return found
+
+
+def repository_dockerfiles(root: Path) -> list[Path]:
+    """Dockerfiles the repository keeps besides the rendered ones (the suite's broken variants,
+    the foreign image's rebuild): they build FROM trainbase images, whose SHELL has pipefail,
+    so the rule holds for them too (a broken variant once failed its own build by chance on
+    `ucx_info -b | grep -Eq`: exit 141)."""
+    return sorted(p for d in ("tests", "bench") for p in (root / d).rglob("Dockerfile*") if p.is_file())
