@@ -33,6 +33,27 @@ for probe in devices kernel nccl; do
     rc=1; echo "probe $probe: FAILED $(tail -c 600 "$OUT/probe-$probe.json")"
   fi
 done
+# The launch contract on the real GPU (when this Python has PyTorch): Azure ML's MPI mode as Open
+# MPI and Azure set it for one process, mapped by trainbase_launch to what torch.distributed
+# reads, then an NCCL all-reduce through torch, value-checked.
+if "$PY" -c 'import torch' 2>/dev/null; then
+  if env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1 \
+      AZ_BATCH_MASTER_NODE=127.0.0.1:29511 PYTHONPATH=imagefs/opt/trainbase/lib \
+      timeout 300 "$PY" imagefs/opt/trainbase/lib/trainbase_launch.py "$PY" -c '
+import json, os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+t = torch.full((1 << 20,), float(dist.get_rank() + 1), device="cuda:" + os.environ["LOCAL_RANK"])
+dist.all_reduce(t)
+ok = bool((t == dist.get_world_size() * (dist.get_world_size() + 1) / 2).all())
+print(json.dumps({"probe": "launch", "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")},
+                  "backend": dist.get_backend(), "nccl": ".".join(map(str, torch.cuda.nccl.version())), "ok": ok}))
+dist.destroy_process_group()
+raise SystemExit(0 if ok else 1)' > "$OUT/probe-launch.json" 2>&1; then
+    echo "probe launch: ok $(tail -n 1 "$OUT/probe-launch.json")"
+  else
+    rc=1; echo "probe launch: FAILED $(tail -c 600 "$OUT/probe-launch.json")"
+  fi
+fi
 # the images register the wheels' libraries with ldconfig (tb-register-nvidia-libs); here the
 # library path stands in for that
 LD_LIBRARY_PATH="$(dirname "${NCCL:-/}"):$(dirname "${CUDART:-/}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
