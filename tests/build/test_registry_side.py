@@ -31,14 +31,19 @@ def _blob(reg, repo: str, digest: str) -> dict:
     return json.load(urllib.request.urlopen(req, timeout=30))
 
 
+def _push(docker, reg, image: str, ref: str) -> None:
+    """`docker tag IMAGE REF` and `docker push REF` with the fixture's login; each must succeed."""
+    for args in (["tag", image, ref], ["push", ref]):
+        r = subprocess.run([docker, "--config", str(reg.config), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+
+
 def test_zstd_twin_and_retag_by_digest(registry, docker, monkeypatch):
     if subprocess.run([docker, "image", "inspect", BASE], capture_output=True).returncode != 0:
         pytest.skip(f"{BASE} is not in the engine (the build bootstraps it)")
     repo, tag = "trainbase/registry-side", "r" + "5" * 12
     src = f"{registry.host}/{repo}:{tag}"
-    for args in (["tag", BASE, src], ["push", src]):
-        r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
+    _push(docker, registry, BASE, src)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     gzip_digest = registry.digest(repo, tag)
     regmod.zstd_twin(src, f"{src}-zstd")
@@ -96,10 +101,7 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
     staged = {}
     for plat, image in images.items():
         stage = f"{registry.host}/trainbase/staging/index-test-{plat.split('/')[1]}:t"
-        for args in (["tag", image, stage], ["push", stage]):
-            r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True,
-                               timeout=300)
-            assert r.returncode == 0, r.stderr
+        _push(docker, registry, image, stage)
         staged[plat] = f"docker://{stage}"
     merged = regmod.push_index(registry.host, f"{registry.host}/{repo}:merged", staged)
     assert registry.digest(repo, "merged") == merged
@@ -157,9 +159,7 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     image = _platform_image(docker, tmp_path, "amd64")
     repo, tag = "trainbase/attested", "r" + "a" * 12
     ref = f"{registry.host}/{repo}:{tag}"
-    for args in (["tag", image, ref], ["push", ref]):
-        r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr
+    _push(docker, registry, image, ref)
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     job = SimpleNamespace(name="attested", tag=tag, platform="linux/amd64", image=image)
     docs = tmp_path / "supply" / job.name / tag
@@ -220,8 +220,7 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     # a tampered attestation: the signed payload swapped for one about another image
     tampered_repo = "trainbase/tampered"
     tref = f"{registry.host}/{tampered_repo}:{tag}"
-    for args in (["tag", image, tref], ["push", tref]):
-        assert subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True).returncode == 0
+    _push(docker, registry, image, tref)
     out = io.StringIO()
     assert attest.verify_command(None, tmp_path, [], tref, None, str(pub), out=out) == 1
     assert out.getvalue().count("nothing attached") == 2, out.getvalue()
@@ -253,8 +252,7 @@ def test_a_mirror_gets_the_promoted_digest_its_tag_latest_and_attestations(regis
     image = _platform_image(docker, tmp_path, "amd64")
     tag = "r" + "b" * 12
     src = f"{registry.host}/primary/cellx"
-    for args in (["tag", image, f"{src}:{tag}"], ["push", f"{src}:{tag}"]):
-        assert subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True).returncode == 0
+    _push(docker, registry, image, f"{src}:{tag}")
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     out = io.StringIO()
     assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) \
