@@ -2,10 +2,15 @@
 """Pull + start benchmark (issue 28, item 5; not a timed test): one image pushed to a loopback
 registry in each layer compression, then, from an empty store, the time to pull it and to run
 the first `python -c 'import torch'` (or `import mpi4py` in an image without PyTorch), through
-each client here that reads zstd layers.
+each client here that reads zstd layers, and lazily through containerd's stargz snapshotter.
 
     .venv/bin/python bench/pull_start.py --image trainbase/pytorch2.9.1-openmpi4.1.4-...:rTAG
     .venv/bin/python bench/pull_start.py --image IMG --variant gzip --variant zstd:3 --variant zstd:12 --rounds 2
+    .venv/bin/python bench/pull_start.py --image IMG --variant gzip --variant zstd --variant estargz
+
+Variant `estargz` is gzip-compatible eStargz written by `ctr-remote images optimize` (the files the
+first import reads put first and marked for prefetch); every client pulls it as gzip, and client
+`stargz` pulls it lazily (bench/lazy_pull.py).
 
 Variants are COMPRESSION[:LEVEL], written by skopeo (`--format oci --dest-compress-format`),
 each into a registry of its own: skopeo's blob-info cache would otherwise hand back a blob it
@@ -14,6 +19,9 @@ pushed earlier in another compression (../shared/notes/machine.md). Clients:
            namespace, then `ctr run`); Docker 20.10 itself cannot pull zstd
   podman   rootless Podman 4.3 as the runtime tier's user, store reset before each pull
            (`podman pull`, then `podman run`)
+  stargz   a private containerd 1.6 with the stargz snapshotter (`ctr-remote images rpull`, then
+           `ctr run --snapshotter stargz`), its stores and chunk cache emptied before each pull;
+           only for `estargz`
 Each pull starts from an empty store after a `sync` (no earlier write-back in flight) and ends
 when the import returns, as a user's job would; the page cache keeps the write-back of the pulled
 bytes out of the figure for either compression alike. Markdown on stdout, JSON to --out.
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import shlex
 import shutil
@@ -36,8 +45,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainbase_conformance import runtimes  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lazy_pull  # noqa: E402
+
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"
-CLIENTS = ("ctr", "podman")
+CLIENTS = ("ctr", "podman", "stargz")
 ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
 
 
@@ -73,32 +85,39 @@ def registry():
             proc.wait(timeout=30)
 
 
-def push(image: str, host: str, variant: str) -> dict:
+def push(image: str, host: str, variant: str, ctd=None, command=(), platform: str = "") -> dict:
     """skopeo copy docker-daemon:IMAGE -> HOST/bench:VARIANT; the manifest's layers are checked
-    to be in the asked compression (skopeo silently keeps gzip without --format oci)."""
+    to be in the asked compression (skopeo silently keeps gzip without --format oci). `estargz`:
+    the gzip copy optimized for COMMAND by ctr-remote in the private containerd CTD."""
     fmt, _, level = variant.partition(":")
     ref = f"{host}/bench/image:{variant.replace(':', '-')}"
     t0 = time.monotonic()
-    run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false", "--dest-compress-format", fmt,
-         *(["--dest-compress-level", level] if level else []), f"docker-daemon:{image}", f"docker://{ref}"])
+    run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false", "--dest-compress-format",
+         "gzip" if fmt == "estargz" else fmt, *(["--dest-compress-level", level] if level else []),
+         f"docker-daemon:{image}", f"docker://{ref}{'-src' if fmt == 'estargz' else ''}"])
+    if fmt == "estargz":
+        lazy_pull.optimize(ctd, f"{ref}-src", ref, list(command), platform)
     seconds = time.monotonic() - t0
     manifest = json.loads(run(["skopeo", "inspect", "--raw", "--tls-verify=false", f"docker://{ref}"]).stdout)
     types = {x["mediaType"] for x in manifest["layers"]}
     if (fmt == "zstd") != (types == {ZSTD}):
         raise RuntimeError(f"{variant}: the pushed layers are {sorted(types)}")
+    toc = "containerd.io/snapshot/stargz/toc.digest"
+    if (fmt == "estargz") != all(toc in (x.get("annotations") or {}) for x in manifest["layers"]):
+        raise RuntimeError(f"{variant}: the pushed layers {'lack' if fmt == 'estargz' else 'carry'} eStargz TOCs")
     return {"ref": ref, "push_s": round(seconds, 1), "layers": len(manifest["layers"]),
             "bytes": sum(x["size"] for x in manifest["layers"])}
 
 
-def ctr_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
+def ctr_pull_start(ref: str, command: list[str], platform: str) -> tuple[float, float]:
     ns = f"tbpull-{uuid.uuid4().hex[:8]}"
     ctr = ["ctr", "--address", CONTAINERD, "--namespace", ns]
     try:
         subprocess.run(["sync"], check=True)
         t0 = time.monotonic()
-        run([*ctr, "images", "pull", "--plain-http", ref])
+        run([*ctr, "images", "pull", "--plain-http", "--platform", platform, ref])
         t1 = time.monotonic()
-        run([*ctr, "run", "--rm", ref, f"tbpull-{uuid.uuid4().hex[:6]}", *command], timeout=600)
+        run([*ctr, "run", "--rm", "--platform", platform, ref, f"tbpull-{uuid.uuid4().hex[:6]}", *command], timeout=600)
         return t1 - t0, time.monotonic() - t1
     finally:
         # --sync waits for containerd's garbage collection: the image's content and snapshots
@@ -109,7 +128,7 @@ def ctr_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
             print(f"  warning: containerd namespace {ns} left behind: {gone.stderr.strip()}", file=sys.stderr)
 
 
-def podman_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
+def podman_pull_start(ref: str, command: list[str], platform: str) -> tuple[float, float]:
     """Rootless, as the runtime tier's user (Podman as root cannot start a container on this
     host: runc is refused the nofile/nproc limits Podman asks for)."""
     user = runtimes.podman_ready(runtimes.ensure_user().pw_name).pw_name
@@ -118,7 +137,8 @@ def podman_pull_start(ref: str, command: list[str]) -> tuple[float, float]:
         runtimes.as_user(user, reset, timeout=600)
         subprocess.run(["sync"], check=True)
         t0 = time.monotonic()
-        p = runtimes.as_user(user, ["podman", "pull", "--quiet", "--tls-verify=false", ref], timeout=1800)
+        p = runtimes.as_user(user, ["podman", "pull", "--quiet", "--tls-verify=false", "--platform", platform, ref],
+                             timeout=1800)
         if p.returncode != 0:
             raise RuntimeError(f"podman pull exited {p.returncode}: {p.stderr.strip()[-600:]}")
         t1 = time.monotonic()
@@ -137,6 +157,17 @@ def first_import(image: str) -> list[str]:
     module = "torch" if any(k.startswith("io.trainbase.framework") and "pytorch" in v for k, v in labels.items()) \
         or "pytorch" in image else "mpi4py"
     return ["python", "-c", f"import {module}"]
+
+
+def platform_of(image: str) -> str:
+    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image],
+                       capture_output=True, text=True, check=True)
+    return r.stdout.strip()
+
+
+def reads(client: str, variant: str) -> bool:
+    """Lazy pulling needs eStargz's tables of contents; every other client reads every variant."""
+    return (client == "stargz") == variant.startswith("estargz")
 
 
 def markdown(rows: list[dict]) -> str:
@@ -162,29 +193,39 @@ def main() -> int:
     ap.add_argument("--out", default="reports/pull-start.json")
     a = ap.parse_args()
     rows = []
-    for image in a.image:
-        command = first_import(image)
-        for variant in a.variant or ["gzip", "zstd"]:
-            with registry() as host:
-                pushed = push(image, host, variant)
-                print(f"  pushed {variant}: {pushed['bytes'] / 1e9:.2f} GB in {pushed['layers']} layers, "
-                      f"{pushed['push_s']:.0f} s", file=sys.stderr, flush=True)
-                for client in a.client or CLIENTS:
-                    row = {"image": image.rsplit("/", 1)[-1], "variant": variant, "client": client, **pushed}
-                    try:
-                        pull_start = {"ctr": ctr_pull_start, "podman": podman_pull_start}[client]
-                        best = min((pull_start(pushed["ref"], command) for _ in range(a.rounds)), key=sum)
-                        row |= {"pull_s": round(best[0], 1), "start_s": round(best[1], 1),
-                                "total_s": round(sum(best), 1)}
-                    except (RuntimeError, subprocess.TimeoutExpired) as e:
-                        row["error"] = str(e)
-                    rows.append(row)
-                    print(f"  {variant:<10} {client:<7} " + (f"pull {row['pull_s']} s + start {row['start_s']} s"
-                          if "total_s" in row else f"ERROR {row['error']}"), file=sys.stderr, flush=True)
+    variants = a.variant or ["gzip", "zstd"]
+    lazy = any(v.startswith("estargz") for v in variants)
+    with lazy_pull.private_containerd() if lazy else contextlib.nullcontext() as ctd:
+        for image in a.image:
+            rows += bench_image(image, variants, [c for c in a.client or CLIENTS if c != "stargz" or lazy], a.rounds, ctd)
     print(markdown(rows))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"rows": rows}, indent=2) + "\n")
     return 0 if all("total_s" in r for r in rows) else 1
+
+
+def bench_image(image: str, variants: list[str], clients: list[str], rounds: int, ctd) -> list[dict]:
+    rows = []
+    command, platform = first_import(image), platform_of(image)
+    for variant in variants:
+        with registry() as host:
+            pushed = push(image, host, variant, ctd, command, platform)
+            print(f"  pushed {variant}: {pushed['bytes'] / 1e9:.2f} GB in {pushed['layers']} layers, "
+                  f"{pushed['push_s']:.0f} s", file=sys.stderr, flush=True)
+            for client in (c for c in clients if reads(c, variant)):
+                row = {"image": image.rsplit("/", 1)[-1], "variant": variant, "client": client, **pushed}
+                try:
+                    pull_start = {"ctr": ctr_pull_start, "podman": podman_pull_start,
+                                  "stargz": functools.partial(lazy_pull.lazy_pull_start, ctd)}[client]
+                    best = min((pull_start(pushed["ref"], command, platform) for _ in range(rounds)), key=sum)
+                    row |= {"pull_s": round(best[0], 1), "start_s": round(best[1], 1),
+                            "total_s": round(sum(best), 1)}
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    row["error"] = str(e)
+                rows.append(row)
+                print(f"  {variant:<10} {client:<7} " + (f"pull {row['pull_s']} s + start {row['start_s']} s"
+                      if "total_s" in row else f"ERROR {row['error']}"), file=sys.stderr, flush=True)
+    return rows
 
 
 if __name__ == "__main__":
