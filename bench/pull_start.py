@@ -47,17 +47,11 @@ from trainbase_conformance import runtimes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lazy_pull  # noqa: E402
+from lazy_pull import run  # noqa: E402  one runner for both bench modules
 
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"
 CLIENTS = ("ctr", "podman", "stargz")
 ZSTD = "application/vnd.oci.image.layer.v1.tar+zstd"
-
-
-def run(argv: list[str], timeout: int = 1800, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:4])}... exited {p.returncode}: {(p.stderr or p.stdout).strip()[-600:]}")
-    return p
 
 
 @contextlib.contextmanager
