@@ -310,3 +310,41 @@ def test_failure_reason_ignores_an_earlier_steps_tool_output():
             "executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3"]
     reason = docker_build.failure_reason(tail, 1)
     assert "tb-entrypoints" not in reason and "exit code: 3" in reason, reason
+
+
+# -- issue 37: a host that cannot run arm64 builds every amd64 cell and says the profile is incomplete
+def test_a_platform_the_host_cannot_run_is_skipped_with_its_fix_and_the_run_is_incomplete(m, monkeypatch, tmp_path):
+    from trainbase import cli
+    from trainbase.build import emulation
+    from trainbase.run import report
+
+    monkeypatch.setattr(emulation, "host_arch", lambda: "amd64")
+
+    def cannot(arches, log):
+        if "arm64" in arches:
+            raise emulation.EmulationError("arm64", "registering a binfmt handler needs root",
+                                           "run this build as root once; or leave the arm64 cells out: "
+                                           "--select platform=linux/amd64")
+        return {"amd64": "native"}
+
+    monkeypatch.setattr(emulation, "ensure", cannot)
+    names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",
+             "pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64"]
+    b, log = make(m, names, monkeypatch=monkeypatch)
+    assert b.run() == executor.INCOMPLETE == 3
+    st = {n: j.status for n, j in b.jobs.items()}
+    assert st["openmpi4.1.4-cuda12.8-cudnn9-debian12"] == "built"
+    arm = [n for n in st if n.endswith("-arm64")]
+    assert len(arm) >= 2 and all(st[n] == "skipped" for n in arm)
+    assert all("this host cannot run linux/arm64: registering a binfmt handler needs root. Fix: run this build as root"
+               in b.jobs[n].reason for n in names[1:])
+    assert not any(n.endswith("-arm64") for ev, n, _ in log)          # nothing was started under a missing emulator
+    out = io.StringIO()
+    report.summary(b, out=out)
+    text = out.getvalue()
+    assert f"INCOMPLETE (exit 3): {len(arm)} of {len(b.jobs)} cells not built, because this host cannot run linux/arm64" in text
+    assert "--select platform=linux/amd64" in text
+    assert sorted(build_report(b)["incomplete"]) == sorted(arm)
+    # a real failure besides it is a failure (1), not an incomplete run
+    b, _ = make(m, names, fail={"openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
+    assert b.run() == 1

@@ -36,6 +36,10 @@ from ..supply.chain import SupplyChain, SupplyOptions
 from . import report
 from .progress import Progress
 
+# The exit code of a run whose every buildable cell is usable but which skipped the cells of a
+# platform this host cannot run: not a failure of any recipe, but not the whole selection either.
+INCOMPLETE = 3
+
 @dataclass
 class Options:
     jobs: int = 1
@@ -67,6 +71,7 @@ class Executor:
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
         self.emulated: dict[str, str] = {}      # arch -> native | emulated (how), for the report
+        self.platform_skipped: dict[str, str] = {}   # cell -> platform this host cannot run (no emulator)
         self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
         self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered, network=opts.network) \
             if opts.supply else None
@@ -118,11 +123,18 @@ class Executor:
         try:
             self.emulated = emulation.ensure(arches, log=lambda s: self.out.write(s + "\n"))
         except emulation.EmulationError as e:
+            # skipped, not failed: nothing about the recipe is wrong, this host cannot run it. The
+            # native cells still build; the run ends "incomplete" (exit 3), the summary says why.
+            self.out.write(f"emulation: {e.arch} cells skipped: {e}\n")
             for j in self.jobs.values():
-                if j.status == JobState.QUEUED and not emulation.is_native(j.cell.arch):
-                    j.status, j.reason = JobState.FAILED, str(e)
+                if j.status == JobState.QUEUED and j.cell.arch == e.arch:
+                    j.status, j.reason = JobState.SKIPPED, f"this host cannot run {j.cell.platform}: {e.cause}. Fix: {e.fix}"
                     j.ended = time.monotonic()
+                    self.platform_skipped[j.name] = j.cell.platform
             self.plan.propagate()
+            # another foreign architecture in the same run gets its own chance and its own reason
+            if any(j.status == JobState.QUEUED and not emulation.is_native(j.cell.arch) for j in self.jobs.values()):
+                self.ensure_emulation()
 
     def ensure_bases(self) -> None:
         by_base: dict[str, list[Job]] = {}
@@ -316,7 +328,26 @@ class Executor:
             self.push()
         if self.interrupted:
             return 130
-        return 1 if self.publish_error or any(j.status.bad for j in self.jobs.values()) else 0
+        return self.exit_code()
+
+    def exit_code(self) -> int:
+        """0: every cell usable. 1: a cell failed, was refused, or publishing failed. 3
+        (INCOMPLETE): every cell this host can build is usable, but the cells of a platform it
+        cannot run were skipped (they, and only they, are listed in the summary with the fix)."""
+        bad = [j for j in self.jobs.values() if j.status.bad]
+        if self.publish_error or any(j.name not in self.incomplete_cells() for j in bad):
+            return 1
+        return INCOMPLETE if bad else 0
+
+    def incomplete_cells(self) -> set[str]:
+        """The cells skipped because this host cannot run their platform, and every cell built on one."""
+        out = set(self.platform_skipped)
+        grew = True
+        while grew:
+            more = {j.name for j in self.jobs.values() if j.cell.parent in out and j.status == JobState.SKIPPED}
+            grew = not more <= out
+            out |= more
+        return out
 
     def stop(self) -> None:
         """Ctrl-C: stop every running build (SIGINT to its process group, then SIGKILL).

@@ -33,6 +33,8 @@ def build_report(x) -> dict:
         "registry": x.opts.registry if x.opts.push else None,
         "publish_error": x.publish_error,
         "counts": counts(x),
+        # cells skipped because this host cannot run their platform (exit 3): the run is incomplete
+        "incomplete": sorted(x.incomplete_cells()) if hasattr(x, "incomplete_cells") else [],
         "cells": [
             {
                 "name": j.name,
@@ -106,6 +108,21 @@ def summary(b, out=None) -> None:
     for line in next_steps(b):
         console.print(line)
     console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts(b).items())))
+    for line in incomplete_lines(b):
+        console.print(line)
+
+
+def incomplete_lines(b) -> list[str]:
+    """What a run that skipped a platform this host cannot run left out, and the fix, once."""
+    skipped = getattr(b, "platform_skipped", {})
+    if not skipped:
+        return []
+    cells = sorted(b.incomplete_cells())
+    platforms = sorted(set(skipped.values()))
+    first = b.jobs[next(iter(skipped))]
+    return [f"INCOMPLETE (exit 3): {len(cells)} of {len(b.jobs)} cells not built, because this host cannot run "
+            f"{', '.join(platforms)}: {', '.join(cells)}",
+            f"  why: {first.reason}"]
 
 
 def counts(b) -> dict[str, int]:
