@@ -158,7 +158,12 @@ def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(r
     held = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
     assert held.returncode == 1 and f"NOT promoted: the gate has no pass for {registry.host}/{repo}@{staged}" in held.stdout
     assert registry.digest(repo, "latest") is None
-    (gate / "gpu.json").write_text(json.dumps({"ref": f"{registry.host}/{repo}@{staged}", "passed": True}))
+    ref = f"{registry.host}/{repo}@{staged}"
+    # fail closed: the GPU tier's pass alone is not enough while the scan left no record
+    (gate / "gpu.json").write_text(json.dumps({"ref": ref, "check": "gpu", "platform": c["platform"], "passed": True}))
+    held = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    assert held.returncode == 1 and "missing vulnerability-scan" in held.stdout, held.stdout + held.stderr
+    (gate / "scan.json").write_text(json.dumps({"ref": ref, "check": "vulnerability-scan", "passed": True}))
     promoted = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     assert f"latest -> {staged} (was absent)" in promoted.stdout

@@ -289,7 +289,7 @@ def promote_run(reg, cells, gate=None):
         reg.manifests[dst] = digest
     reg.retags = getattr(reg, "retags", [])
     out = io.StringIO()
-    steps = promote.plan(cells, "reg.example:5000/tb", registry.digest)
+    steps = promote.plan(cells, "reg.example:5000/tb", registry.digest, {name: ["linux/amd64"] for name, _ in cells})
     return promote.promote(steps, gate, retag, registry.digest, out), out.getvalue()
 
 
@@ -309,21 +309,30 @@ def test_promotion_retags_the_alias_by_digest_and_follows_a_revert(reg):
 
 
 def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
+    """Every candidate passes every required check, or no alias moves (test_promotion_gate.py)."""
     from trainbase.deliver import promote
+    from trainbase.supply import vulnscan
+
+    def record(file, name, d, **check):
+        (tmp_path / file).write_text(json.dumps({"ref": f"reg.example:5000/tb/{name}@sha256:{d * 64}", **check}))
 
     a, b = "r" + "a" * 12, "r" + "b" * 12
     reg.manifests[f"reg.example:5000/tb/base:{a}"] = "sha256:" + "a" * 64
     reg.manifests[f"reg.example:5000/tb/torch:{b}"] = "sha256:" + "b" * 64
-    (tmp_path / "gpu-base").mkdir()
-    (tmp_path / "gpu-base" / "gate.json").write_text(json.dumps(
-        {"ref": f"reg.example:5000/tb/base@sha256:{'a' * 64}", "passed": True}))
-    (tmp_path / "gpu-torch.json").write_text(json.dumps(
-        {"ref": f"reg.example:5000/tb/torch@sha256:{'b' * 64}", "passed": False}))
-    gate = promote.read_gate(tmp_path)
-    (n, held), out = promote_run(reg, [("base", a), ("torch", b), ("tf", "r" + "c" * 12)], gate)
-    assert (n, held) == (1, 1)
-    assert "torch: NOT promoted: the gate has no pass" in out and "tf: reg.example:5000/tb/tf:r" in out
-    assert "reg.example:5000/tb/torch:latest" not in reg.manifests
+    for name, d in (("base", "a"), ("torch", "b")):
+        record(f"scan-{name}.json", name, d, check=vulnscan.CHECK, passed=True)
+    record("gpu-base.json", "base", "a", check="gpu", platform="linux/amd64", passed=True)
+    record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=False)
+    cells = [("base", a), ("torch", b), ("tf", "r" + "c" * 12)]
+    (n, held), out = promote_run(reg, cells, promote.read_gate(tmp_path))
+    assert (n, held) == (0, 2)
+    assert "torch: NOT promoted: the gate has no pass for reg.example:5000/tb/torch@sha256:" in out
+    assert "failed gpu[linux/amd64]" in out and "tf: reg.example:5000/tb/tf:r" in out
+    assert "base: passed the gate, NOT promoted: no alias moves while torch is held" in out
+    assert not [ref for ref in reg.manifests if ref.endswith(":latest")]
+    record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=True)   # a rerun passes
+    (n, held), out = promote_run(reg, cells, promote.read_gate(tmp_path))
+    assert (n, held) == (2, 0) and reg.manifests["reg.example:5000/tb/torch:latest"] == "sha256:" + "b" * 64
 
 
 def test_promotion_stops_on_a_registry_that_refuses(reg):

@@ -228,6 +228,8 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     gpu_steps = doc["jobs"]["gpu"]["steps"]
     gate = next(s for s in gpu_steps if s.get("name", "").startswith("gate record"))
     assert "gate/gate.json" in gate["run"] and "if" not in gate        # only after the tier step passed
+    # one record per platform: promote.py requires the gpu tier on each platform of a digest
+    assert '"platform": "%s"' in gate["run"] and gate["env"]["PLATFORM"] == "${{ matrix.cell.platform }}"
     promote = doc["jobs"]["promote"]
     assert promote["needs"] == ["plan", "gpu", "scan"] and promote["environment"] == "registry"
     # the scan's record reaches promote whether it passed or not (a failed scan holds the digest back)
@@ -246,6 +248,50 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     # each platform staged; one job merges each multi-platform repository's index before the GPU tier
     assert "merge-platforms" in build["jobs"]["gpu"]["needs"]
     assert "--merge-platforms" in " ".join(s.get("run", "") for s in build["jobs"]["merge-platforms"]["steps"])
+
+
+def test_promote_runs_only_when_every_gpu_and_scan_job_succeeded():
+    """Fail closed: a gpu job that failed, expired in the queue with no runner online, or never
+    started holds the run -- `!cancelled()` alone let promote run on whatever records were left."""
+    cond = " ".join(workflow("gpu.yml")["jobs"]["promote"]["if"].split())
+    for job in ("plan", "gpu", "scan"):
+        assert f"needs.{job}.result == 'success'" in cond, job
+    assert "cancelled()" not in cond and "always()" not in cond and "failure()" not in cond
+    assert "||" not in cond                         # no way around the requirement
+
+
+def python_check(job: str) -> dict:
+    steps = workflow("gpu.yml")["jobs"][job]["steps"]
+    at = next(i for i, s in enumerate(steps) if "python3 --version" in s.get("run", ""))
+    install = next(i for i, s in enumerate(steps) if "python3 -m venv" in s.get("run", ""))
+    assert at < install, f"{job}: check the runner's python3 before installing the suite with it"
+    return steps[at]
+
+
+@pytest.mark.parametrize("job", ["gpu", "multinode-fabric"])
+def test_a_gpu_runner_without_python_3_11_fails_its_job_saying_why(job, tmp_path):
+    """The suite's wheel needs Python >= 3.11: the step runs here against a fake python3."""
+    bash = shutil.which("bash")
+    script = python_check(job)["run"]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+
+    def run_with(version: str | None) -> subprocess.CompletedProcess:
+        python3 = fake / "python3"
+        python3.unlink(missing_ok=True)
+        if version:
+            python3.write_text(f"#!/bin/sh\necho 'Python {version}'\n")
+            python3.chmod(0o755)
+        return subprocess.run([bash, "-eo", "pipefail", "-c", script], env={"PATH": str(fake)},
+                              capture_output=True, text=True)
+
+    for ok in ("3.11.2", "3.12.3", "3.13.1"):
+        assert run_with(ok).returncode == 0, ok
+    for old in ("3.10.12", "3.9.18", "3.1.5", None):
+        proc = run_with(old)
+        assert proc.returncode == 1, old
+        assert "::error::the conformance suite needs Python >= 3.11" in proc.stdout
+        assert (f"python3 is Python {old}" if old else "python3 is not installed") in proc.stdout
 
 
 def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(capsys):

@@ -2,7 +2,7 @@
 Grype-shaped reports (tests/unit/fixtures/scans: the fields each scanner writes, values chosen
 for each rule): a fixable critical blocks, an unfixable one and a fixable high do not, an
 allow-list entry accepts until it expires, a report that is not one fails, and promotion holds
-back a digest the scan failed even when its GPU tier passed."""
+back a digest the scan failed, or never scanned, even when its GPU tier passed."""
 import json
 from datetime import date
 
@@ -69,17 +69,37 @@ def test_a_report_that_is_not_one_never_passes(tmp_path, allow, capsys):
     assert vulnscan.main([str(SCANS / "trivy-critical-fixable.json"), "--ref", "x:latest", "--cell", CELL]) == 2
 
 
-def test_promotion_needs_every_check_to_pass_for_the_digest(tmp_path):
+def verdict(gate_dir, ref):
+    """(missing, failed) for REF, the digest of a single-platform (amd64) cell, as promotion
+    weighs the records in ``gate_dir``."""
+    repo, digest = ref.split("@")
+    step = promote.Step("x", f"{repo}:r1", f"{repo}:latest", digest, None, promote.required_checks(["linux/amd64"]))
+    return promote.verdict(promote.read_gate(gate_dir), step)
+
+
+def test_promotion_needs_every_required_check_to_pass_for_the_digest(tmp_path):
+    """What a digest needs is what its cells require, not what left a record: a run whose scan
+    jobs never ran holds every digest (it used to pass them on the GPU tier alone)."""
     gate = tmp_path / "gate"
     other = "ghcr.io/example/trainbase/y@sha256:" + "b" * 64
     (gate / "gpu-x").mkdir(parents=True)
-    (gate / "gpu-x" / "gate.json").write_text(json.dumps({"ref": REF, "passed": True}))
+    (gate / "gpu-x" / "gate.json").write_text(json.dumps({"ref": REF, "passed": True, "check": "gpu",
+                                                          "platform": "linux/amd64"}))
     (gate / "gpu-y").mkdir()
-    (gate / "gpu-y" / "gate.json").write_text(json.dumps({"ref": other, "passed": True, "check": "gpu"}))
-    assert promote.read_gate(gate) == {REF, other}                  # only the GPU tier ran
+    (gate / "gpu-y" / "gate.json").write_text(json.dumps({"ref": other, "passed": True, "check": "gpu",
+                                                          "platform": "linux/amd64"}))
+    assert verdict(gate, REF) == verdict(gate, other) == ([vulnscan.CHECK], [])     # only the GPU tier ran
     (gate / "scan-x").mkdir()
     (gate / "scan-x" / "s.json").write_text(json.dumps({"ref": REF, "passed": False, "check": vulnscan.CHECK}))
-    assert promote.read_gate(gate) == set(), "x failed the scan; y was never scanned"
+    assert verdict(gate, REF) == ([], [vulnscan.CHECK]), "x failed the scan"
+    assert verdict(gate, other) == ([vulnscan.CHECK], []), "y was never scanned"
     (gate / "scan-y").mkdir()
     (gate / "scan-y" / "s.json").write_text(json.dumps({"ref": other, "passed": True, "check": vulnscan.CHECK}))
-    assert promote.read_gate(gate) == {other}
+    assert verdict(gate, other) == ([], [])
+
+
+def test_a_gpu_record_that_names_no_platform_passes_no_platform(tmp_path):
+    """A record in the old shape (no check, no platform) answers for no runner's platform."""
+    (tmp_path / "gate.json").write_text(json.dumps({"ref": REF, "passed": True}))
+    (tmp_path / "scan.json").write_text(json.dumps({"ref": REF, "passed": True, "check": vulnscan.CHECK}))
+    assert verdict(tmp_path, REF) == (["gpu[linux/amd64]"], [])

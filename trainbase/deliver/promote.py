@@ -10,8 +10,15 @@ layer moves, no local image is involved, so no job can race another's push):
 - any other cell is a candidate -- including one whose recipe was REVERTED to an immutable tag
   published long ago: the alias follows the recipe back (revert-safe), because candidates come
   from the recipe and the registry's answers, never from "what this run built";
-- with ``--gate DIR``, a candidate is promoted only when DIR holds a pass for exactly its
-  digest (the GPU tier writes one per tested image: gpu.yml); the rest are named and left.
+- with ``--gate DIR`` the gate fails CLOSED: a candidate moves only when DIR holds a PASS
+  record for exactly its digest from every check the digest requires (``required_checks``:
+  the GPU tier on each platform of the image, and the vulnerability scan) and no failed
+  record. What is required comes from the cells, never from which records happen to be in
+  DIR: a GPU job that never ran (expired in the queue with no runner online, a runner whose
+  python3 is too old for the suite) leaves no record, and a missing record holds the digest,
+  named with the checks it lacks. Every candidate is decided before any alias moves, and one
+  held candidate holds them all (exit 1): a run never leaves some cells promoted and others
+  not on a verdict it has only half of.
 After each retag the alias is read back and must have the digest; anything else is an error.
 """
 
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -27,6 +34,7 @@ from typing import TextIO
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
+from ..supply import vulnscan
 
 from .publish import ALIAS, ZSTD, releases
 from .registry import RegistryError, split_registry
@@ -39,6 +47,7 @@ class Step:
     alias: str                # HOST/NS/NAME:latest
     digest: str | None        # of the immutable tag (None: not published)
     alias_digest: str | None  # of the alias now (None: no alias yet)
+    required: tuple[str, ...]  # the gate checks its digest must pass (required_checks)
     twin_digest: str | None = None        # of TAG-zstd, where the cell publishes a zstd twin
     twin_alias_digest: str | None = None  # of latest-zstd now
 
@@ -54,16 +63,38 @@ class Step:
         return "current" if current else "candidate"
 
 
+GPU_TIER = "gpu"   # gpu.yml's gpu job: the GPU tier of one digest on one platform's GPU runners
+
+
+def gpu_check(platform: str) -> str:
+    """The gate check of the GPU tier on ``platform``: gpu.yml's gpu job writes ``{"check":
+    "gpu", "platform": ...}`` per platform it tested, since a multi-arch index is one digest
+    tested on each platform's own runners, and one platform's pass says nothing of the other's."""
+    return f"{GPU_TIER}[{platform}]"
+
+
+def required_checks(platforms: Iterable[str]) -> tuple[str, ...]:
+    """The checks a digest must pass before `latest` moves to it, from the platforms of the
+    cells it publishes: the GPU tier on every one of them (every platform of matrix.yaml
+    declares its GPU runners, ``gpu_runner_label``, and gpu.yml tests every planned cell on
+    them: no cell is exempt) and the vulnerability scan of the digest (gpu.yml's scan job)."""
+    names = sorted(set(platforms))
+    if not names:
+        raise ValueError("required_checks: no platform, so no GPU tier to require (a gate that asks nothing)")
+    return (*(gpu_check(p) for p in names), vulnscan.CHECK)
+
+
 def plan(cells: list[tuple[str, str]], registry_arg: str,
-         digest: Callable[[str, str, str], str | None]) -> list[Step]:
-    """One step per (cell name, immutable tag): what the registry holds for both tags.
+         digest: Callable[[str, str, str], str | None], platforms: dict[str, Iterable[str]]) -> list[Step]:
+    """One step per (cell name, immutable tag): what the registry holds for both tags, and what
+    the gate requires of it (``platforms``: cell name -> the platforms its tag publishes).
     ``digest(host, repo, tag)`` is registry.digest (an error, never a guess)."""
     host, ns = split_registry(registry_arg)
     steps = []
     for name, tag in cells:
         repo = f"{ns}/{name}"
         s = Step(name, f"{host}/{repo}:{tag}", f"{host}/{repo}:{ALIAS}", digest(host, repo, tag),
-                 digest(host, repo, ALIAS))
+                 digest(host, repo, ALIAS), required_checks(platforms[name]))
         if s.digest is not None:
             s.twin_digest = digest(host, repo, f"{tag}{ZSTD}")
             s.twin_alias_digest = digest(host, repo, f"{ALIAS}{ZSTD}") if s.twin_digest else None
@@ -71,14 +102,16 @@ def plan(cells: list[tuple[str, str]], registry_arg: str,
     return steps
 
 
-def read_gate(gate_dir: Path) -> set[str]:
-    """The image references (by digest) the gate passed, from every ``*.json`` in DIR (searched
-    recursively: one artifact folder per job) holding ``{"ref": ..., "passed": ..., "check":
-    ...}`` (no check: ``gpu``, the GPU tier's). Every check that left a record for any image
-    must have passed for an image, and none may have failed: a digest the vulnerability scan
-    failed is held back even though its GPU tier passed, and one it never scanned too."""
-    results: dict[str, dict[str, bool]] = {}
-    checks: set[str] = set()
+# ref (by digest) -> check -> passed: what the gate records say, and nothing about what they don't
+Gate = dict[str, dict[str, bool]]
+
+
+def read_gate(gate_dir: Path) -> Gate:
+    """Every gate record in DIR (``*.json``, searched recursively: one artifact folder per job)
+    holding ``{"ref": ..., "check": ..., "passed": ...}`` (no check: ``gpu``; a GPU record
+    names its ``platform``, ``gpu_check``), by image reference (by digest) and check. A check
+    with several records for one digest passed only when every one of them did."""
+    records: Gate = {}
     for f in sorted(gate_dir.rglob("*.json")):
         try:
             doc = json.loads(f.read_text())
@@ -86,28 +119,50 @@ def read_gate(gate_dir: Path) -> set[str]:
             raise RegistryError(f"--gate {gate_dir}: {f.name} is not a gate record: {e}") from None
         if not isinstance(doc, dict) or "@sha256:" not in str(doc.get("ref", "")):
             continue
-        check = str(doc.get("check") or "gpu")
-        checks.add(check)
-        prior = results.setdefault(doc["ref"], {}).get(check, True)
-        results[doc["ref"]][check] = prior and doc.get("passed") is True
-    return {ref for ref, by in results.items() if set(by) == checks and all(by.values())}
+        check = str(doc.get("check") or GPU_TIER)
+        if check == GPU_TIER and doc.get("platform"):
+            check = gpu_check(str(doc["platform"]))
+        prior = records.setdefault(doc["ref"], {}).get(check, True)
+        records[doc["ref"]][check] = prior and doc.get("passed") is True
+    return records
 
 
-def promote(steps: list[Step], gate: set[str] | None, retag: Callable[[str, str], None],
+def verdict(gate: Gate, step: Step) -> tuple[list[str], list[str]]:
+    """(missing, failed) for the step's digest: the required checks with no record for it, and
+    every check with a failed record for it (required or not: a failure is never overlooked).
+    Both empty: the digest passed the gate."""
+    have = gate.get(step.by_digest, {})
+    return [c for c in step.required if c not in have], sorted(c for c, ok in have.items() if not ok)
+
+
+def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], None],
             digest: Callable[[str, str, str], str | None], out: TextIO) -> tuple[int, int]:
-    """Retag every candidate the gate passed; (promoted, held back)."""
-    promoted = held = 0
+    """Retag every candidate, or -- when the gate holds any of them -- none; (promoted, held
+    back). Every verdict is taken before the first retag, so a held cell never leaves the run
+    half-promoted."""
+    candidates = []
     for s in steps:
         if s.state == "unpublished":
             out.write(f"promote: {s.name}: {s.immutable} is not published: {ALIAS} left as it is\n")
-            continue
-        if s.state == "current":
+        elif s.state == "current":
             out.write(f"promote: {s.name}: {ALIAS} is already {s.digest}\n")
-            continue
-        if gate is not None and s.by_digest not in gate:
-            held += 1
-            out.write(f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}\n")
-            continue
+        else:
+            candidates.append(s)
+    held = []
+    for s in candidates if gate is not None else []:
+        missing, failed = verdict(gate, s)
+        if missing or failed:
+            held.append(s.name)
+            why = "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
+                            + ([f"failed {', '.join(failed)}"] if failed else []))
+            out.write(f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}: {why}\n")
+    if held:
+        for s in candidates:
+            if s.name not in held:
+                out.write(f"promote: {s.name}: passed the gate, NOT promoted: no alias moves while "
+                          f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} held\n")
+        return 0, len(candidates)
+    for s in candidates:
         # the zstd twin is the gated image recompressed (publish.py): it follows the same pass
         moves = [(s.by_digest, s.alias, s.digest, s.alias_digest)]
         if s.twin_digest:
@@ -123,14 +178,14 @@ def promote(steps: list[Step], gate: set[str] | None, retag: Callable[[str, str]
             if now != want:
                 raise RegistryError(f"promote: {s.name}: {alias} is {now} after the retag, expected {want}")
             out.write(f"promote: {s.name}: {alias.rsplit(':', 1)[1]} -> {want} (was {was or 'absent'})\n")
-        promoted += 1
-    return promoted, held
+    return len(candidates), 0
 
 
 def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None, gate_dir: Path | None,
             out: TextIO = sys.stdout) -> int:
     """`build.py --promote`: exit 0 when every candidate was promoted, 1 when the gate held
-    some back (named), an error (RegistryError) when the registry could not answer."""
+    any back (each named with what it lacks; then none moved), an error (RegistryError) when
+    the registry could not answer."""
     from . import registry
 
     if not registry_arg:
@@ -140,10 +195,16 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     rendered = rendermod.render_all(m, selected, root=root)
     # one step per repository: the platforms of one recipe are one index (publish.releases)
     cells = list(releases([(c.image or c.name, rendered[c.name].tag) for c in selected]).items())
-    steps = plan(cells, registry_arg, registry.digest)
+    platforms: dict[str, set[str]] = {}
+    for c in selected:
+        platforms.setdefault(c.image or c.name, set()).add(c.platform)
+    steps = plan(cells, registry_arg, registry.digest, platforms)
     gate = read_gate(gate_dir) if gate_dir is not None else None
     promoted, held = promote(steps, gate, registry.retag, registry.digest, out)
     out.write(f"promote: {promoted} promoted, {held} held back by the gate, "
               f"{sum(s.state == 'current' for s in steps)} already current, "
               f"{sum(s.state == 'unpublished' for s in steps)} not published\n")
+    if held:
+        out.write(f"promote: NOTHING promoted: the gate holds {held} candidate(s) until every required "
+                  f"check has a pass record for its digest (see above)\n")
     return 1 if held else 0
