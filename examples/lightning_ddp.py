@@ -63,12 +63,18 @@ def main() -> int:
     model = TinyRegression()
     # the launcher's world, read before fit: Lightning's own environment (LightningEnvironment,
     # chosen under Azure ML's type: pytorch) deletes WORLD_SIZE when it tears down
-    want = int(os.environ.get("WORLD_SIZE", "0"))
+    launched = os.environ.get("WORLD_SIZE")
     trainer.fit(model, loader)
 
     env = type(trainer.strategy.cluster_environment).__name__
     world, rank = trainer.world_size, trainer.global_rank
-    assert world == want, f"Lightning sees a world of {world}, the launcher's is {want} ({env})"
+    if launched is None:
+        # started as one process with no launcher (`python lightning_ddp.py` on a GPU node):
+        # Lightning starts its own processes, one per device on each node, so that is the world
+        want, source = trainer.num_devices * trainer.num_nodes, "Lightning's own launch (devices x nodes)"
+    else:
+        want, source = int(launched), "the launcher's WORLD_SIZE"
+    assert world == want, f"Lightning sees a world of {world}, {source} is {want} ({env})"
     digest = parameters_agree(model, world, rank)
     os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
                  f"env={env} params={digest[:12]}\n").encode())

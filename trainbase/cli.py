@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="build.py",
         description="trainbase: declared matrix -> Dockerfiles -> images -> conformance.",
-        epilog="Exit codes: 0 ok, 1 a check or build failed, 2 bad input (matrix, selection, template).",
+        epilog="Exit codes: 0 ok, 1 a check or build failed, 2 bad input (matrix, selection, template), 3 incomplete (every "
+               "cell this host can build is usable; those of a platform it cannot run were skipped), 130 interrupted.",
     )
     act = p.add_mutually_exclusive_group(required=True)
     act.add_argument("--render", action="store_true", help="render images/<cell>/ for every cell")
@@ -51,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
                      help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
     p.add_argument("--select", action="append", metavar="KEY=VALUE",
-                   help="filter cells by axis (os, cuda, mpi, ib, framework) or name; repeatable; VALUE may be a,b")
+                   help="filter cells by axis (platform, os, cuda, mpi, ib, framework) or name, e.g. platform=linux/amd64; "
+                        "repeatable; VALUE may be a,b")
     p.add_argument("--profile", help="only cells of this profile (e.g. local, production, ci)")
     p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell; with --outdated: one per pin")
     b = p.add_argument_group("building (--matrix)")
@@ -367,7 +369,8 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
         tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "trainbase_conformance" / "checks"),
                                  "--report", args.report, "--junitxml", str(root / "reports" / "conformance.xml")],
                                 cwd=root)
-        code = code or (1 if tested.returncode else 0)
+        if tested.returncode and code in (0, executor.INCOMPLETE):
+            code = 1            # a conformance failure outranks "incomplete"
         if args.push and code == 0:
             opts.push, opts.dry_run = True, False
             b2 = executor.Executor(m, rendered, selected, opts, root)

@@ -21,17 +21,22 @@ class HostCaps:
     ib_why: str
     shm_size: str = "1g"
     init: bool = True
+    # what the host's `nvidia-smi -L` lists: a container must see every one of them (a
+    # container handed 1 of 8 GPUs would otherwise pass the GPU tier with no bus traffic)
+    gpu_count: int = 0
 
     @property
     def ib(self) -> bool:
         return bool(self.ib_devices)
 
     def run_options(self) -> engine.RunOptions:
-        # --init reaps orphaned sshd/orted children of docker exec. With RDMA devices: IPC_LOCK
-        # for registered (pinned) memory; a higher memlock ulimit would help too but needs
-        # CAP_SYS_RESOURCE in the engine, which not every host grants.
+        # --init reaps orphaned sshd/orted children of docker exec. With RDMA devices or GPUs:
+        # IPC_LOCK, for registered (pinned) memory -- verbs memory regions, and the pinned host
+        # buffers NCCL and CUDA allocate; a higher memlock ulimit would help too but needs
+        # CAP_SYS_RESOURCE in the engine, which not every host grants. Every GPU (--gpus all).
         return engine.RunOptions(shm_size=self.shm_size, init=self.init, gpus=self.gpu,
-                                 devices=tuple(self.ib_devices), cap_add=("IPC_LOCK",) if self.ib else ())
+                                 devices=tuple(self.ib_devices),
+                                 cap_add=("IPC_LOCK",) if self.ib or self.gpu else ())
 
     def describe(self) -> dict[str, str]:
         return {
@@ -45,7 +50,7 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
     """GPUs count only when ``nvidia-smi -L`` lists one AND the engine can hand them to a
     container (an ``nvidia`` runtime or the nvidia-container-cli hook); RDMA counts when
     /dev/infiniband has device nodes."""
-    gpu, gpu_why = False, ""
+    gpu, gpu_why, gpu_count = False, "", 0
     smi = shutil.which("nvidia-smi")
     if not smi:
         gpu_why = "nvidia-smi not found"
@@ -58,6 +63,7 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
             else:
                 if "nvidia" in engine.info().runtimes or shutil.which("nvidia-container-cli"):
                     gpu, gpu_why = True, f"{len(gpus)} GPU(s): " + "; ".join(g.split(" (")[0] for g in gpus)
+                    gpu_count = len(gpus)
                 else:
                     gpu_why = f"{len(gpus)} GPU(s) but no NVIDIA container runtime in the engine"
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -67,6 +73,7 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
     ib_why = (f"{len(devices)} device node(s) in /dev/infiniband" if devices
               else "/dev/infiniband absent" if not ib_dir.exists() else "/dev/infiniband is empty")
     init = Path("/usr/bin/docker-init").exists() or Path("/usr/libexec/docker/docker-init").exists()
-    return HostCaps(gpu=gpu, gpu_why=gpu_why, ib_devices=devices, ib_why=ib_why, shm_size=shm_size, init=init)
+    return HostCaps(gpu=gpu, gpu_why=gpu_why, ib_devices=devices, ib_why=ib_why, shm_size=shm_size, init=init,
+                    gpu_count=gpu_count)
 
 

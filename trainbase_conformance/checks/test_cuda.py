@@ -92,10 +92,14 @@ def test_nvcc_in_devel_image(target):
 @pytest.mark.gpu
 @pytest.mark.evidence("run")
 def test_cuda_device_query(target):
-    """The driver and runtime see every GPU (name, compute capability)."""
+    """The driver and runtime see every GPU (name, compute capability): as many as the host's
+    `nvidia-smi -L` lists, not just "at least one"."""
     r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py devices {_sonames(target)['cudart']}")
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
     assert r.rc == 0 and out.get("ok"), f"device query failed: {out or r.stderr.strip()[-800:]}"
+    assert len(out["devices"]) == target.caps.gpu_count, (
+        f"the container sees {len(out['devices'])} GPU(s), the host's nvidia-smi -L lists {target.caps.gpu_count}: "
+        f"{target.caps.gpu_why} (a CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES baked into the image?)")
     print(f"driver {out['driver']}, runtime {out['runtime']}: {out['devices']}")
 
 

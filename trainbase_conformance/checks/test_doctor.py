@@ -45,7 +45,11 @@ def test_doctor_gpu_checks_are_honest(target):
     gpu = {c["id"]: c for c in report["checks"] if c["id"] in ("gpu.visible", "gpu.driver", "nccl.network")}
     assert len(gpu) == 3
     if target.caps.gpu:
-        assert all(c["status"] == "ok" for c in gpu.values()), gpu
+        assert gpu["gpu.visible"]["status"] == "ok" and gpu["gpu.driver"]["status"] == "ok", gpu
+        # NCCL over sockets on a GPU host without RDMA is a warning (slow multi-node), not ok;
+        # with RDMA devices in the container it must be ok
+        want = {"ok"} if target.caps.ib else {"ok", "warn"}
+        assert gpu["nccl.network"]["status"] in want, gpu["nccl.network"]
         return
     for c in gpu.values():
         assert c["status"] == "skip" and "no GPU" in c["summary"], c

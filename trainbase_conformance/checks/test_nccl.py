@@ -132,5 +132,9 @@ def test_nccl_allreduce_gpu(target):
     r = target.sh(f"{target.python} {PROBE_DIR}/gpu_probe.py nccl {cudart} {SONAME}", timeout=300)
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
     assert r.rc == 0 and out.get("ok"), f"NCCL all-reduce failed: {out or r.stderr.strip()[-800:]}"
+    assert out["gpus"] == target.caps.gpu_count, (
+        f"the all-reduce ran on {out['gpus']} GPU(s), the host lists {target.caps.gpu_count}: every GPU must take part")
+    if out["gpus"] >= 2:      # one GPU moves no bytes over a bus: with two or more, some must
+        assert out["busbw_GBps"] > 0, f"{out['gpus']} GPUs but no bus bandwidth: {out}"
     print(f"NCCL all-reduce on {out['gpus']} GPU(s), {out['bytes']} B: algbw {out['algbw_GBps']} GB/s, "
           f"busbw {out['busbw_GBps']} GB/s")

@@ -1,0 +1,67 @@
+"""torch.compile: inductor turns a model into generated code and builds it with the image's own
+tool chain -- C++ and the C compiler on the CPU, Triton (and its launcher, built with the C
+compiler) on the GPU. A PyTorch image missing either compiles nothing, and the user finds out
+at the first compiled step."""
+from __future__ import annotations
+
+import pytest
+
+from trainbase_conformance.checks.test_frameworks import need, py_json
+
+
+@pytest.mark.cpu
+@pytest.mark.evidence("run")
+def test_torch_compile_runs_on_cpu(target):
+    """torch.compile's inductor generates C++ for the CPU and builds it with the image's C
+    compiler: a compiled function must give the eager result. An image without `cc`/`g++`, or
+    whose Python headers are missing, fails here (and a user's first compiled step with it)."""
+    need(target, "pytorch")
+    info = py_json(target, """
+        import os, shutil, time, torch
+        torch.manual_seed(0)
+        def f(x, w):
+            return torch.nn.functional.gelu(x @ w).sum(dim=1) * 3 + 1
+        x, w = torch.randn(64, 32), torch.randn(32, 16)
+        t = time.monotonic()
+        got = torch.compile(f, backend="inductor", fullgraph=True)(x, w)
+        seconds = time.monotonic() - t
+        want = f(x, w)
+        print(json.dumps({"close": bool(torch.allclose(got, want, rtol=1e-4, atol=1e-4)),
+                          "max_err": float((got - want).abs().max()), "seconds": round(seconds, 1),
+                          "cxx": shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")}))
+    """, timeout=600)
+    assert info["cxx"], f"no C++ compiler on PATH for inductor: {info}"
+    assert info["close"], f"torch.compile's result differs from eager by {info['max_err']}: {info}"
+    print(f"torch.compile (inductor, CPU): compiled and ran in {info['seconds']} s, max error {info['max_err']:.2e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.evidence("run")
+def test_torch_compile_step_on_the_gpu(target):
+    """torch.compile on CUDA: inductor generates Triton kernels and builds Triton's launcher
+    with the image's C compiler; a compiled training step must match eager."""
+    need(target, "pytorch")
+    info = py_json(target, """
+        import time, torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 10)).cuda()
+        x, y = torch.randn(128, 256, device="cuda"), torch.randint(0, 10, (128,), device="cuda")
+        def loss(m):
+            return torch.nn.functional.cross_entropy(m(x), y)
+        eager = loss(model)
+        compiled = torch.compile(model)
+        t = time.monotonic()
+        got = loss(compiled)
+        got.backward()
+        torch.cuda.synchronize()
+        first = time.monotonic() - t
+        t = time.monotonic()
+        for _ in range(20):
+            loss(compiled).backward()
+        torch.cuda.synchronize()
+        print(json.dumps({"close": bool(torch.allclose(got, eager, rtol=1e-3, atol=1e-3)), "eager": float(eager),
+                          "compiled": float(got), "first_s": round(first, 1),
+                          "steps_per_s": round(20 / (time.monotonic() - t), 1)}))
+    """, timeout=900)
+    assert info["close"], f"compiled loss {info['compiled']} != eager {info['eager']}"
+    print(f"torch.compile on the GPU: first step {info['first_s']} s (compile), then {info['steps_per_s']} steps/s")
