@@ -11,8 +11,13 @@ Takes the plan's ``Job``s (build/) whose build and supply chain completed, and t
   cell's current recipe tag where the gate (GPU tier) passed it; revert-safe;
 - affected.py: which cells a change since a revision rebuilds or re-tests (each cell's tag at
   both revisions compared);
+- platforms.py: which selected cells a repository publishes and under which release tag (a
+  refused platform is in none), asked by the plan, the merge, promotion, mirrors and
+  attestation checks alike; ``--merge-platforms``;
 - ci_matrix.py: the CI job matrix by FROM level, optionally only the affected cells, a cover
-  of every axis value, or what the registry has or lacks.
+  of every axis value, or what the registry has or lacks;
+- runners.py: the build runner of each planned cell (GitHub-hosted only for a pull request),
+  and the check that no pull request reaches a self-hosted job in the workflows.
 
 Hands on published tags (with their digests) and ``KEY=JSON`` lines for GitHub Actions.
 """

@@ -120,7 +120,7 @@ def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Desc
 def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, registry_arg: str | None,
                    key_path: str | None, out: TextIO = sys.stdout) -> int:
     from ..render import recipes as rendermod
-    from .publish import releases
+    from .platforms import publishable
 
     if not key_path:
         raise TrainbaseError("--verify-attestations needs --public-key PEM (the key the images were signed with)")
@@ -129,6 +129,7 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
     except att.AttestationError as e:
         raise TrainbaseError(str(e)) from None
     targets: list[tuple[str, str, str, str]] = []          # host, repo, ref, platform
+    never: list[str] = []                                  # selected repositories nothing of which is built
     if ref:
         host, _, rest = ref.partition("/")
         repo, sep, digest = rest.partition("@")
@@ -142,15 +143,22 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
             raise TrainbaseError("--verify-attestations without a reference needs --registry HOST[:PORT]/NAMESPACE")
         host, ns = registry.split_registry(registry_arg)
         rendered = rendermod.render_all(m, selected, root=root)
-        tags = releases([(c.image or c.name, rendered[c.name].tag) for c in selected])
-        targets += [(host, f"{ns}/{c.image or c.name}", tags[c.image or c.name], c.platform) for c in selected]
+        # each published platform under its repository's release tag; a refused platform is in no index
+        for repo, release in sorted(publishable(m, rendered, selected).items()):
+            if release.left_out:
+                out.write(f"verify: {repo}: never published, not verified: {release.why_not()}\n")
+            if not release.tag:
+                never.append(repo)
+            targets += [(host, f"{ns}/{repo}", release.tag or "", c.platform) for c in release.cells]
     clients: dict[str, referrers.Client] = {}
     bad = 0
     for host, repo, r, platform in targets:
         client = clients.setdefault(host, referrers.Client(host))
         bad += not verify_ref(client, repo, r, platform, key, out)
     out.write(f"verify: {len(targets) - bad} of {len(targets)} image(s) verified\n")
-    return 1 if bad else 0
+    if never:
+        out.write(f"verify: nothing of {', '.join(never)} can be published: nothing to verify there\n")
+    return 1 if bad or never else 0
 
 
 SIGSTORE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"   # what actions/attest and cosign write
@@ -185,11 +193,20 @@ def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, 
     file per cell under OUT_DIR; a published cell without one is named (it cannot be checked)."""
     from .publish import ALIAS
 
+    from ..render import recipes as rendermod
+    from .platforms import publishable
+
     host, ns = registry.split_registry(registry_arg)
     client = referrers.Client(host)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
+    # a refused platform was never built: latest holds no image of it, so no SBOM to read for it
+    built = {c.name for r in publishable(m, rendermod.render_all(m, selected, root=root), selected).values()
+             for c in r.cells}
     for c in selected:
+        if c.name not in built:
+            out.write(f"sbom: {c.name}: never built (refused), so not published\n")
+            continue
         repo = f"{ns}/{c.image or c.name}"
         if client.manifest(repo, ALIAS) is None:
             out.write(f"sbom: {c.name}: {repo}:{ALIAS} not published\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +26,7 @@ from ..define.matrix import Cell, Matrix
 from ..render.recipes import Rendered
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
-from . import disk_plan
-from .publish import releases
+from . import disk_plan, platforms, runners
 from .registry import split_registry
 
 
@@ -37,30 +37,28 @@ class TooDeep(Exception):
 def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tuple[list[dict], dict[str, str]]:
     """One matrix entry per buildable cell (plan order, parents first): name, level, the
     immutable tag and the local image reference. Cells that cannot be built (an artifact
-    without a verified checksum, in themselves or under them) are left out, with the reason."""
+    without a verified checksum, in themselves or under them) are left out, with the reason --
+    decided by platforms.publishable, which promotion, the merge and the mirrors ask too, so the
+    ``release_tag`` each entry carries is the tag they look for."""
     plan = Plan(m, rendered, cells)
-    plan.refuse_unverified()
-    plan.propagate()
     level = plan.levels()
-    wanted = {c.name for c in cells}
-    out, refused = [], {}
+    releases = platforms.publishable(m, rendered, cells)
+    release_of = {c.name: r for r in releases.values() for c in r.cells}
+    refused = {name: why for r in releases.values() for name, why in r.left_out.items()}
+    out = []
     for name, job in plan.jobs.items():
-        if name not in wanted:
-            continue
-        if job.status.bad:
-            refused[name] = job.reason or str(job.status)
+        if name not in release_of:
             continue
         plat = m.spec.platforms[job.cell.platform]
         out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image,
-                    # where it builds natively, and which self-hosted GPU runners test it
+                    # where it builds natively (command() applies the repository's runner
+                    # variables: runners.route), and which self-hosted GPU runners test it
                     "platform": job.cell.platform, "arch": plat.arch, "runs_on": plat.runner,
                     "gpu_label": plat.gpu_runner_label, "repository": job.repository,
                     # what the job holds on disk at once; the build refuses a runner with less
-                    "disk": disk_plan.plan(m, rendered, job.cell)})
-    # the tag each repository is published under: one index for the platforms of one recipe
-    tags = releases([(e["repository"], e["tag"]) for e in out])
-    for e in out:
-        e["release_tag"] = tags[e["repository"]]
+                    "disk": disk_plan.plan(m, rendered, job.cell),
+                    # the tag the repository is published under: one index for its built platforms
+                    "release_tag": release_of[name].tag})
     return out, refused
 
 
@@ -162,8 +160,12 @@ def command(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespac
         items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest)
         left_out.update(unwanted)
     try:
+        # the build runners; for a pull request (GITHUB_EVENT_NAME, which GitHub sets in every
+        # step and no workflow can override) GitHub-hosted ones only
+        for note in runners.route(items, os.environ):
+            print(f"::warning::{note}", file=sys.stderr)
         levels = by_level(items, args.max_levels)
-    except TooDeep as e:
+    except (TooDeep, runners.UntrustedRunner) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print("\n".join(github_outputs(items, levels, left_out)))

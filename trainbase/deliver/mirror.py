@@ -127,7 +127,7 @@ def mirrors_from_env() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     from ..define.matrix import load, parse_selects
     from ..render import recipes as rendermod
-    from .publish import releases
+    from .platforms import publishable
 
     p = argparse.ArgumentParser(prog="python -m trainbase.deliver.mirror", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="src", required=True, metavar="HOST/NS", help="the primary registry")
@@ -145,13 +145,21 @@ def main(argv: list[str] | None = None) -> int:
         filters = parse_selects(a.select)
         selected = m.select(filters, a.profile) if (filters or a.profile) else m.included
         rendered = rendermod.render_all(m, selected, root=m.path.resolve().parent)
-        tags = releases([(c.image or c.name, rendered[c.name].tag) for c in selected])
+        # the release tag promotion moved latest to: over the platforms that are built (platforms.py)
+        releases = publishable(m, rendered, selected)
+        never = sorted(repo for repo, r in releases.items() if not r.tag)
         clients: dict[str, referrers.Client] = {}
         for dst in targets:
-            for repo, tag in sorted(tags.items()):
-                print(f"mirror: {dst}/{repo}: {mirror_one(a.src, dst, repo, tag, sys.stdout, clients=clients)}")
+            for repo, r in sorted(releases.items()):
+                if r.tag:
+                    print(f"mirror: {dst}/{repo}: {mirror_one(a.src, dst, repo, r.tag, sys.stdout, clients=clients)}")
+                else:
+                    print(f"mirror: {dst}/{repo}: NOT mirrored: nothing of it can be published ({r.why_not()})")
     except TrainbaseError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    if never:
+        print(f"error: nothing publishable, so nothing to mirror, for {', '.join(never)}", file=sys.stderr)
         return 1
     return 0
 

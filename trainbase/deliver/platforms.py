@@ -9,11 +9,16 @@ runs `--merge-platforms`, which copies every staged platform image of a reposito
 layout and pushes the index under the repository's release tag (registry.push_index). A
 repository whose platforms are not all staged is named with what is missing and nothing is
 pushed for it (exit 1): never an index that holds only what happened to build.
+
+Which cells a selection publishes, and so under which release tag each repository is found, is
+decided once, here (``publishable``): the CI plan, this merge, promotion, mirroring and the
+attestation checks all ask it, so none of them looks for a tag over a platform no runner built.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -21,22 +26,62 @@ from ..build.plan import Plan
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
+from ..render.recipes import Rendered
 from . import registry
 from .publish import index_twin, release_tag, staging_repo
+
+
+@dataclass
+class Release:
+    """One repository as a selection publishes it (``publishable``)."""
+
+    repository: str
+    cells: list[Cell] = field(default_factory=list)          # what it publishes: one cell per platform
+    tags: dict[str, str] = field(default_factory=dict)       # cell name -> recipe tag, of those cells
+    left_out: dict[str, str] = field(default_factory=dict)   # its selected cells that are never built -> why
+
+    @property
+    def tag(self) -> str | None:
+        """The tag the repository is published under (publish.release_tag over the recipe tags
+        of the cells it publishes); None: nothing of it can be published."""
+        return release_tag(list(self.tags.values())) if self.tags else None
+
+    @property
+    def platforms(self) -> set[str]:
+        return {c.platform for c in self.cells}
+
+    def why_not(self) -> str:
+        """Why the left-out cells are left out, one clause each (for the messages that name them)."""
+        return "; ".join(f"{name}: {why}" for name, why in sorted(self.left_out.items()))
+
+
+def publishable(m: Matrix, rendered: dict[str, Rendered], selected: list[Cell]) -> dict[str, Release]:
+    """Repository -> its Release, for every repository a selected cell belongs to: the selected
+    cells that can be built -- not refused (an artifact without a verified checksum, such as the
+    Ubuntu arm64 twins while Miniforge's aarch64 sha256 is pending) and not built on a parent
+    that is -- and the release tag over their recipe tags. A repository whose every selected cell
+    is left out has no tag (``Release.tag`` None): nothing of it is ever published. ``rendered``
+    holds every selected cell and its parents (render_all)."""
+    plan = Plan(m, rendered, selected)
+    plan.refuse_unverified()
+    plan.propagate()
+    out: dict[str, Release] = {}
+    for c in selected:
+        job = plan.jobs[c.name]
+        release = out.setdefault(job.repository, Release(job.repository))
+        if job.status.bad:
+            release.left_out[c.name] = job.reason or str(job.status)
+        else:
+            release.cells.append(c)
+            release.tags[c.name] = job.tag
+    return out
 
 
 def expected(m: Matrix, root: Path) -> dict[str, set[str]]:
     """repository -> the platforms the matrix can build it for (a platform whose cell is refused
     -- an artifact without a verified checksum -- is not expected)."""
-    rendered = rendermod.render_all(m, root=root)
-    plan = Plan(m, rendered, m.included)
-    plan.refuse_unverified()
-    plan.propagate()
-    out: dict[str, set[str]] = {}
-    for name, job in plan.jobs.items():
-        if not job.status.bad:
-            out.setdefault(job.repository, set()).add(job.cell.platform)
-    return out
+    releases = publishable(m, rendermod.render_all(m, root=root), m.included)
+    return {repo: r.platforms for repo, r in releases.items() if r.cells}
 
 
 def _carry_attestations(host: str, ns: str, repo: str, cells: list[Cell], tags: dict[str, str], out: TextIO) -> None:
@@ -59,15 +104,15 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
         raise TrainbaseError("--merge-platforms needs --registry HOST[:PORT]/NAMESPACE")
     host, ns = registry.split_registry(registry_arg)
     rendered = rendermod.render_all(m, selected, root=root)
-    groups: dict[str, list[Cell]] = {}
-    for c in selected:
-        groups.setdefault(c.image or c.name, []).append(c)
     merged = missing_any = 0
-    for repo, cells in sorted(groups.items()):
-        if len(cells) < 2:
-            continue                            # one platform: published as it is by --push
-        tags = {c.name: rendered[c.name].tag for c in cells}
-        target = f"{host}/{ns}/{repo}:{release_tag(list(tags.values()))}"
+    for repo, release in sorted(publishable(m, rendered, selected).items()):
+        if release.left_out:
+            # never built, so never staged: the index is made of the platforms that are
+            out.write(f"merge: {repo}: left out, never built: {release.why_not()}\n")
+        if len(release.cells) < 2:
+            continue                            # one platform (or none): published as it is by --push
+        cells, tags = release.cells, release.tags
+        target = f"{host}/{ns}/{repo}:{release.tag}"
         if registry.tag_state(host, f"{ns}/{repo}", target.rsplit(":", 1)[1]) == "present":
             out.write(f"merge: {repo}: {target} already published\n")
             if zstd_twin:

@@ -5,7 +5,10 @@ pulls by name moves. Promotion then points each cell's moving alias (`latest`) a
 the cell's CURRENT recipe tag, registry side, by digest (`skopeo copy` of the manifest: no
 layer moves, no local image is involved, so no job can race another's push):
 
-- a cell whose current immutable tag is not in the registry keeps its alias where it is;
+- a repository whose release tag is not in the registry keeps its alias where it is, and so
+  does one none of whose selected cells can be built (refused: nothing of it is ever
+  published); both are named and fail the run (exit 1) -- the release tag is the one the CI plan
+  publishes (platforms.publishable: over the platforms that are built, never a refused one);
 - a cell whose alias already has that digest is left alone;
 - any other cell is a candidate -- including one whose recipe was REVERTED to an immutable tag
   published long ago: the alias follows the recipe back (revert-safe), because candidates come
@@ -36,7 +39,8 @@ from ..errors import TrainbaseError
 from ..render import recipes as rendermod
 from ..supply import vulnscan
 
-from .publish import ALIAS, ZSTD, releases
+from .platforms import publishable
+from .publish import ALIAS, ZSTD
 from .registry import RegistryError, split_registry
 
 
@@ -183,9 +187,11 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
 
 def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None, gate_dir: Path | None,
             out: TextIO = sys.stdout) -> int:
-    """`build.py --promote`: exit 0 when every candidate was promoted, 1 when the gate held
-    any back (each named with what it lacks; then none moved), an error (RegistryError) when
-    the registry could not answer."""
+    """`build.py --promote`: exit 0 when every selected repository is promoted or already
+    current; 1 when the gate held any candidate back (each named with what it lacks; then none
+    moved), or when a repository cannot be promoted -- nothing of it can be built, or its release
+    tag is not in the registry -- named with why (the others still move: their verdicts are
+    whole); an error (RegistryError) when the registry could not answer."""
     from . import registry
 
     if not registry_arg:
@@ -193,12 +199,14 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     if gate_dir is not None and not gate_dir.is_dir():
         raise TrainbaseError(f"--gate {gate_dir}: not a directory of gate records")
     rendered = rendermod.render_all(m, selected, root=root)
-    # one step per repository: the platforms of one recipe are one index (publish.releases)
-    cells = list(releases([(c.image or c.name, rendered[c.name].tag) for c in selected]).items())
-    platforms: dict[str, set[str]] = {}
-    for c in selected:
-        platforms.setdefault(c.image or c.name, set()).add(c.platform)
-    steps = plan(cells, registry_arg, registry.digest, platforms)
+    # one step per repository, under the tag the CI plan publishes it: the platforms of one
+    # recipe are one index, and a platform that is never built (refused) is not one of them
+    releases = publishable(m, rendered, selected)
+    for repo, r in sorted(releases.items()):
+        if r.left_out:
+            out.write(f"promote: {repo}: {'NOTHING can be published' if not r.cells else 'left out'}: {r.why_not()}\n")
+    cells = [(repo, r.tag) for repo, r in releases.items() if r.tag]
+    steps = plan(cells, registry_arg, registry.digest, {repo: r.platforms for repo, r in releases.items() if r.tag})
     gate = read_gate(gate_dir) if gate_dir is not None else None
     promoted, held = promote(steps, gate, registry.retag, registry.digest, out)
     out.write(f"promote: {promoted} promoted, {held} held back by the gate, "
@@ -207,4 +215,9 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     if held:
         out.write(f"promote: NOTHING promoted: the gate holds {held} candidate(s) until every required "
                   f"check has a pass record for its digest (see above)\n")
-    return 1 if held else 0
+    unpromotable = sorted([repo for repo, r in releases.items() if not r.tag]
+                          + [s.name for s in steps if s.state == "unpublished"])
+    if unpromotable:
+        out.write(f"promote: FAILED: {len(unpromotable)} repository(ies) cannot be promoted, no published "
+                  f"release tag (see above): {', '.join(unpromotable)}\n")
+    return 1 if held or unpromotable else 0

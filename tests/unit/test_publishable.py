@@ -1,0 +1,185 @@
+"""Refused platforms are left out the same way everywhere (trainbase/deliver/platforms.py,
+``publishable``): the CI plan never builds a refused cell (an artifact whose checksum is
+pending: the Ubuntu arm64 twins while Miniforge's aarch64 sha256 is), so its repository is
+published under the tag over the platforms that ARE built -- and that is the tag promotion,
+the index merge, the mirrors and the attestation check look for. Before, those four grouped
+every selected cell, refused ones included: promotion looked for a tag nobody published, said
+"not published" and exited 0, the merge looked for a staged arm64 image and failed.
+
+All against the real matrix.yaml and a fake registry."""
+import io
+import json
+
+import pytest
+
+from trainbase.define.matrix import load
+from trainbase.deliver import attest, mirror, platforms, promote, registry
+from trainbase.deliver.publish import release_tag
+from trainbase.render import recipes
+from trainbase.supply import vulnscan
+
+from .conftest import ROOT, run_cli
+
+REGISTRY = "reg.example:5000/tb"
+EXAMPLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"    # refused twin while Miniforge's aarch64 sha256 is pending
+
+
+def outputs(text: str) -> dict:
+    """`KEY=JSON` lines -> dict, as GitHub reads $GITHUB_OUTPUT."""
+    return {k: json.loads(v) for k, v in (line.split("=", 1) for line in text.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[str, str]:
+    """(a base repository of the production profile, its arm64 twin the CI plan refuses), as
+    build.yml's plan reports it (``left_out``); EXAMPLE while it is one."""
+    from trainbase.cli import main
+
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sys.stdout", out)
+        assert main(["--ci-matrix", "--profile", "production"]) == 0
+    plan = outputs(out.getvalue())
+    bases = {e["name"] for e in plan["cells"] if e["level"] == 0}
+    pairs = sorted((n.removesuffix("-arm64"), n) for n in plan["left_out"] if n.removesuffix("-arm64") in bases)
+    if not pairs:
+        pytest.skip("no production repository has a refused arm64 twin any more: nothing is left out")
+    return next((p for p in pairs if p[0] == EXAMPLE), pairs[0])
+
+
+class Registry:
+    """registry.digest / retag / tag_state, with what was asked for."""
+
+    def __init__(self):
+        self.manifests: dict[str, str] = {}
+        self.asked: list[str] = []
+        self.retags: list[tuple[str, str]] = []
+
+    def digest(self, host, repo, tag):
+        self.asked.append(f"{host}/{repo}:{tag}")
+        return self.manifests.get(f"{host}/{repo}:{tag}")
+
+    def retag(self, src, dst):
+        self.retags.append((src, dst))
+        self.manifests[dst] = src.split("@")[1]
+
+    def tag_state(self, host, repo, tag):
+        return "present" if self.digest(host, repo, tag) else "absent"
+
+
+@pytest.fixture
+def reg(monkeypatch):
+    r = Registry()
+    for name in ("digest", "retag", "tag_state"):
+        monkeypatch.setattr(registry, name, getattr(r, name))
+    monkeypatch.setattr(registry, "push_index", lambda *a: pytest.fail(f"an index was pushed: {a}"))
+    return r
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load(ROOT / "matrix.yaml")
+
+
+def ci_plan(capsys, *names) -> dict:
+    """What `build.py --ci-matrix` (build.yml's plan) says about the named cells."""
+    code, out, _ = run_cli(["--ci-matrix", "--select", f"name={','.join(names)}"], capsys)
+    assert code == 0
+    return outputs(out)
+
+
+def test_the_twin_is_refused_and_the_plan_publishes_the_repository_under_its_amd64_tag(pair, matrix, capsys):
+    repo, twin = pair
+    plan = ci_plan(capsys, repo, twin)
+    assert [e["name"] for e in plan["cells"]] == [repo] and "no verified sha256" in plan["left_out"][twin]
+    rendered = recipes.render_all(matrix, [matrix.cell(repo), matrix.cell(twin)], root=ROOT)
+    assert plan["cells"][0]["release_tag"] == rendered[repo].tag != release_tag([rendered[repo].tag,
+                                                                                 rendered[twin].tag])
+    [release] = platforms.publishable(matrix, rendered, [matrix.cell(repo), matrix.cell(twin)]).values()
+    assert release.tag == rendered[repo].tag and release.platforms == {"linux/amd64"} and list(release.left_out) == [twin]
+
+
+def test_promote_looks_for_the_tag_the_ci_plan_publishes(pair, reg, matrix, capsys):
+    """The old behaviour: promote asked for release_tag(amd64, arm64), found nothing, printed
+    "not published" and exited 0 -- latest never moved for this repository."""
+    repo, twin = pair
+    tag = ci_plan(capsys, repo, twin)["cells"][0]["release_tag"]
+    reg.manifests[f"{REGISTRY}/{repo}:{tag}"] = "sha256:" + "1" * 64      # what build.yml published
+    out = io.StringIO()
+    code = promote.command(matrix, ROOT, [matrix.cell(repo), matrix.cell(twin)], REGISTRY, None, out)
+    assert f"{REGISTRY}/{repo}:{tag}" in reg.asked
+    assert code == 0, out.getvalue()
+    assert reg.manifests[f"{REGISTRY}/{repo}:latest"] == "sha256:" + "1" * 64
+    assert f"promote: {repo}: left out: {twin}: artifact" in out.getvalue()
+
+
+def test_promote_requires_the_gpu_tier_only_on_the_platforms_that_are_published(pair, matrix):
+    repo, twin = pair
+    rendered = recipes.render_all(matrix, [matrix.cell(repo), matrix.cell(twin)], root=ROOT)
+    [release] = platforms.publishable(matrix, rendered, [matrix.cell(repo), matrix.cell(twin)]).values()
+    assert promote.required_checks(release.platforms) == ("gpu[linux/amd64]", vulnscan.CHECK)
+
+
+def test_a_repository_whose_tag_is_missing_fails_the_promotion_naming_it(pair, reg, matrix):
+    """Before, "not published" was a line among others and exit 0: a build that never published
+    left the run green."""
+    repo, twin = pair
+    other = next(c for c in matrix.select(profile="production") if c.parent is None and c.name not in (repo, twin)
+                 and c.platform == "linux/amd64" and c.image != repo)
+    tags = {r.repository: r.tag for r in platforms.publishable(
+        matrix, recipes.render_all(matrix, [matrix.cell(repo), other], root=ROOT), [matrix.cell(repo), other]).values()}
+    reg.manifests[f"{REGISTRY}/{repo}:{tags[repo]}"] = "sha256:" + "2" * 64      # the other one is not published
+    out = io.StringIO()
+    code = promote.command(matrix, ROOT, [matrix.cell(repo), other], REGISTRY, None, out)
+    assert code == 1
+    assert reg.manifests[f"{REGISTRY}/{repo}:latest"] == "sha256:" + "2" * 64     # the published one still moves
+    assert f"{other.name}: {REGISTRY}/{other.image}:{tags[other.image]} is not published" in out.getvalue()
+    assert f"cannot be promoted, no published release tag (see above): {other.image}\n" in out.getvalue()
+
+
+def test_a_repository_with_nothing_publishable_fails_the_promotion_naming_it(pair, reg, matrix):
+    repo, twin = pair
+    out = io.StringIO()
+    code = promote.command(matrix, ROOT, [matrix.cell(twin)], REGISTRY, None, out)
+    assert code == 1 and reg.retags == [] and reg.asked == []
+    assert f"promote: {repo}: NOTHING can be published: {twin}: artifact" in out.getvalue()
+    assert f"cannot be promoted, no published release tag (see above): {repo}\n" in out.getvalue()
+
+
+def test_merge_leaves_the_refused_twin_out_instead_of_failing_on_it(pair, reg, matrix):
+    """The old merge grouped both cells, found neither staged (the amd64 image was published as
+    it is, its twin never built) and failed the job: "no staged image for linux/amd64, linux/arm64"."""
+    repo, twin = pair
+    out = io.StringIO()
+    code = platforms.merge_command(matrix, ROOT, [matrix.cell(repo), matrix.cell(twin)], REGISTRY, out=out)
+    assert code == 0, out.getvalue()
+    assert f"merge: {repo}: left out, never built: {twin}: artifact" in out.getvalue()
+    assert "NOT published" not in out.getvalue()
+
+
+def test_mirror_copies_the_release_tag_the_ci_plan_publishes(pair, reg, matrix, monkeypatch, capsys):
+    repo, twin = pair
+    tag = ci_plan(capsys, repo, twin)["cells"][0]["release_tag"]
+    copied = []
+    monkeypatch.setattr(mirror, "mirror_one", lambda src, dst, name, t, out, clients=None: copied.append((name, t)) or "ok")
+    assert mirror.main(["--from", REGISTRY, "--to", "mirror.example/tb", "--file", str(ROOT / "matrix.yaml"),
+                        "--select", f"name={repo},{twin}"]) == 0
+    assert copied == [(repo, tag)]
+    copied.clear()
+    assert mirror.main(["--from", REGISTRY, "--to", "mirror.example/tb", "--file", str(ROOT / "matrix.yaml"),
+                        "--select", f"name={twin}"]) == 1
+    assert copied == [] and f"{repo}: NOT mirrored: nothing of it can be published" in capsys.readouterr().out
+
+
+def test_attestations_are_checked_on_the_published_tag_and_platforms_only(pair, matrix, monkeypatch, capsys):
+    repo, twin = pair
+    tag = ci_plan(capsys, repo, twin)["cells"][0]["release_tag"]
+    checked = []
+    monkeypatch.setattr(attest.att, "load_public_key", lambda path: "key")
+    monkeypatch.setattr(attest.referrers, "Client", lambda host: host)
+    monkeypatch.setattr(attest, "verify_ref", lambda client, name, ref, platform, key, out: checked.append(
+        (name, ref, platform)) or True)
+    out = io.StringIO()
+    code = attest.verify_command(matrix, ROOT, [matrix.cell(repo), matrix.cell(twin)], "", REGISTRY, "key.pem", out)
+    assert code == 0 and checked == [(f"tb/{repo}", tag, "linux/amd64")]
+    assert f"verify: {repo}: never published, not verified: {twin}" in out.getvalue()
