@@ -169,6 +169,19 @@ def need_lightning(target) -> str:
     return version
 
 
+@pytest.mark.cpu
+@pytest.mark.evidence("run")
+def test_lightning_example_runs_as_one_process_without_a_launcher(target):
+    """`python lightning_ddp.py` with no launcher (how a user tries a node first): Lightning
+    starts its own world (devices x nodes) and the example must accept it and train."""
+    need_lightning(target)
+    put_examples(target.container)
+    r = target.sh(f"{target.python} {EX}/lightning_ddp.py --steps 2", timeout=300)
+    assert r.rc == 0, (r.stdout + r.stderr)[-2000:]
+    (line,) = ok_lines(r.stdout)
+    assert line["world"] == "1" and line["env"] == "LightningEnvironment", line
+
+
 @pytest.mark.multinode
 @pytest.mark.evidence("run")
 @pytest.mark.trainbase_contract("tb-launch")
