@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
                    help="filter cells by axis (platform, os, cuda, mpi, ib, framework) or name, e.g. platform=linux/amd64; "
                         "repeatable; VALUE may be a,b")
     p.add_argument("--profile", help="only cells of this profile (e.g. local, production, ci)")
-    p.add_argument("--json", action="store_true", help="with --list: JSON, one object per cell; with --outdated: one per pin")
+    p.add_argument("--json", action="store_true", help='with --list: {"cells": [...], "count": N}; --outdated: one per pin')
     b = p.add_argument_group("building (--matrix)")
     b.add_argument("-j", "--jobs", type=int, default=2, help="parallel builds (default 2)")
     b.add_argument("--dry-run", action="store_true", help="print the plan (order, shared parents, cached) and stop")

@@ -1,7 +1,7 @@
 """The user docs under test: README.md, docs/*.md, examples/README.md and the READMEs the
 conformance wheel ships (every *.md outside tests/).
 
-Four checkers, each a pure function (a document's text -> the problems in it):
+Six checkers, each a pure function (a document's text -> the problems in it):
 
 1. `command_problems`: every option a doc shows for `build.py`, `trainbase-conformance`,
    `tb-launch`, `tb-doctor` or a pytest run of the suite is an option of that command's own
@@ -15,18 +15,33 @@ Four checkers, each a pure function (a document's text -> the problems in it):
    `ci` profiles, arm64 cells, the whole matrix, the conformance tiers) equal what the code
    computes.
 4. `internal_word_problems`: no words of how this repository was developed (INTERNAL_WORDS).
+5. `install_problems`: a doc that installs the conformance suite shows the commands `.ci/run`
+   runs: scripts/installed-suite.sh reads them from README.md's block marked
+   `<!-- installed-suite.sh: install -->` and runs them as they are; every doc (and gpu.yml)
+   must show the same commands, all of them, and none that pip refuses (`--require-hashes` with
+   a wheel that has no hash) or leaves unchecked (a wheel without `--no-deps`).
+6. `interpreter_problems`: `python build.py` / `python -m pytest|trainbase.*` only where the
+   page says which Python has the dependencies (`.venv/bin/python`, or `source
+   .venv/bin/activate` / `pip install -r requirements*.txt` once on the page).
+
+And one check of README.md's `## CLI` section (`cli_reference_problems`): every option of
+build.py's parser has a row there, every choice value and `--select` key is named, and every
+option in its tables is build.py's.
 
 Each checker is run over the real docs (no problems allowed) and over a planted defect (the
-problem must be reported). Problems in files other people are editing right now are listed in
-KNOWN_IN_FILES_BEING_EDITED, one entry each, until those files are fixed."""
+problem must be reported)."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import re
+import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,7 +249,7 @@ EXTERNAL_FLAGS = frozenset({
     "--driver", "--load",
     # mpirun / mpiexec, Open MPI's configure, srun and pyxis
     "--mca", "--allow-run-as-root", "--bind-to", "--map-by", "--mpi", "--ntasks-per-node",
-    "--container-image", "--container-env", "--enable-orterun-prefix-by-default",
+    "--container-image", "--container-env", "--container-mounts", "--enable-orterun-prefix-by-default",
     "--enable-prte-prefix-by-default",
     # Charliecloud, Apptainer, enroot, Podman
     "--set-env", "--join", "--cleanenv", "--sharens", "--userns", "--writable-tmpfs", "--nv", "--bind",
@@ -607,20 +622,177 @@ def internal_word_problems(text: str, doc: str = "<doc>") -> list[Problem]:
     return problems
 
 
+# --------------------------------------------------------------------------- 5. the suite's install
+
+INSTALL_SCRIPT = ROOT / "scripts" / "installed-suite.sh"
+INSTALL_MARKER = "<!-- installed-suite.sh: install -->"
+SUITE_ARG = re.compile(r"requirements\.lock$|trainbase_conformance")
+
+
+def install_script(doc: Path | None = None) -> subprocess.CompletedProcess:
+    """`scripts/installed-suite.sh --install-commands`: the commands it runs to install the suite,
+    read from README.md (or from doc)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRAINBASE_INSTALL_DOC"}
+    if doc is not None:
+        env["TRAINBASE_INSTALL_DOC"] = str(doc)
+    return subprocess.run(["bash", str(INSTALL_SCRIPT), "--install-commands"], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def pip_install_args(line: str) -> tuple[str, ...] | None:
+    """The arguments of a `pip install` (any pip: `suite/bin/pip`, `"$VENV/bin/pip"`, `python -m
+    pip`) on a shell line, normalized: paths by their file name, --quiet left out; None for
+    another command."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        return None
+    for i, w in enumerate(words):
+        if w.rsplit("/", 1)[-1] in ("pip", "pip3") and words[i + 1:i + 2] == ["install"] \
+                and (i == 0 or words[i - 1] != "-m"):
+            args = words[i + 2:]
+        elif w == "-m" and words[i + 1:i + 3] == ["pip", "install"]:
+            args = words[i + 3:]
+        else:
+            continue
+        return tuple(a if a.startswith("-") else a.rsplit("/", 1)[-1] for a in args if a not in ("-q", "--quiet"))
+    return None
+
+
+def suite_installs(lines: list[tuple[int, str]]) -> list[tuple[int, tuple[str, ...]]]:
+    """(offset, arguments) of every `pip install` of the suite's lock or wheel among the lines."""
+    out = []
+    for at, line in lines:
+        args = pip_install_args(line)
+        if args and any(SUITE_ARG.search(a) for a in args):
+            out.append((at, args))
+    return out
+
+
+def code_lines(text: str) -> list[tuple[int, str]]:
+    """Every line of the fenced and indented code blocks, with its offset."""
+    out = []
+    for start, body in code_blocks(text):
+        for line in body.split("\n"):
+            out.append((start, line))
+            start += len(line) + 1
+    return out + indented_code(text)
+
+
+def hash_rule_problems(args: tuple[str, ...]) -> list[str]:
+    """What pip refuses or leaves unchecked in one suite install: under --require-hashes every
+    requirement needs a hash, which only a requirements file line carries (a wheel named on the
+    command line has none: "Hashes are required in --require-hashes mode, but they are missing");
+    a wheel installed without --no-deps would fetch its dependencies without a hash."""
+    named, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("-r", "-c", "--requirement", "--constraint"):
+            skip = True
+        elif not a.startswith("-"):
+            named.append(a)
+    cmd = "pip install " + " ".join(args)
+    problems = []
+    if "--require-hashes" in args and named:
+        problems.append(f"`{cmd}`: --require-hashes refuses {', '.join(named)}, which has no hash (pip: 'Hashes "
+                        "are required in --require-hashes mode'): install the lock, then the wheel with --no-deps")
+    if any(n.endswith(".whl") for n in named) and "--no-deps" not in args:
+        problems.append(f"`{cmd}`: without --no-deps pip fetches the wheel's dependencies unchecked (the "
+                        "hash-locked requirements install them)")
+    return problems
+
+
+@functools.cache
+def installed_suite_commands() -> tuple[tuple[str, ...], ...]:
+    """The suite's install as scripts/installed-suite.sh runs it in .ci/run (README.md's block)."""
+    out = install_script()
+    assert out.returncode == 0, out.stderr
+    return tuple(args for _, args in suite_installs(list(enumerate(out.stdout.splitlines()))))
+
+
+def same_install(shown: tuple[str, ...], run: tuple[str, ...]) -> bool:
+    return len(shown) == len(run) and all(a == b or fnmatch.fnmatch(a, b) for a, b in zip(shown, run))
+
+
+def install_problems(text: str, doc: str = "<doc>") -> list[Problem]:
+    """A doc that installs the conformance suite shows the commands .ci/run runs (the README's
+    marked block, through scripts/installed-suite.sh), all of them, and nothing pip refuses."""
+    truth = installed_suite_commands()
+    said = "; ".join("pip install " + " ".join(t) for t in truth)
+    shown = suite_installs(code_lines(text))
+    problems = []
+    for at, args in shown:
+        problems += [Problem(doc, line_of(text, at), why) for why in hash_rule_problems(args)]
+        if not any(same_install(args, t) for t in truth):
+            problems.append(Problem(doc, line_of(text, at), f"`pip install {' '.join(args)}` is not what "
+                                    f"scripts/installed-suite.sh runs in .ci/run (README.md's marked block: {said})"))
+    missing = [t for t in truth if not any(same_install(args, t) for _, args in shown)]
+    if shown and missing:
+        problems.append(Problem(doc, line_of(text, shown[0][0]), "installs the suite without `pip install "
+                                + "`, `pip install ".join(" ".join(t) for t in missing) + "`"))
+    return problems
+
+
+# --------------------------------------------------------------------------- 6. the interpreter
+
+# build.py and the repository's modules need the dependencies scripts/setup.sh puts in .venv
+BARE_PYTHON = re.compile(r"(?<![\w/.$-])python3?\s+(build\.py|-m\s+(?:pytest\b|trainbase\.)[\w.]*)")
+# a page that activates the venv, or installs the requirements into the Python it runs, once
+ENV_SAID = re.compile(r"source\s+\.venv/bin/activate|pip\s+install\s+(?:\S+\s+)*?-r\s+requirements(?:-dev)?\.txt")
+
+
+def interpreter_problems(text: str, doc: str = "<doc>") -> list[Problem]:
+    """`python build.py` / `python -m pytest|trainbase.*` where the page never says which Python."""
+    if ENV_SAID.search(text):
+        return []
+    chunks = [(at, body) for at, body in code_blocks(text)] + inline_code(text) + indented_code(text)
+    return [Problem(doc, line_of(text, at + m.start()),
+                    f"`python {' '.join(m.group(1).split())}`: the dependencies are in .venv (scripts/setup.sh): "
+                    f"`.venv/bin/python {' '.join(m.group(1).split())}`, or `source .venv/bin/activate` once on the page")
+            for at, chunk in chunks for m in BARE_PYTHON.finditer(chunk)]
+
+
+# --------------------------------------------------------------------------- 7. the CLI reference
+
+OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+
+
+def cli_reference(text: str) -> str:
+    """README.md's reference of build.py: its `## CLI` section."""
+    m = re.search(r"^## CLI\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    return m.group(1) if m else ""
+
+
+def cli_reference_problems(section: str) -> list[str]:
+    """Every option of build.py's parser has a row in the reference (the first column of one of
+    its tables), every value of a choice and every --select key is named there, and every option
+    in a first column is build.py's."""
+    from trainbase import cli as build_cli
+    from trainbase.define.schema import AXES
+
+    actions = [a for a in build_cli.parser()._actions if a.option_strings]
+    first_cells = re.findall(r"^\|([^|\n]*)", section, re.M)   # a table row's first column
+    shown = {flag for cell in first_cells for flag in OPTION.findall(cell)}
+    problems = [f"{o}: an option of build.py that the CLI reference does not list"
+                for a in actions for o in a.option_strings if o not in shown]
+    problems += [f"{a.option_strings[-1]} {c}: a value build.py takes that the CLI reference does not name"
+                 for a in actions for c in a.choices or () if not re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", section)]
+    problems += [f"--select {k}=: a selection key the CLI reference does not name"
+                 for k in (*AXES, "name") if not re.search(rf"`{k}`|\b{k}=", section)]
+    known = {o for a in actions for o in a.option_strings}
+    problems += [f"{flag}: in the CLI reference's table, not an option of build.py"
+                 for cell in first_cells for flag in OPTION.findall(cell) if flag not in known]
+    return problems
+
+
 # --------------------------------------------------------------------------- the real docs
 
 CHECKERS = {"commands": command_problems, "paths": path_problems, "figures": figure_problems,
-            "internal words": internal_word_problems}
+            "internal words": internal_word_problems, "suite install": install_problems,
+            "interpreter": interpreter_problems}
 
-# Files other people are editing right now: their problems are listed here as (doc, checker,
-# problem), one entry per problem, for whoever edits them to fix; an entry no longer reported
-# fails the test, so that this list only shrinks. (README.md's *Building* bullets are being
-# edited too; they have no problem today.)
-FILES_BEING_EDITED = ("docs/quickstart.md", "docs/gpu-tier.md", "docs/tags.md")
-KNOWN_IN_FILES_BEING_EDITED: set[tuple[str, str, str]] = {
-    # the suite has seven: static, cpu, multinode, azureml, runtime, gpu, fabric (TIERS)
-    ("docs/gpu-tier.md", "figures", "says six in 'six tiers (markers)': tiers is 7"),
-}
+VENV = ": the dependencies are in .venv (scripts/setup.sh): `.venv/bin/python {0}`, or `source .venv/bin/activate` once on the page"
 
 
 def real_problems(checker: str) -> list[Problem]:
@@ -638,16 +810,7 @@ def test_the_user_docs_are_the_ones_expected():
 @pytest.mark.parametrize("checker", list(CHECKERS))
 def test_the_user_docs_have_no_problems(checker):
     found = real_problems(checker)
-    known = {(d, w) for d, c, w in KNOWN_IN_FILES_BEING_EDITED if c == checker}
-    new = [str(p) for p in found if (p.doc, p.what) not in known]
-    gone = sorted(known - {(p.doc, p.what) for p in found})
-    assert not new, f"{len(new)} problem(s):\n" + "\n".join(new)
-    assert not gone, "fixed: remove from KNOWN_IN_FILES_BEING_EDITED:\n" + "\n".join(map(str, gone))
-
-
-def test_known_problems_are_only_in_files_being_edited():
-    assert all(doc in FILES_BEING_EDITED for doc, _, _ in KNOWN_IN_FILES_BEING_EDITED)
-    assert all(checker in CHECKERS for _, checker, _ in KNOWN_IN_FILES_BEING_EDITED)
+    assert not found, f"{len(found)} problem(s):\n" + "\n".join(map(str, found))
 
 
 # --------------------------------------------------------------------------- planted defects
@@ -804,3 +967,139 @@ def test_internal_words_report_a_planted_phrase(planted):
 def test_every_internal_word_pattern_has_a_planted_example():
     for pattern, _ in INTERNAL_WORDS:
         assert any(re.search(pattern, p, re.I) for p in PLANTED_WORDS), pattern
+
+
+# --------------------------------------------------------------------------- the suite's install
+
+def readme_install_block() -> str:
+    """README.md's block after the marker, read here without the script."""
+    text = (ROOT / "README.md").read_text()
+    assert text.count(INSTALL_MARKER) == 1, "README.md marks exactly one block for scripts/installed-suite.sh"
+    after = text.split(INSTALL_MARKER, 1)[1]
+    return next(body for start, body in code_blocks(after) if not after[:start].strip("`sh \n"))
+
+
+def test_installed_suite_runs_the_readme_block_as_it_is():
+    out = install_script()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == readme_install_block()
+    # .ci/run -> scripts/test.sh -> this script: the README's lines are what CI installs with
+    assert "scripts/installed-suite.sh" in (ROOT / "scripts" / "test.sh").read_text()
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+    cmds = installed_suite_commands()
+    assert ("--require-hashes", "-r", "requirements.lock") in cmds
+    assert ("--no-deps", "trainbase_conformance-*.whl") in cmds
+    assert not [why for c in cmds for why in hash_rule_problems(c)]
+
+
+def test_the_gpu_workflow_installs_the_suite_as_the_readme_does():
+    text = (ROOT / ".github" / "workflows" / "gpu.yml").read_text()
+    shown = suite_installs(list(enumerate(text.splitlines())))
+    assert shown, "gpu.yml installs the suite"
+    for _, args in shown:
+        assert any(same_install(args, t) for t in installed_suite_commands()), args
+
+
+OLD_ONE_LINER = "pip install --require-hashes -r requirements.lock trainbase_conformance-*.whl"
+
+
+@pytest.mark.parametrize("doc, reported", [
+    ("no marker here\n```sh\npip install x\n```\n", "no install commands"),
+    (f"{INSTALL_MARKER}\nthe commands:\n```sh\npip install x\n```\n", "must open a fenced code block"),
+    (f"{INSTALL_MARKER}\n```sh\npip install x\n", "must open a fenced code block, closed"),
+])
+def test_installed_suite_refuses_a_doc_without_the_marked_block(tmp_path, doc, reported):
+    (tmp_path / "README.md").write_text(doc)
+    out = install_script(tmp_path / "README.md")
+    assert out.returncode != 0 and reported in out.stderr, (out.returncode, out.stderr)
+
+
+@pytest.mark.parametrize("block, reported", [
+    (f"python3 -m venv suite\nsuite/bin/{OLD_ONE_LINER}\n",
+     "--require-hashes refuses trainbase_conformance-*.whl, which has no hash"),
+    ("python3 -m venv suite\nsuite/bin/pip install --require-hashes -r requirements.lock\n"
+     "suite/bin/pip install trainbase_conformance-*.whl\n", "without --no-deps pip fetches"),
+])
+def test_a_planted_install_block_is_run_as_it_is_and_its_defect_reported(tmp_path, block, reported):
+    """The script runs whatever the marked block says (here: what it would run), so the block's
+    defect is CI's; the hash rule names it before CI does (pip's own refusal: docs above)."""
+    (tmp_path / "README.md").write_text(f"# x\n\n{INSTALL_MARKER}\n```sh\n{block}```\n")
+    out = install_script(tmp_path / "README.md")
+    assert out.returncode == 0 and out.stdout == block
+    found = [why for _, args in suite_installs(list(enumerate(out.stdout.splitlines())))
+             for why in hash_rule_problems(args)]
+    assert any(reported in f for f in found), found
+
+
+@pytest.mark.parametrize("doc, planted, reported", [
+    # the one-liner the docs showed: pip refuses it
+    ("packaging/conformance/README.md", f"    {OLD_ONE_LINER}\n", "--require-hashes refuses"),
+    ("packaging/conformance/README.md", f"    {OLD_ONE_LINER}\n", "is not what scripts/installed-suite.sh runs"),
+    ("docs/conformance.md", "```sh\n~/suite/bin/pip install --no-deps other_suite-1.0-py3-none-any.whl "
+     "-r requirements.lock\n```\n", "is not what scripts/installed-suite.sh runs"),
+    ("docs/conformance.md", "```sh\npython3 -m venv suite\nsuite/bin/pip install --require-hashes -r requirements.lock\n```\n",
+     "installs the suite without `pip install --no-deps trainbase_conformance-*.whl`"),
+])
+def test_a_doc_showing_another_install_than_ci_runs_is_reported(doc, planted, reported):
+    found = whats(install_problems(planted, doc))
+    assert any(w.startswith(reported) or reported in w for w in found), found
+
+
+def test_the_docs_install_lines_match_ci_even_when_spelled_differently():
+    """Another venv, a versioned wheel name, a path to the lock, --quiet: the same commands."""
+    honest = ("```sh\n\"$RUNNER_TEMP/suite/bin/pip\" install --quiet --require-hashes -r packaging/conformance/requirements.lock\n"
+              "~/venv/bin/pip install --no-deps dist/trainbase_conformance-0.1.0-py3-none-any.whl   # the wheel\n```\n")
+    assert install_problems(honest) == []
+
+
+# --------------------------------------------------------------------------- the interpreter
+
+@pytest.mark.parametrize("planted, reported", [
+    ("```sh\npython build.py --matrix --profile local\n```", "`python build.py`: the dependencies are in .venv"),
+    ("Run `python3 build.py --list`.", "`python build.py`"),
+    ("```sh\npython -m pytest tests/unit\n```", "`python -m pytest`"),
+    ("```sh\npython -m trainbase.deliver.mirror --from A --to B\n```", "`python -m trainbase.deliver.mirror`"),
+])
+def test_interpreter_reports_a_bare_python(planted, reported):
+    found = whats(interpreter_problems(planted))
+    assert len(found) == 1 and found[0].startswith(reported), found
+
+
+@pytest.mark.parametrize("honest", [
+    "```sh\n.venv/bin/python build.py --list\nsudo .venv/bin/python build.py --lock-bases\n```",
+    "```sh\nsource .venv/bin/activate\npython build.py --list\n```",
+    "```sh\npip install -r requirements-dev.txt\npython -m pytest tests/unit\n```",
+    "Inside the image: `python -m trainbase_launch`, `python -c 'import trainbase_launch'`, `python3 -m venv v`.",
+])
+def test_interpreter_passes_a_page_that_says_which_python(honest):
+    assert interpreter_problems(honest) == []
+
+
+# --------------------------------------------------------------------------- the CLI reference
+
+def test_the_cli_reference_lists_every_option_of_build_py():
+    section = cli_reference((ROOT / "README.md").read_text())
+    assert section.count("\n| `--") > 20, "README.md has a `## CLI` section with the option tables"
+    assert cli_reference_problems(section) == []
+
+
+def drop_row(section: str, row_start: str) -> str:
+    rows = [line for line in section.split("\n") if line.startswith(row_start)]
+    assert len(rows) == 1, row_start
+    return section.replace(rows[0] + "\n", "")
+
+
+@pytest.mark.parametrize("change, reported", [
+    (lambda s: drop_row(s, "| `--prune`"), "--prune: an option of build.py that the CLI reference does not list"),
+    (lambda s: drop_row(s, "| `--merge-platforms"), "--merge-platforms: an option of build.py"),
+    (lambda s: drop_row(s, "| `--locked`"), "--locked: an option of build.py"),
+    (lambda s: drop_row(s, "| `-j N`"), "-j: an option of build.py"),
+    (lambda s: s.replace("\\|unpromoted", ""), "--only unpromoted: a value build.py takes"),
+    (lambda s: s.replace("`--select platform=linux/amd64`", "`--select os=debian12`").replace("`platform`, ", ""),
+     "--select platform=: a selection key"),
+    (lambda s: s.replace("| `--dry-run` |", "| `--dryrun` |"), "--dryrun: in the CLI reference's table, not an option"),
+])
+def test_the_cli_reference_reports_a_planted_removal(change, reported):
+    section = cli_reference((ROOT / "README.md").read_text())
+    found = cli_reference_problems(change(section))
+    assert any(f.startswith(reported) for f in found), found

@@ -26,15 +26,29 @@ def doctor_args(argv: list[str]) -> list[str]:
     return args
 
 
+def mpirun_argv(command: list[str]) -> tuple[list[str], str]:
+    """The launcher's mpirun command line, and the shell lines before it (`sh -c "...; exec
+    mpirun ..."`, or mpirun itself)."""
+    if command[:2] != ["sh", "-c"]:
+        return command, ""
+    before, _, rest = command[2].partition("exec mpirun ")
+    return ["mpirun", *shlex.split(rest)], before
+
+
 def test_mpijob_launches_one_rank_per_slot_under_the_contract():
     job = yaml.safe_load((HERE / "mpijob.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
     spec = job["spec"]
-    cmd = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    cmd, before = mpirun_argv(spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"])
     doctor_args(cmd)
     workers = spec["mpiReplicaSpecs"]["Worker"]
     assert int(cmd[cmd.index("-np") + 1]) == workers["replicas"] * spec["slotsPerWorker"]
-    assert f"MASTER_ADDR={job['metadata']['name']}-worker-0.{job['metadata']['name']}-worker" in cmd
+    assert cmd[cmd.index("--map-by") + 1] == f"ppr:{spec['slotsPerWorker']}:node"
+    # the first worker as the operator's hostfile names it: its service is `<job>` since MPI
+    # Operator 0.5 and was `<job>-worker` before, so no DNS name is written out here
+    assert cmd[cmd.index("--hostfile") + 1] == "/etc/mpi/hostfile"
+    assert "read -r MASTER_ADDR _ < /etc/mpi/hostfile && export MASTER_ADDR" in before
+    assert cmd[cmd.index("-x") + 1] == "MASTER_ADDR"
     pod = workers["template"]["spec"]
     c = pod["containers"][0]
     # the operator reaches workers over SSH: they run sshd, with host keys made at start
