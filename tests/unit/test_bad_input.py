@@ -39,6 +39,8 @@ MUTATIONS = [
     ("rule-unknown-value", "rules/0/require", {"os": ["ubuntu26.04"]}, "unknown value 'ubuntu26.04'"),
     ("unpinned-pip", "frameworks/pytorch/releases/0/packages", ["torch>=2.9"], "not pinned as NAME==VERSION"),
     ("unknown-cuda-in-release", "frameworks/pytorch/releases/0/cuda", ["12.6"], "unknown CUDA version '12.6'"),
+    ("cuda-library-a-row-lacks", "frameworks/tensorflow/releases/0/cuda_libraries", ["cufft", "cudss"],
+     "frameworks.tensorflow.releases[2.21.0].cuda_libraries: CUDA 12.8 declares no cudss in cuda.12.8.libraries"),
     ("base-latest", "os/debian12/base", "debian:latest", "must be pinned to a release tag"),
     ("unknown-artifact-ref", "mpi/openmpi4.1.8/artifact", "openmpi-9.9.9", "unknown artifact 'openmpi-9.9.9'"),
     ("source-without-artifact", "mpi/openmpi4.1.8/artifact", _DELETE, "install: source needs an artifact"),

@@ -180,6 +180,10 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             for c in r.cuda:
                 if c not in s.cuda:
                     fail(f"{at}.cuda: unknown CUDA version {c!r} (declared: {', '.join(s.cuda)})")
+                missing = [lib for lib in r.cuda_libraries if lib not in s.cuda[c].libraries]
+                if missing:
+                    fail(f"{at}.cuda_libraries: CUDA {c} declares no {', '.join(missing)} in cuda.{c}.libraries "
+                         f"(declared: {', '.join(s.cuda[c].libraries) or 'none'})")
             for dep in r.requires:
                 if dep not in s.frameworks:
                     fail(f"{at}.requires: unknown framework {dep!r}")

@@ -180,6 +180,10 @@ class CudaRow(Strict):
     nccl: str
     # nvrtc (optional): pinned where a framework's cuda-toolkit pins another than cuBLAS/cuDNN pull in
     wheels: dict[Literal["cuda_runtime", "cublas", "cudnn", "nccl", "nvrtc"], Wheel]
+    # CUDA libraries of this toolkit release that no base image carries but a framework loads for
+    # its GPU devices (TensorFlow: cuFFT, cuSPARSE, cuSOLVER, ...): installed only in the images of
+    # the releases that name them (Release.cuda_libraries), at this row's versions.
+    libraries: dict[str, Wheel] = {}
 
     @model_validator(mode="after")
     def _nccl_consistent(self) -> "CudaRow":
@@ -262,6 +266,9 @@ class Release(Strict):
     requires: dict[str, str] = {}
     artifact: str | None = None
     patch: Patch | None = None
+    # keys of each of its CUDA rows' `libraries`: what it loads beyond the image's runtime,
+    # cuBLAS, cuDNN and NCCL (checked against every row in `cuda`)
+    cuda_libraries: list[str] = []
     # What this release's own layers may add on top of its parent image: a cell's size budget
     # is its OS row's base budget plus the increments of every framework in its chain, so one
     # release serves rows whose bases differ in size (a CUDA devel base vs a slim one).

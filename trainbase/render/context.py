@@ -105,7 +105,11 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         assert rel is not None
         parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]
         set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
-        main_lock = lock(set_name, rel.packages, parents_pkgs + image_pins)
+        # the CUDA libraries the release loads beyond the image's, at this CUDA row's versions --
+        # where CUDA comes from wheels: a CUDA devel base image has the whole toolkit already
+        cuda_libs = ([f"{cu.libraries[k].package}=={cu.libraries[k].version}" for k in rel.cuda_libraries]
+                     if osr.cuda_from == "wheels" else [])
+        main_lock = lock(set_name, [*rel.packages, *cuda_libs], parents_pkgs + image_pins)
         build_lock = None
         if rel.build_packages:
             build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins)
@@ -196,8 +200,11 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
                    "prefix": d["python"]["prefix"], "mpi4py": _pin_version(m.spec.python.packages, "mpi4py")},
     }
     frameworks = {c.framework: c.framework_version for c in chain}
-    # What matrix.yaml pins per framework (e.g. lightning with pytorch): checked in the image.
+    # What matrix.yaml pins per framework (e.g. lightning with pytorch), and the CUDA libraries a
+    # release adds at its CUDA row's versions: each is checked in the image.
+    libs = m.spec.cuda[cell.cuda].libraries if m.spec.os[cell.os].cuda_from == "wheels" else {}
     framework_packages = {c.framework: dict(p.split("==", 1) for p in c.release.packages)
+                          | {libs[k].package: libs[k].version for k in c.release.cuda_libraries if k in libs}
                           for c in chain if c.release is not None}
     out = {
         "schema": 1,
