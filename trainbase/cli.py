@@ -14,6 +14,7 @@ from .define import pip_locks as lockmod
 from .define.matrix import Cell, Matrix, load, parse_selects
 from .errors import TrainbaseError
 from .render import hadolint
+from .render.pipefail_lint import command as pipefail_command
 from .render import recipes as rendermod
 
 
@@ -118,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:     # `build.py --list | head`: the reader left; no traceback (Python's docs' recipe)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if args.lint:
         rendered = rendermod.render_all(m, selected, root=root)
         code = hadolint.run([r.dockerfile for r in rendered.values() if r.cell in selected], root)
-        return max(code, pipefail_lint(rendered, root))
+        return max(code, pipefail_command(rendered, root))
     if args.matrix:
         return build_matrix(m, root, selected, args)
     if args.prune:
@@ -180,19 +184,6 @@ def run(args: argparse.Namespace) -> int:
             return platforms.merge_command(m, root, selected, args.registry, zstd_twin=args.zstd_twin)
         return promote.command(m, root, selected, args.registry, args.gate)
     return 0
-
-
-def pipefail_lint(rendered: dict[str, rendermod.Rendered], root: Path) -> int:
-    """No pipeline that can die of SIGPIPE under pipefail, in the rendered RUN lines and in
-    the repository's own shell (trainbase/render/pipefail_lint.py says why)."""
-    from .render import pipefail_lint as pl
-
-    findings = pl.check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
-    for f in findings:
-        print(f"{f}")
-    print(f"pipefail: {len(rendered)} Dockerfile(s) and the repository's shell, {len(findings)} pipeline(s) that "
-          f"can fail by chance")
-    return 1 if findings else 0
 
 
 def render(m: Matrix, root: Path) -> int:

@@ -109,3 +109,15 @@ def test_template_syntax_error_names_template_and_line(workdir, capsys):
     p.write_text(p.read_text() + "\n{% if %}\n")
     code, _, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2 and "ucx.j2 line" in err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`build.py --list | head -1`: the pipe closes, the command ends quietly (141, as SIGPIPE)."""
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    p = subprocess.run(f"{sys.executable} build.py --list --all | head -1", shell=True, cwd=ROOT,
+                       capture_output=True, text=True, executable="/bin/bash")
+    assert p.stdout.count("\n") == 1 and "Traceback" not in p.stderr and "BrokenPipeError" not in p.stderr, p.stderr

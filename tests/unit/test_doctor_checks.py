@@ -60,6 +60,8 @@ def test_driver_mismatch_fails_with_its_name(tmp_path):
     (12080, "570.124.06", "12.8", core.OK, "the image needs 12.8"),
     (12040, "550.54.14", "12.8", core.WARN, "minor-version compatibility"),
     (12040, "550.54.14", "13.0", core.FAIL, "580.65.06"),
+    # issue 38: a CUDA major the doctor has no floor for read "needs at least driver a newer one" / "R?"
+    (13000, "580.159.04", "14.0", core.FAIL, "knows no minimum driver for CUDA 14"),
 ])
 def test_driver_against_the_image_cuda(tmp_path, driver_cuda, driver, image_cuda, status, words):
     manifest = {**MANIFEST, "components": {**MANIFEST["components"], "cuda": {"version": image_cuda}}}
@@ -69,6 +71,7 @@ def test_driver_against_the_image_cuda(tmp_path, driver_cuda, driver, image_cuda
     r = result(n, "gpu.driver")
     assert r.status == status and words in r.summary, r.summary
     assert r.facts["driver_version"] == driver
+    assert "R?" not in (r.hint or "") and "a newer one" not in r.summary and "None" not in r.summary + (r.hint or "")
 
 
 # --- memory limits --------------------------------------------------------------------

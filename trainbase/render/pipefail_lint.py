@@ -300,3 +300,14 @@ def repository_dockerfiles(root: Path) -> list[Path]:
     so the rule holds for them too (a broken variant once failed its own build by chance on
     `ucx_info -b | grep -Eq`: exit 141)."""
     return sorted(p for d in ("tests", "bench") for p in (root / d).rglob("Dockerfile*") if p.is_file())
+
+
+def command(rendered: dict, root: Path) -> int:
+    """`build.py --lint`'s second half: no pipeline that can die of SIGPIPE under pipefail, in
+    the rendered RUN lines (``rendered``: cell -> Rendered) and in the repository's own shell."""
+    findings = check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
+    for f in findings:
+        print(f"{f}")
+    print(f"pipefail: {len(rendered)} Dockerfile(s) and the repository's shell, {len(findings)} pipeline(s) that "
+          f"can fail by chance")
+    return 1 if findings else 0

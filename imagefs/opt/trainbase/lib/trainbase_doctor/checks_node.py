@@ -68,9 +68,17 @@ def gpu_driver(node: Node) -> Result:
         return Result("", WARN, f"driver {drv} supports CUDA {have}, older than the image's {want}: it runs only "
                       "through minor-version compatibility (no PTX JIT of newer code, some APIs fail)",
                       hint=f"upgrade the host driver to one for CUDA {want} or newer", facts=facts)
+    if floor is None:
+        # a CUDA major this doctor has no driver floor for (newer than the doctor): say what is
+        # known -- the driver's CUDA is older than the image's -- and no invented branch number
+        return Result("", FAIL, f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs a "
+                      f"driver for CUDA {major}.x, and this doctor knows no minimum driver for CUDA {major}",
+                      hint=f"upgrade the host driver to one whose `nvidia-smi` shows CUDA Version {want} or newer "
+                      f"(NVIDIA's CUDA {major} release notes list the minimum branch), or use an image built for "
+                      f"CUDA {have or 'the driver'}", facts=facts)
     return Result("", FAIL, f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs at "
-                  f"least driver {floor or 'a newer one'}", hint=f"upgrade the host driver (CUDA {major}.x needs "
-                  f"R{(floor or '?').split('.')[0]} or newer) or use an image built for CUDA {have}", facts=facts)
+                  f"least driver {floor}", hint=f"upgrade the host driver (CUDA {major}.x needs "
+                  f"R{floor.split('.')[0]} or newer) or use an image built for CUDA {have or 'the driver'}", facts=facts)
 
 
 @check("mem.memlock", "locked-memory limit allows RDMA registration", "memlock", compare=("limit_bytes",))
