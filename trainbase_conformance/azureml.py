@@ -13,7 +13,11 @@ unit tests feed tb-launch (tests/unit/test_launch_contract.py):
 * ``type: tensorflow`` -- Azure writes TF_CONFIG per worker (cluster.worker, task.index).
 
 Every mode also gets the run's own AZUREML_* identity (DeepSpeed's Azure ML branch keys on
-AZUREML_EXPERIMENT_ID)."""
+AZUREML_EXPERIMENT_ID).
+
+What each launch (a mode, plain or through tb-launch or the guides' helper) must then hand the
+script, and the judgement of what the processes saw against the real topology, are here too
+(LAUNCH_SETS, topology_problems), so that they are unit-tested without containers."""
 
 from __future__ import annotations
 
@@ -56,3 +60,47 @@ def tensorflow(ips: list[str], per_node: int) -> list[Process]:
     return [Process(i // per_node, {"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
                                                              "task": {"type": "worker", "index": i}}), **RUN})
             for i in range(len(workers))]
+
+
+# What each launch the tier runs hands the training script besides RANK, WORLD_SIZE and LOCAL_RANK
+# (which the rendezvous probe requires of every one): (mode, wrapper) -> the variables it must set.
+# A variable left out here may be absent, never wrong: where it is set it must be the real value.
+LAUNCH_SETS: dict[tuple[str, str], frozenset[str]] = {
+    # tb-launch takes both from the MPI launcher's local size (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS)
+    ("mpi", "tb-launch"): frozenset({"NODE_RANK", "LOCAL_WORLD_SIZE"}),
+    # the guides' helper sets RANK, WORLD_SIZE, LOCAL_RANK and MASTER_* only
+    ("mpi", "guides-helper"): frozenset(),
+    # Azure sets NODE_RANK per node and no LOCAL_WORLD_SIZE; tb-launch, seeing no node count, adds none
+    ("pytorch", "plain"): frozenset({"NODE_RANK"}),
+    ("pytorch", "tb-launch"): frozenset({"NODE_RANK"}),
+    # tb-launch --tf reads both from Azure's TF_CONFIG (its workers' hosts are the nodes)
+    ("tensorflow", "tb-launch"): frozenset({"NODE_RANK", "LOCAL_WORLD_SIZE"}),
+}
+
+
+def topology_problems(ranks: list[dict], hosts: list[str], per_node: int, sets: frozenset[str]) -> list[str]:
+    """The rendezvous probe's lines (probes/rendezvous.py: each process's view and the table it
+    gathered) against the real topology, ``per_node`` processes on each of ``hosts`` in order:
+    rank r runs on node r // P (Azure places ranks by node), LOCAL_RANK is r % P, the world is
+    N x P everywhere, every process gathered the same table; NODE_RANK and LOCAL_WORLD_SIZE are
+    the node's index and P wherever set, and set wherever ``sets`` (LAUNCH_SETS) says the launch
+    sets them. Empty when all of that holds."""
+    n = per_node * len(hosts)
+    if len(ranks) != n:
+        return [f"{len(ranks)} of {n} processes reported: {ranks}"]
+    problems = []
+    for x in ranks:
+        node = hosts.index(x["host"])
+        where = f"rank {x['rank']} runs on node {node} ({x['host']})"
+        got = {"world_size": x["world_size"], "node_of_rank": x["rank"] // per_node, "local_rank": x["local_rank"]}
+        want = {"world_size": n, "node_of_rank": node, "local_rank": x["rank"] % per_node}
+        for var, key, value in (("NODE_RANK", "node_rank", node), ("LOCAL_WORLD_SIZE", "local_world_size", per_node)):
+            if x[key] is not None:
+                got[key], want[key] = x[key], value
+            elif var in sets:
+                problems.append(f"{where}: no {var}, which this launch sets on every process")
+        if got != want:
+            problems.append(f"{where}: got {got}, want {want}")
+    if len({repr(x["table"]) for x in ranks}) != 1:
+        problems.append(f"processes gathered different tables: {ranks}")
+    return problems

@@ -35,6 +35,18 @@ def missing() -> list[str]:
     return [p for p in (*DAEMONS, "srun", "sinfo") if not shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
 
 
+def pmi_in_common(kind: str, speaks: set[str], offered: list[str]) -> tuple[list[str], str]:
+    """The `srun --mpi=` plugins both the image's MPI (``kind``, which ``speaks`` those) and this
+    Slurm (``offered``: `srun --mpi=list`) know, sorted; with none, the reason, naming what each
+    side speaks. A check that loops over them must not pass having run nothing: without an
+    overlap it is skipped with that reason."""
+    common = sorted(set(speaks) & set(offered))
+    if common:
+        return common, ""
+    return [], (f"no PMI in common: the image's {kind} speaks {', '.join(sorted(speaks)) or 'none this suite knows'}, "
+                f"this Slurm offers {', '.join(offered) or 'nothing'} (srun --mpi=list)")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

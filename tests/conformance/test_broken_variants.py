@@ -5,7 +5,9 @@ real image, the control). Collected only when named, or with --broken-variants:
     pytest tests/conformance/test_broken_variants.py --image trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest
 
 The checks are the packaged suite's (trainbase_conformance/checks, named in expect.json by file);
-the broken images and this self-test stay in the repository.
+the broken images and this self-test stay in the repository. A check must fail for the reason the
+variant plants, not just fail: expect.json gives each one the pattern its failure message must
+match, and an error (a crash of the check's own setup) fails the self-test (verdict.py).
 """
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import os
 import subprocess
 import sys
 import uuid
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from trainbase_conformance.containers import Container, short_name
 from trainbase_conformance.plugin import _image_refs
 from trainbase_conformance.resources import CHECKS
 from trainbase_common import engine
+from tests.conformance import verdict
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -33,28 +35,17 @@ def _expect(variant: str) -> dict:
     return json.loads((HERE / "broken" / variant / "expect.json").read_text())
 
 
-def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int, dict[str, str], list[str], str]:
-    """Run the conformance suite on ``image`` in a subprocess: exit code, check -> worst
-    outcome over its parametrizations, the failure messages, and the output's tail."""
+def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int, list[verdict.Case], Path, str]:
+    """Run the conformance suite on ``image`` in a subprocess: exit code, every test case with
+    its state and message, the JUnit file (for `python -m tests.conformance.verdict`), and the
+    output's tail."""
     junit = workdir / "junit.xml"
     args = [sys.executable, "-m", "pytest", *[str(CHECKS / p) for p in paths], "--image", image, "-k", k,
             "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
             "--conformance-report", str(workdir / "conformance.md")]
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    outcomes: dict[str, str] = {}
-    rank = {"error": 0, "failed": 1, "passed": 2, "skipped": 3}
-    messages: list[str] = []
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            check = case.get("name", "").split("[", 1)[0]
-            tags = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
-            state = {"failure": "failed", "error": "error", "skipped": "skipped"}[tags[0]] if tags else "passed"
-            if state in ("failed", "error"):
-                el = case.find("failure") if case.find("failure") is not None else case.find("error")
-                messages.append(f"{case.get('name')}: {' '.join(el.get('message', '').split())[:300]}")
-            if check not in outcomes or rank[state] < rank[outcomes[check]]:
-                outcomes[check] = state
-    return p.returncode, outcomes, messages, (p.stdout[-3000:] + p.stderr[-2000:])
+    cases = verdict.cases_from_junit(junit.read_bytes()) if junit.exists() else []
+    return p.returncode, cases, junit, (p.stdout[-3000:] + p.stderr[-2000:])
 
 
 def mpi_kind(image: str) -> str:
@@ -95,16 +86,17 @@ def control(base, request, tmp_path_factory) -> dict[str, str]:
     mine = [v for v, b in plan(_image_refs(request.config)).items() if b == base]
     paths = sorted({p for v in mine for p in _expect(v)["paths"]})
     k = " or ".join(f"({_expect(v)['k']})" for v in mine)
-    rc, outcomes, messages, tail = run_suite(base, paths, k, tmp_path_factory.mktemp("control"))
-    assert outcomes, f"the control run on {base} ran nothing (rc {rc}):\n{tail}"
-    return outcomes
+    rc, cases, _, tail = run_suite(base, paths, k, tmp_path_factory.mktemp("control"))
+    assert cases, f"the control run on {base} ran nothing (rc {rc}):\n{tail}"
+    return verdict.worst_states(cases)
 
 
 @pytest.mark.engine
 @pytest.mark.slow
 def test_broken_variant_fails(base, variant, control, tmp_path):
     expect = _expect(variant)
-    not_green = {t: control.get(t, "not run") for t in expect["must_fail"] if control.get(t) != "passed"}
+    expected = verdict.expectations(expect)
+    not_green = {t: control.get(t, "not run") for t in expected if control.get(t) != "passed"}
     assert not not_green, f"on the real image {base} these checks do not pass, so their failure on " \
                           f"{variant} would prove nothing: {not_green}"
     tag = f"trainbase-broken/{short_name(base).split(':')[0]}:{variant}-{uuid.uuid4().hex[:6]}"
@@ -124,11 +116,13 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
                                               "to hide it in a lower layer only"
             finally:
                 probe.remove()
-        rc, outcomes, messages, tail = run_suite(tag, expect["paths"], expect["k"], tmp_path)
-        failed = sorted(t for t, s in outcomes.items() if s in ("failed", "error"))
-        missing = [t for t in expect["must_fail"] if t not in failed]
+        rc, cases, junit, tail = run_suite(tag, expect["paths"], expect["k"], tmp_path)
+        problems = verdict.judge(expected, cases)
+        assert not problems, (f"{variant} ({expect['why']}) does not prove what its expect.json says:\n- "
+                              + "\n- ".join(problems) + f"\nevery case: .venv/bin/python -m tests.conformance.verdict "
+                              f"{junit} --variant {variant}\n{tail}")
         assert rc == 1, f"the suite exited {rc} on {variant} (1 = some check failed):\n{tail}"
-        assert not missing, f"{variant} ({expect['why']}): {missing} did not fail; outcomes {outcomes}\n{tail}"
-        print(f"\n{variant} FROM {base}: failed as expected: {failed}\n  " + "\n  ".join(messages))
+        print(f"\n{variant} FROM {base}: failed as expected, each for its reason:\n  " + "\n  ".join(
+            f"{c.name}: {verdict.one_line(c.message, 300)}" for c in cases if c.state == "failed"))
     finally:
         engine.remove_image(tag, force=True)

@@ -81,24 +81,15 @@ def outputs(results, what: str) -> str:
     return "".join(r.stdout for _, r in results)
 
 
-def check_topology(job: Job, stdout: str, what: str, per_node: int = PER_NODE, node_rank_set: bool = True) -> None:
-    """The rendezvous probe's lines against the real topology: rank r runs on node r // P
-    (Azure places ranks by node), NODE_RANK is that node's index (it must be set, except after
-    the guides' helper, which sets none), LOCAL_RANK is r % P, the world is N x P everywhere
-    and every process gathered the same table."""
+def check_topology(job: Job, stdout: str, what: str, sets: frozenset[str], per_node: int = PER_NODE) -> None:
+    """The rendezvous probe's lines against the real topology (azureml.topology_problems): every
+    value right, and NODE_RANK / LOCAL_WORLD_SIZE present wherever the launch sets them
+    (``sets``, from azureml.LAUNCH_SETS) -- never filled in from the topology they are checked
+    against, which let a launch that left them out pass."""
     ranks = tbconf_lines(stdout)
-    n = per_node * len(job.ips)
-    assert len(ranks) == n, f"{what}: {len(ranks)} of {n} processes reported: {stdout.strip()[-1500:]}"
-    for x in ranks:
-        node = job.cluster.hosts.index(x["host"])
-        assert x["node_rank"] is not None or not node_rank_set, f"{what}: rank {x['rank']} has no NODE_RANK"
-        got = {"world_size": x["world_size"], "node_of_rank": x["rank"] // per_node,
-               "node_rank": x["node_rank"] if x["node_rank"] is not None else node,
-               "local_rank": x["local_rank"], "local_world_size": x["local_world_size"] or per_node}
-        want = {"world_size": n, "node_of_rank": node, "node_rank": node, "local_rank": x["rank"] % per_node,
-                "local_world_size": per_node}
-        assert got == want, f"{what}: rank {x['rank']} runs on node {node} ({x['host']}): got {got}, want {want}"
-    assert len({repr(x["table"]) for x in ranks}) == 1, f"{what}: processes gathered different tables: {ranks}"
+    problems = azureml.topology_problems(ranks, job.cluster.hosts, per_node, sets)
+    shown = "\n".join(problems[:8]) + (f"\n... {len(problems) - 8} more" if len(problems) > 8 else "")
+    assert not problems, f"{what}: {shown}" + ("" if ranks else f"\n{stdout.strip()[-1500:]}")
 
 
 def check_ok(job: Job, stdout: str, what: str, n: int = WORLD, key: str = "rank") -> list[dict]:
@@ -143,7 +134,7 @@ def type_mpi(job: Job, wrapper: str, cmd: str, what: str, check) -> None:
 def test_type_mpi_rendezvous(target, job, wrapper):
     """`type: mpi`: every launch variable from the MPI launcher + Azure's Batch variables."""
     type_mpi(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py", f"type: mpi, {wrapper}, rendezvous probe",
-             lambda *a: check_topology(*a, node_rank_set=wrapper != "guides-helper"))
+             lambda *a: check_topology(*a, sets=azureml.LAUNCH_SETS["mpi", wrapper]))
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
@@ -154,7 +145,7 @@ def test_type_pytorch_rendezvous(target, job, wrapper):
     what = f"type: pytorch, {wrapper}, rendezvous probe"
     results = job.processes(azureml.pytorch(job.ips, PER_NODE),
                             wrapped(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py"))
-    check_topology(job, outputs(results, what), what)
+    check_topology(job, outputs(results, what), what, azureml.LAUNCH_SETS["pytorch", wrapper])
 
 
 @pytest.mark.trainbase_contract("tb-launch")
@@ -164,7 +155,7 @@ def test_type_tensorflow_rendezvous(target, job):
     what = "type: tensorflow, tb-launch --tf, rendezvous probe"
     results = job.processes(azureml.tensorflow(job.ips, PER_NODE),
                             f"tb-launch --tf {job.python} {PROBE_DIR}/rendezvous.py")
-    check_topology(job, outputs(results, what), what)
+    check_topology(job, outputs(results, what), what, azureml.LAUNCH_SETS["tensorflow", "tb-launch"])
 
 
 # ----------------------------------------------------------------------------- PyTorch

@@ -1,6 +1,8 @@
 """Hygiene: nothing of the build machine is published. Every layer is inspected (streamed
 from `docker save`), not just the final filesystem: a file deleted by a later layer still
-ships in the earlier one. Also: labels equal the manifest, size within its budget."""
+ships in the earlier one; and for private keys the content of every small file of the final
+filesystem too, whatever its name or folder. Also: labels equal the manifest, size within its
+budget."""
 import posixpath
 import re
 from pathlib import Path
@@ -9,16 +11,32 @@ import pytest
 
 from trainbase_conformance.containers import short_name
 from trainbase_common.manifest import labels as labels_from_manifest
-from trainbase_conformance.layers import LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers, wheel_digest
+from trainbase_conformance.layers import (LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers,
+                                         shipped_sha256, wheel_digest)
 
 CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
                 "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")
 CONTENT_NAMES = re.compile(r"(\.(pem|crt|cer|key)$|cacert|ca-bundle|ca-certificates|(^|/)id_\w+$|ssh_host_|"
-                           r"\.dist-info/RECORD$)")
+                           r"\.dist-info/RECORD$|(^|/)conda-meta/[^/]+\.json$)")
 LOCAL_ANCHORS = ("usr/local/share/ca-certificates/", "etc/pki/ca-trust/source/anchors/")
 PRIVATE_KEY_NAME = re.compile(r"(^|/)(ssh_host_\w+_key|id_(rsa|dsa|ecdsa|ed25519)(_sk)?)$")
 PIP_CACHE = re.compile(r"^(root|home/[^/]+)/\.cache/pip/.|(^|/)pkgs/[^/]+\.(conda|tar\.bz2)$")
 APT_LISTS = re.compile(r"^var/lib/apt/lists/(?!(lock|partial/?|auxfiles/?)$).+|^var/cache/apt/(.+\.deb|\w+\.bin)$")
+# The layers' contents are read only in the folders and names above; a key can be anywhere (a
+# PEM key pasted into /opt/app/config.json). So the final filesystem is also grepped, in one
+# pass inside the container: every regular file up to 1 MiB (a key is a few KiB; a config or
+# script embedding one is rarely bigger; -I skips binaries at their first NUL byte), /proc, /sys,
+# /dev and other mounts left out. Each match comes back with its SHA-256, so that a file exactly
+# as an installed package shipped it (a test fixture, public with the package) is told from
+# one the build wrote (the RECORDs and conda-meta files above say how each package shipped its
+# files; CPython's test suite carries keycert.pem, cryptography's ssh.py the OpenSSH header as a
+# constant). "scanned N exit R" per grep batch proves the scan read the filesystem (R: grep's
+# status, 0 or 1 = read, 2 = some file unreadable or gone meanwhile, more = grep did not run).
+KEY_HEADER = "-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"  # PEM (RSA, EC, DSA, PKCS#8, ENCRYPTED) and OpenSSH
+KEY_SCAN = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -1025k -print0 "
+            "| xargs -0 -r sh -c 'LC_ALL=C grep -lIsZE -e \"$0\" -- \"$@\"; echo \"scanned $# exit $?\" >&2' "
+            f"'{KEY_HEADER}' | xargs -0 -r sha256sum")
+SCANNED = re.compile(r"scanned (\d+) exit (\d+)")
 
 
 def _want(path: str, size: int) -> bool:
@@ -99,11 +117,37 @@ def test_no_run_secrets(target, layers):
 @pytest.mark.static
 @pytest.mark.evidence("content")
 def test_no_private_keys(target, layers):
-    """No SSH host key, no client key, no PEM private key in any layer."""
-    bad = [f for f in _real(layers.files)
-           if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
+    """No SSH host key, no client key, no PEM private key in any layer (by name anywhere, by
+    content in the folders and names the layer scan reads), and no PEM or OpenSSH private key
+    in the content of any small file of the final filesystem (KEY_SCAN) but a file exactly as an
+    installed wheel or conda package shipped it."""
+    files = _real(layers.files)
+    bad = [f for f in files if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
            or (f.content and has_private_key(f.content))]
-    assert not bad, _report(layers, bad, "private keys")
+    r = target.sh(KEY_SCAN, timeout=900)
+    batches = [(int(m[1]), int(m[2])) for m in SCANNED.finditer(r.stderr)]
+    scanned = sum(n for n, rc in batches if rc <= 2)
+    assert scanned > 1000 and all(rc <= 2 for _, rc in batches), (
+        f"the key scan read {scanned} files of the filesystem (exit {r.rc}; files and grep's exit per batch: "
+        f"{batches}): {r.stderr.strip()[-600:]}")
+    shipped = shipped_sha256(files)
+    loose = sorted(p for p, digest in key_scan_matches(r.stdout).items()
+                   if digest not in shipped.get(posixpath.normpath(p.lstrip("/")), ()))
+    problems = ([_report(layers, bad, "private keys")] if bad else []) + (
+        [f"{len(loose)} file(s) in the image's filesystem hold a private key (a PEM or OpenSSH header) that no "
+         "installed wheel or conda package shipped:\n" + "\n".join(loose[:15])] if loose else [])
+    assert not problems, "\n".join(problems)
+
+
+def key_scan_matches(sha256sum_output: str) -> dict[str, str]:
+    """KEY_SCAN's output (`sha256sum` lines): path -> SHA-256 (hex). sha256sum marks a name
+    holding a backslash or newline with a leading backslash: such a name is kept as printed."""
+    out = {}
+    for line in sha256sum_output.splitlines():
+        digest, _, path = line.lstrip("\\").partition("  ")
+        if re.fullmatch(r"[0-9a-f]{64}", digest) and path:
+            out[path] = digest
+    return out
 
 
 @pytest.mark.static

@@ -261,6 +261,15 @@ def test_srun_ch_run(target, unpacked, runtime_user, slurm_cluster, pmi, join):
             f"{what}: the job failed without naming the --mpi to use: {text[-1500:]}"
 
 
+def _pmi_in_common(target, slurm_cluster) -> list[str]:
+    """The --mpi plugins to loop over: both sides speak each; none skips, saying who speaks what."""
+    mpi = target.need_mpi()
+    common, why = slurm.pmi_in_common(mpi.kind, SLURM_PMI.get(mpi.kind, set()), slurm_cluster.mpi_plugins())
+    if not common:
+        pytest.skip(why)
+    return common
+
+
 # ----------------------------------------------------------------------------- Apptainer, enroot
 # Not packaged in Debian 12: these run on runners that have them (`-m apptainer`, `-m enroot`;
 # both are also in the runtime tier) and skip elsewhere, naming what is missing.
@@ -290,9 +299,9 @@ def test_apptainer_as_user(target, apptainer_image, runtime_user, probes_dir, cl
 @pytest.mark.apptainer
 @pytest.mark.parametrize("sharens", [True, False], ids=["sharens", "no-sharens"])
 def test_srun_apptainer(target, apptainer_image, runtime_user, probes_dir, slurm_cluster, sharens):
-    """`srun -n 2 --mpi=PMI apptainer exec [--sharens] SIF ...` for each PMI the image speaks."""
-    mpi = target.need_mpi()
-    for pmi in sorted(SLURM_PMI[mpi.kind] & set(slurm_cluster.mpi_plugins())):
+    """`srun -n 2 --mpi=PMI apptainer exec [--sharens] SIF ...` for each PMI both the image and
+    this Slurm speak (none: skipped, saying which side speaks what)."""
+    for pmi in _pmi_in_common(target, slurm_cluster):
         cmd = ["-n", str(RANKS), f"--mpi={pmi}", "apptainer", "exec", *(["--sharens"] if sharens else []),
                "-B", f"{probes_dir}:/mnt", str(apptainer_image), "python3", "/mnt/runtime_world.py"]
         r = slurm_cluster.srun(cmd, user=runtime_user)
@@ -330,10 +339,10 @@ def test_enroot_as_user(target, enroot_container, runtime_user, probes_dir):
 
 @pytest.mark.enroot
 def test_srun_enroot(target, enroot_container, runtime_user, probes_dir, slurm_cluster):
-    """`srun -n 2 --mpi=PMI enroot start NAME ...`: one container per task, as pyxis runs them."""
-    mpi = target.need_mpi()
+    """`srun -n 2 --mpi=PMI enroot start NAME ...`: one container per task, as pyxis runs them, for
+    each PMI both the image and this Slurm speak (none: skipped, saying which side speaks what)."""
     name, env = enroot_container
-    for pmi in sorted(SLURM_PMI[mpi.kind] & set(slurm_cluster.mpi_plugins())):
+    for pmi in _pmi_in_common(target, slurm_cluster):
         r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", "enroot", "start", "--mount", f"{probes_dir}:/mnt",
                                 name, "python3", "/mnt/runtime_world.py"], user=runtime_user, env=env)
         check_world(r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} enroot start")

@@ -1,0 +1,157 @@
+"""The self-test's verdict on one broken variant, kept free of Docker so that it is unit-tested
+(tests/unit/test_broken_variant_verdict.py): what a conformance run's JUnit says about each
+check, and whether that proves what the variant's expect.json claims -- each named check
+FAILED (an error is a crash of the check's own setup, not a rejected image) and with a message
+that matches the pattern written for the assertion the variant's defect trips. A check that
+fails for another reason proves nothing about the check its name promises.
+
+expect.json's ``must_fail`` maps each check to that pattern (a Python regex, searched with
+re.DOTALL in the failure's message, i.e. the first line(s) of pytest's report):
+
+    "must_fail": {"test_x": {"message": "REGEX", "why": "the assertion it targets"}}
+    "must_fail": {"test_x": "REGEX"}                       (the same, without a why)
+
+For a JUnit file of a real run (the self-test keeps it under pytest's tmp directory and names
+it when it fails), this prints each test case's state and message, and with --variant the
+verdict against that variant's expect.json:
+
+    .venv/bin/python -m tests.conformance.verdict JUNIT.xml [--variant NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+BROKEN = Path(__file__).resolve().parent / "broken"
+
+# worst first: the state a check has over all its parametrizations (the control needs every
+# one of them to pass)
+RANK = {"error": 0, "failed": 1, "passed": 2, "skipped": 3}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One JUnit test case: its full name (with parameters), the check it runs, its state and
+    the message pytest wrote for it (empty for a pass)."""
+
+    name: str
+    check: str
+    state: str      # passed | failed | error | skipped
+    message: str
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One check a variant must fail, and the pattern its failure message must match."""
+
+    check: str
+    pattern: str
+    why: str = ""
+
+    def matches(self, message: str) -> bool:
+        return re.search(self.pattern, message, re.S) is not None
+
+
+def cases_from_junit(xml: str | bytes) -> list[Case]:
+    """Every test case of a pytest JUnit document. An <error> anywhere in a case (setup or
+    teardown crashed, even after the call failed) makes it an error: the run did not judge the
+    image there."""
+    out = []
+    for case in ET.fromstring(xml).iter("testcase"):
+        name = case.get("name", "")
+        found = {c.tag: c for c in case if c.tag in ("failure", "error", "skipped")}
+        state = next((s for tag, s in (("error", "error"), ("failure", "failed"), ("skipped", "skipped"))
+                      if tag in found), "passed")
+        el = found.get({"error": "error", "failed": "failure", "skipped": "skipped"}.get(state, ""))
+        out.append(Case(name, name.split("[", 1)[0], state, el.get("message", "") if el is not None else ""))
+    return out
+
+
+def worst_states(cases: list[Case]) -> dict[str, str]:
+    """check -> the worst state over its parametrizations."""
+    out: dict[str, str] = {}
+    for c in cases:
+        if c.check not in out or RANK[c.state] < RANK[out[c.check]]:
+            out[c.check] = c.state
+    return out
+
+
+def expectations(expect: dict) -> dict[str, Expected]:
+    """expect.json's ``must_fail``, read; a list of names (the format before patterns) or a
+    pattern that does not compile is refused, naming the check."""
+    must = expect.get("must_fail")
+    if not isinstance(must, dict) or not must:
+        raise ValueError(f"must_fail must map each check to the pattern its failure message must match, "
+                         f"got {must!r}")
+    out = {}
+    for check, spec in must.items():
+        pattern, why = (spec, "") if isinstance(spec, str) else (spec.get("message"), spec.get("why", ""))
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"must_fail.{check}: no message pattern")
+        try:
+            re.compile(pattern, re.S)
+        except re.error as e:
+            raise ValueError(f"must_fail.{check}: the pattern does not compile: {e}") from None
+        out[check] = Expected(check, pattern, why)
+    return out
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def judge(expected: dict[str, Expected], cases: list[Case]) -> list[str]:
+    """Why this run does not prove what expect.json claims; empty when it does. Accepted: every
+    named check failed in at least one parametrization, every failure of it matches its
+    pattern, and no case of the run errored. Other parametrizations may pass or skip (a variant
+    can break one mode of a check and leave the others working)."""
+    problems = [f"{c.name} ERRORED instead of failing: its fixture or setup crashed, so the check is broken, "
+                f"the image was not judged: {one_line(c.message)}" for c in cases if c.state == "error"]
+    for check, want in expected.items():
+        mine = [c for c in cases if c.check == check]
+        if not mine:
+            problems.append(f"{check} did not run (check its file in `paths` and the `k` expression)")
+            continue
+        failed = [c for c in mine if c.state == "failed"]
+        for c in failed:
+            if not want.matches(c.message):
+                problems.append(f"{c.name} failed for another reason than the variant's defect"
+                                f"{f' ({want.why})' if want.why else ''}:\n    message: {one_line(c.message, 1500)}\n"
+                                f"    pattern: {want.pattern}")
+        if not failed and not any(c.state == "error" for c in mine):
+            states = [f"{c.name} {c.state}" + (f" ({one_line(c.message, 200)})" if c.message else "") for c in mine]
+            problems.append(f"{check} did not fail: " + ", ".join(states))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.conformance.verdict", description=__doc__.split("\n\n")[0])
+    ap.add_argument("junit", help="a pytest --junitxml file of a conformance run")
+    ap.add_argument("--variant", help="judge it against tests/conformance/broken/VARIANT/expect.json")
+    ap.add_argument("--width", type=int, default=600,
+                    help="characters of each message shown on one line (0: all of it, its lines as they are)")
+    a = ap.parse_args(argv)
+    cases = cases_from_junit(Path(a.junit).read_bytes())
+    for c in cases:
+        msg = c.message if a.width == 0 else one_line(c.message, a.width)
+        print(f"{c.state:8} {c.name}" + (f"\n         {msg}" if msg else ""))
+    if not a.variant:
+        return 0
+    expected = expectations(json.loads((BROKEN / a.variant / "expect.json").read_text()))
+    problems = judge(expected, cases)
+    print(f"\n{a.variant}: " + ("fails as its expect.json says" if not problems else "does NOT prove its checks:"))
+    for p in problems:
+        print(f"  - {p}")
+    for e in expected.values():
+        print(f"  {e.check}: /{e.pattern}/" + (f"  ({e.why})" if e.why else ""))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The self-test's verdict (tests/conformance/verdict.py), tested without Docker: a broken variant
+proves its checks only when each FAILED, for the reason its expect.json's pattern describes.
+A check that fails for another reason, errors, skips or passes is refused. Every expect.json
+is read the way the self-test reads it, and names checks that exist in the files it runs."""
+import ast
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from xml.sax.saxutils import quoteattr
+
+import pytest
+
+from tests.conformance import verdict
+from trainbase_conformance.resources import CHECKS
+
+from .conftest import ROOT
+
+BROKEN = ROOT / "tests" / "conformance" / "broken"
+VARIANTS = sorted(p.name for p in BROKEN.iterdir() if (p / "Dockerfile").exists())
+
+# the stray-nccl-net-plugin variant's claim, and the messages the check's assertions write
+STRAY = {"test_nccl_plugins_declared_and_load": {
+    "message": r"NCCL plugins in the image that the manifest does not declare: "
+               r"\[[^\]]*'/usr/local/lib/libnccl-net\.so'",
+    "why": "the undeclared-plugin half"}}
+RIGHT = ("AssertionError: NCCL plugins in the image that the manifest does not declare: "
+         "['/usr/local/lib/libnccl-net.so']\nassert not ['/usr/local/lib/libnccl-net.so']")
+WRONG = ("AssertionError: NCCL plugins that do not load or export no plugin symbol: {'/usr/local/lib/libnccl-net.so': "
+         "{'load': 'error: libsharp_coll.so.5: cannot open shared object file', 'symbols': []}}")
+
+
+def junit(*cases: tuple[str, str, str]) -> str:
+    """A pytest JUnit document: (name, state, message) per test case."""
+    body = ""
+    for name, state, message in cases:
+        tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(state)
+        child = f"<{tag} message={quoteattr(message)}>details</{tag}>" if tag else ""
+        body += f'<testcase classname="test_nccl" name={quoteattr(name)} time="0.1">{child}</testcase>'
+    return f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">{body}</testsuite></testsuites>'
+
+
+CASE = "test_nccl_plugins_declared_and_load[trainbase-broken/x:stray-nccl-net-plugin-1a2b3c]"
+
+
+@pytest.mark.parametrize("state, message, refused", [
+    ("failed", WRONG, "failed for another reason than the variant's defect"),
+    ("error", 'failed on setup with "RuntimeError: docker run exited 125"', "ERRORED instead of failing"),
+    ("skipped", "n/a: the manifest claims no NCCL", "did not fail"),
+    ("passed", "", "did not fail"),
+    ("failed", RIGHT, None),
+], ids=["failed-for-the-wrong-reason", "errored", "skipped", "passed", "failed-for-the-right-reason"])
+def test_only_a_failure_for_the_right_reason_is_accepted(state, message, refused):
+    problems = verdict.judge(verdict.expectations({"must_fail": STRAY}),
+                             verdict.cases_from_junit(junit((CASE, state, message))))
+    if refused is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and refused in problems[0], problems
+
+
+def test_a_wrong_reason_is_shown_with_its_message_and_pattern():
+    [problem] = verdict.judge(verdict.expectations({"must_fail": STRAY}),
+                              verdict.cases_from_junit(junit((CASE, "failed", WRONG))))
+    assert "message: AssertionError: NCCL plugins that do not load" in problem
+    assert f"pattern: {STRAY['test_nccl_plugins_declared_and_load']['message']}" in problem
+    assert "(the undeclared-plugin half)" in problem
+
+
+def test_parametrizations_one_right_failure_suffices_but_no_error_and_no_wrong_failure():
+    exp = verdict.expectations({"must_fail": STRAY})
+    name = "test_nccl_plugins_declared_and_load[{}]"
+    assert verdict.judge(exp, verdict.cases_from_junit(junit((name.format("a"), "passed", ""),
+                                                             (name.format("b"), "failed", RIGHT)))) == []
+    assert verdict.judge(exp, verdict.cases_from_junit(junit((name.format("a"), "failed", WRONG),
+                                                             (name.format("b"), "failed", RIGHT))))
+    assert verdict.judge(exp, verdict.cases_from_junit(junit((name.format("a"), "error", "failed on setup"),
+                                                             (name.format("b"), "failed", RIGHT))))
+    # an error in a check the variant does not name still means the run judged nothing there
+    assert verdict.judge(exp, verdict.cases_from_junit(junit(("test_other", "error", "boom"), (CASE, "failed", RIGHT))))
+    assert "did not run" in verdict.judge(exp, verdict.cases_from_junit(junit(("test_other", "failed", RIGHT))))[0]
+
+
+def test_expectations_refuse_the_old_list_and_a_bad_pattern():
+    with pytest.raises(ValueError, match="must map each check"):
+        verdict.expectations({"must_fail": ["test_x"]})
+    with pytest.raises(ValueError, match="test_x: the pattern does not compile"):
+        verdict.expectations({"must_fail": {"test_x": {"message": "(", "why": "w"}}})
+    assert verdict.expectations({"must_fail": {"test_x": "boom"}})["test_x"].pattern == "boom"
+
+
+def test_pytest_writes_the_messages_the_patterns_are_written_for(tmp_path):
+    """The patterns are written against pytest's own JUnit: an assertion's message after
+    `AssertionError: `, pytest.fail's after `Failed: `, a fixture crash as an <error>."""
+    (tmp_path / "test_fake.py").write_text(textwrap.dedent('''
+        import pytest
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("the container did not start")
+
+        def test_assertion():
+            found = ["/usr/local/lib/libnccl-net.so"]
+            assert not found, f"NCCL plugins in the image that the manifest does not declare: {found}"
+
+        def test_fail():
+            pytest.fail("40 MiB crossed the container's loopback device")
+
+        def test_crash(broken):
+            pass
+
+        def test_skip():
+            pytest.skip("n/a: no such thing")
+
+        def test_pass():
+            pass
+    '''))
+    xml = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(xml),
+                    "test_fake.py"], cwd=tmp_path, capture_output=True, timeout=120)
+    cases = {c.check: c for c in verdict.cases_from_junit(xml.read_bytes())}
+    assert {k: c.state for k, c in cases.items()} == {
+        "test_assertion": "failed", "test_fail": "failed", "test_crash": "error", "test_skip": "skipped",
+        "test_pass": "passed"}
+    assert verdict.expectations({"must_fail": STRAY})["test_nccl_plugins_declared_and_load"].matches(
+        cases["test_assertion"].message)
+    assert cases["test_assertion"].message.startswith("AssertionError: NCCL plugins in the image")
+    assert cases["test_fail"].message.startswith("Failed: 40 MiB crossed")
+    assert "the container did not start" in cases["test_crash"].message
+    assert cases["test_skip"].message == "n/a: no such thing"
+
+
+def test_the_command_prints_every_case_and_the_verdict(tmp_path, capsys):
+    xml = tmp_path / "junit.xml"
+    xml.write_text(junit((CASE, "failed", WRONG), ("test_other[x]", "passed", "")))
+    assert verdict.main([str(xml), "--variant", "stray-nccl-net-plugin"]) == 1
+    out = capsys.readouterr().out
+    assert f"failed   {CASE}" in out and "passed   test_other[x]" in out and "plugin symbol" in out
+    assert "stray-nccl-net-plugin: does NOT prove its checks" in out and "failed for another reason" in out
+    assert verdict.main([str(xml)]) == 0
+
+
+def _functions(path: str) -> set[str]:
+    return {n.name for n in ast.parse((CHECKS / path).read_text()).body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
+    expect = json.loads((BROKEN / variant / "expect.json").read_text())
+    expected = verdict.expectations(expect)
+    defined = set().union(*(_functions(p) for p in expect["paths"]))
+    for check, e in expected.items():
+        assert check in defined, f"{variant}: {check} is in none of {expect['paths']}"
+        assert re.search(rf"\b{check}\b", expect["k"]), f"{variant}: k {expect['k']!r} does not select {check}"
+        assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
+    assert not set(expect) - {"why", "mpi", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
+    dockerfile = (BROKEN / variant / "Dockerfile").read_text()
+    assert dockerfile.startswith("ARG BASE\nFROM ${BASE}\n"), f"{variant}: built FROM the image under test"
