@@ -1,5 +1,5 @@
 """Lazy pulling for the pull + start bench (bench/pull_start.py, variant `estargz`, client
-`stargz`; issue 28 item 5).
+`stargz`).
 
 An eStargz layer is an ordinary gzip tar -- every engine pulls it as gzip, Docker 20.10 included --
 whose files are gzip members of their own, with a table of contents at the end. containerd's

@@ -7,7 +7,7 @@ host's own MPI measured in the same run; printed as ratios.
 
 The probe is trainbase_conformance/probes/pingpong_mpi4py.py (mpi4py, standard library only): ping-
 pong latency at 8 B, bandwidth at 64 KiB and 4 MiB between two ranks, a 4 MiB float64 Allreduce.
-OSU micro-benchmarks and IMB are not reachable from this machine (their tarballs live on
+OSU micro-benchmarks and IMB are not reachable from a machine with only PyPI and Debian's mirror (their tarballs live on
 mvapich.cse.ohio-state.edu and GitHub, and no package registry here ships them), so the probe
 is mpi4py, as docs/performance.md says. The host reference is Debian's `openmpi-bin` with
 `python3-mpi4py` (scripts/setup.sh installs them), run as root with the same probe.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pull + start benchmark (issue 28, item 5; not a timed test): one image pushed to a loopback
+"""Pull + start benchmark (not a timed test): one image pushed to a loopback
 registry in each layer compression, then, from an empty store, the time to pull it and to run
 the first `python -c 'import torch'` (or `import mpi4py` in an image without PyTorch), through
 each client here that reads zstd layers, and lazily through containerd's stargz snapshotter.

@@ -1,4 +1,4 @@
-"""Runtime tier (issue 22): the image started the ways HPC clusters start it, each time with the
+"""Runtime tier: the image started the ways HPC clusters start it, each time with the
 same value checks (probes/runtime_world.py: MPI ranks and an Allreduce through mpi4py, the
 launch contract's world against MPI's, a 2-process gloo all-reduce where the image has PyTorch)
 and the image's own tb-doctor:
