@@ -310,3 +310,17 @@ def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(ca
     build = yaml.safe_load((ROOT / ".github/workflows/build-cells.yml").read_text())
     # the plan's runner (TRAINBASE_ARM64_RUNNER applied there: test_runner_trust.py)
     assert build["jobs"]["cell"]["runs-on"] == "${{ matrix.cell.runs_on }}"
+
+
+def test_every_workflow_build_requires_the_python_audit_and_every_job_that_builds_has_a_timeout():
+    """Issue 39: the pip-audit gate ran in `auto` mode in CI (a silent vulnerability service
+    passed it), and the local-profile job had GitHub's 6-hour default."""
+    builds = [(path, run) for path, run in run_steps() if "build.py --matrix" in run and "--push" not in run]
+    assert builds, "no workflow step builds with build.py --matrix"
+    for path, run in builds:
+        assert "--python-audit require" in run, f"{path}: `{run.strip()[:80]}` does not require the Python audit"
+    for path, text in workflow_texts().items():
+        for name, job in (yaml.safe_load(text).get("jobs") or {}).items():
+            runs = " ".join(s.get("run", "") for s in job.get("steps", []))
+            if "scripts/test.sh" in runs or "build.py --matrix" in runs:
+                assert job.get("timeout-minutes"), f"{path}: job {name} builds images with no timeout-minutes"
