@@ -90,7 +90,8 @@ RUN echo /opt/ucx/lib > /etc/ld.so.conf.d/trainbase-ucx.conf \
  && ucx_info -v
 
 # --- block: python (3.12, conda from Miniforge) ---
-# conda in the image lets Azure ML install SDK-managed conda/pip dependencies on top of it.
+# Miniforge's conda is the Ubuntu rows' Python. Under Azure ML, use the image as it is: a
+# conda_file makes a separate environment without this one's PyTorch, mpi4py or NCCL.
 RUN --mount=type=secret,id=ca_bundle \
     tb-fetch https://github.com/conda-forge/miniforge/releases/download/25.3.0-3/Miniforge3-25.3.0-3-Linux-x86_64.sh 1b57f8cb991982063f79b56176881093abb1dc76d73fda32102afde60585b5a1 /tmp/miniforge.sh \
  && bash /tmp/miniforge.sh -b -p /opt/conda \
