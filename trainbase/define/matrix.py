@@ -296,6 +296,11 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             if parent.release is not None:
                 need = f" built on {parent.framework} {parent.release.version}"
             return excluded(f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})")
+        if (release.cuda_compiler != "none" and s.os[v["os"]].cuda_from == "wheels"
+                and not s.cuda[v["cuda"]].compiler):
+            return excluded(f"{fw} {release.version} compiles CUDA code (cuda_compiler: {release.cuda_compiler}) "
+                            f"and this OS row takes CUDA from wheels, but cuda.{v['cuda']} declares no compiler "
+                            f"wheels (cuda.{v['cuda']}.compiler)")
         nccl = s.cuda[v["cuda"]].nccl
         if release.nccl and release.nccl != nccl:
             return excluded(f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "

@@ -184,6 +184,24 @@ class CudaRow(Strict):
     # its GPU devices (TensorFlow: cuFFT, cuSPARSE, cuSOLVER, ...): installed only in the images of
     # the releases that name them (Release.cuda_libraries), at this row's versions.
     libraries: dict[str, Wheel] = {}
+    # The GPUs code compiled in an image targets (compute capabilities, oldest first); the last
+    # also gets PTX, which newer GPUs' drivers JIT-compile. Used where an image compiles CUDA
+    # (Horovod's NCCL ops, DeepSpeed's prebuilt ops, TORCH_CUDA_ARCH_LIST for later JIT builds).
+    architectures: list[str] = Field(min_length=1)
+    # NVIDIA's compiler wheels for this row (nvcc and what it needs beside the runtime), for
+    # releases that compile CUDA code (Release.cuda_compiler) on OS rows whose CUDA comes from
+    # wheels. Empty where no wheel carries nvcc (the cu12 nvcc wheels hold ptxas only).
+    compiler: dict[str, Wheel] = {}
+
+    @field_validator("architectures")
+    @classmethod
+    def _architectures(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if not re.fullmatch(r"\d+\.\d+", a):
+                raise ValueError(f"architecture {a!r} is not a compute capability like 9.0")
+        if v != sorted(v, key=lambda a: tuple(map(int, a.split(".")))):
+            raise ValueError("architectures must be listed oldest first (the last one also gets PTX)")
+        return v
 
     @model_validator(mode="after")
     def _nccl_consistent(self) -> "CudaRow":
@@ -269,6 +287,13 @@ class Release(Strict):
     # keys of each of its CUDA rows' `libraries`: what it loads beyond the image's runtime,
     # cuBLAS, cuDNN and NCCL (checked against every row in `cuda`)
     cuda_libraries: list[str] = []
+    # Whether the release compiles CUDA code: "build" (nvcc only while its layer builds, then
+    # removed: Horovod's NCCL ops), "runtime" (nvcc kept, for ops users enable later: DeepSpeed
+    # JIT-compiles them on first use), or "none".
+    cuda_compiler: Literal["none", "build", "runtime"] = "none"
+    # ops compiled when the release installs, for the row's architectures (DeepSpeed: each is
+    # DS_BUILD_<OP>=1); what is not listed is compiled on first use where nvcc is kept
+    prebuilt_ops: list[str] = []
     # What this release's own layers may add on top of its parent image: a cell's size budget
     # is its OS row's base budget plus the increments of every framework in its chain, so one
     # release serves rows whose bases differ in size (a CUDA devel base vs a slim one).

@@ -114,6 +114,11 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         if rel.build_packages:
             build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins)
             fw_locks.append(build_lock)
+        compiler = _compiler(m, cell, rel.cuda_compiler, python_prefix, py)
+        if compiler and compiler["from"] == "wheels":
+            compiler_lock = lock(set_name + "-cuda-compiler", compiler["pins"], parents_pkgs + image_pins)
+            compiler["lock"] = compiler_lock.path
+            fw_locks.append(compiler_lock)
         fw_locks.append(main_lock)
         fw_data = {
             "name": cell.framework,
@@ -123,6 +128,8 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "sdist": _artifact(m, rel.artifact, cell.platform),
             "patch": {"file": rel.patch.file, "sha256": rel.patch.sha256} if rel.patch else None,
             "requires": dict(rel.requires),
+            "compiler": compiler,
+            "prebuilt_ops": list(rel.prebuilt_ops),
         }
         if rel.artifact:
             artifacts.append(rel.artifact)
@@ -178,6 +185,29 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     return CellContext(cell=cell, data=data, locks=own_locks, manifest=manifest, artifacts=artifacts)
 
 
+def _compiler(m: Matrix, cell: Cell, mode: str, python_prefix: str, py: str) -> dict[str, Any] | None:
+    """nvcc for a release that compiles CUDA: the CUDA devel base's, or NVIDIA's wheels (one CUDA
+    tree under site-packages/nvidia/cu<major>), with the row's target architectures."""
+    if mode == "none":
+        return None
+    cu = m.spec.cuda[cell.cuda]
+    archs = list(cu.architectures)
+    from_wheels = m.spec.os[cell.os].cuda_from == "wheels"
+    major = cell.cuda.split(".")[0]
+    return {
+        "mode": mode, "from": "wheels" if from_wheels else "base",
+        "home": f"{python_prefix}/lib/python{py}/site-packages/nvidia/cu{major}" if from_wheels else "/usr/local/cuda",
+        "nvcc": cu.compiler["nvcc"].version if from_wheels else cu.toolkit,
+        "pins": [f"{w.package}=={w.version}" for w in cu.compiler.values()] if from_wheels else [],
+        "packages": [w.package for w in cu.compiler.values()] if from_wheels else [],
+        "lock": None,
+        "architectures": archs,
+        # torch.utils.cpp_extension / DeepSpeed: "8.0 9.0+PTX"; Horovod: "80,90" (PTX for the last)
+        "torch_arch_list": " ".join(archs[:-1] + [archs[-1] + "+PTX"]),
+        "cc_list": ",".join(a.replace(".", "") for a in archs),
+    }
+
+
 def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:
     """What the image claims: component -> version. Written into the image as JSON and as
     OCI labels; the conformance suite checks the image against it (name == content)."""
@@ -223,6 +253,18 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     }
     if framework_packages:
         out["framework_packages"] = framework_packages
+    # nvcc and the GPUs code is compiled for, where a release of the chain compiles CUDA: the
+    # suite checks the compiled code's architectures and, where nvcc is kept, compiles with it
+    compiling = [c for c in chain if c.release is not None and c.release.cuda_compiler != "none"]
+    if compiling:
+        comp = _compiler(m, cell, compiling[-1].release.cuda_compiler, d["python"]["prefix"], d["python"]["version"])
+        assert comp is not None
+        kept = any(c.release.cuda_compiler == "runtime" for c in compiling) or comp["from"] == "base"
+        out["cuda_compiler"] = {"nvcc": comp["nvcc"], "from": comp["from"], "home": comp["home"], "kept": kept,
+                                "architectures": comp["architectures"], "ptx": comp["architectures"][-1]}
+    ops = {c.framework: list(c.release.prebuilt_ops) for c in chain if c.release is not None and c.release.prebuilt_ops}
+    if ops:
+        out["prebuilt_ops"] = ops
     return out
 
 
