@@ -35,6 +35,17 @@ while IFS= read -r f; do HVD_FLAGS+=("$f"); done < <(image_flags "images/$HVD_IM
 DS_FLAGS=()
 while IFS= read -r f; do DS_FLAGS+=("$f"); done < <(image_flags "images/$DS_IMAGE/Dockerfile" \
   'DS_[A-Z_]+|TORCH_CUDA_ARCH_LIST')
+# DS_ONLY="FUSED_ADAM FUSED_LAMB": build only those of the image's ops (a shorter device run;
+# the architectures and every other flag stay the image's)
+if [ -n "${DS_ONLY:-}" ]; then
+  kept=()
+  for f in "${DS_FLAGS[@]}"; do
+    case "$f" in DS_BUILD_OPS=*|DS_BUILD_SHM_COMM=*) kept+=("$f") ;;
+                 DS_BUILD_*) for o in $DS_ONLY; do [ "${f%%=*}" = "DS_BUILD_$o" ] && kept+=("$f"); done ;;
+                 *) kept+=("$f") ;; esac
+  done
+  DS_FLAGS=("${kept[@]}")
+fi
 printf '%s\n' "${HVD_FLAGS[@]}" > "$OUT/horovod-flags.txt"
 printf '%s\n' "${DS_FLAGS[@]}" > "$OUT/deepspeed-flags.txt"
 [ "${#HVD_FLAGS[@]}" -ge 8 ] && [ "${#DS_FLAGS[@]}" -ge 4 ] || { echo "could not read the images' flags"; exit 2; }
@@ -70,11 +81,11 @@ PATCH="$(command -v patch || echo "$DIST/bin/patch")"
 command -v make > /dev/null || export CMAKE_GENERATOR=Ninja
 log "building Horovod (${HVD_FLAGS[*]}) and DeepSpeed (${DS_FLAGS[*]})"
 start=$(date +%s)
-( env "${HVD_FLAGS[@]}" HOROVOD_CUDA_HOME="$CUDA_HOME" HOROVOD_NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+( timeout 420 env "${HVD_FLAGS[@]}" HOROVOD_CUDA_HOME="$CUDA_HOME" HOROVOD_NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
     MAKEFLAGS=-j$JOBS "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir /tmp/horovod-src \
     > "$OUT/horovod-build.log" 2>&1; echo $? > "$OUT/horovod-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/horovod-build.s" ) &
 hvd_pid=$!
-( env "${DS_FLAGS[@]}" CUDA_HOME="$CUDA_HOME" MAX_JOBS=$JOBS \
+( timeout 420 env "${DS_FLAGS[@]}" CUDA_HOME="$CUDA_HOME" MAX_JOBS=$JOBS \
     "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir "$DIST/deepspeed-0.19.8.tar.gz" \
     > "$OUT/deepspeed-build.log" 2>&1; echo $? > "$OUT/deepspeed-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/deepspeed-build.s" ) &
 ds_pid=$!
@@ -99,7 +110,7 @@ cat "$OUT/architectures.txt"
 # -- run them on the GPU ------------------------------------------------------------------------
 run_probe() {  # name, command...
   local name=$1; shift
-  if timeout 300 "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"; then
+  if timeout 150 "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"; then
     summary+=("$name: ok $(tail -n 1 "$OUT/$name.json" | head -c 600)")
   else
     rc=1; summary+=("$name: FAILED $(tail -c 400 "$OUT/$name.json") $(tail -c 800 "$OUT/$name.err")")
@@ -118,7 +129,7 @@ if [ "$(cat "$OUT/deepspeed-build.rc")" = 0 ]; then
   run_probe deepspeed env NCCL_DEBUG=WARN "$PY" trainbase_conformance/probes/deepspeed_gpu.py
 fi
 log "scripts/gpu-host-check.sh"
-bash scripts/gpu-host-check.sh "$OUT/host-check" > "$OUT/host-check.txt" 2>&1
+timeout 200 bash scripts/gpu-host-check.sh "$OUT/host-check" > "$OUT/host-check.txt" 2>&1
 summary+=("gpu-host-check: rc $? ($(grep -c ': ok' "$OUT/host-check.txt") probes ok)")
 echo "== summary"
 printf '%s\n' "${summary[@]}"
