@@ -112,11 +112,14 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         main_lock = lock(set_name, [*rel.packages, *cuda_libs], parents_pkgs + image_pins)
         build_lock = None
         if rel.build_packages:
-            build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins)
+            # with the release's own pins: both sets go into one environment (one pip call, for
+            # Horovod), so an unpinned build dependency must not pick another version of them
+            build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins + list(rel.packages))
             fw_locks.append(build_lock)
         compiler = _compiler(m, cell, rel.cuda_compiler, python_prefix, py)
         if compiler and compiler["from"] == "wheels":
-            compiler_lock = lock(set_name + "-cuda-compiler", compiler["pins"], parents_pkgs + image_pins)
+            compiler_lock = lock(set_name + "-cuda-compiler", compiler["pins"],
+                                 parents_pkgs + image_pins + list(rel.packages) + list(rel.build_packages))
             compiler["lock"] = compiler_lock.path
             fw_locks.append(compiler_lock)
         fw_locks.append(main_lock)

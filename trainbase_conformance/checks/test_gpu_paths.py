@@ -48,3 +48,185 @@ def test_tensorflow_gpu_libraries_resolve(target):
     # the soname -- the ABI -- is what loading proves
     print(f"{len(info['loaded'])} CUDA libraries load: {', '.join(sorted(info['loaded']))}"
           + (f"; below TF's floor: {info['old']}" if info["old"] else ""))
+
+
+# ----------------------------------------------------------------------- compiled CUDA code
+
+def compiler(target) -> dict:
+    """The manifest's CUDA compiler entry (nvcc, the target architectures), where a framework
+    of the image compiles CUDA code; skips where none does."""
+    c = target.manifest.get("cuda_compiler")
+    if not c:
+        pytest.skip(f"n/a: no framework of {target.name} compiles CUDA code")
+    return c
+
+
+def sm(arch: str) -> str:
+    return "sm_" + arch.replace(".", "")
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_horovod_built_with_nccl_gpu_operations(target):
+    """Horovod's GPU path is compiled in: the extension reports CUDA and NCCL (the version of the
+    image's NCCL, linked shared), so `hvd.allreduce` of a CUDA tensor goes through NCCL. Built
+    without them, Horovod loads, passes every CPU check, and the first gradient all-reduce of a
+    GPU job throws "Requested ReadyEvent with GPU device but not compiled with CUDA"."""
+    need(target, "horovod")
+    info = py_json(target, """
+        import glob, os, subprocess
+        import horovod, horovod.torch as hvd
+        lib = glob.glob(os.path.join(os.path.dirname(horovod.__file__), "torch", "mpi_lib*.so"))
+        ldd = subprocess.run(["ldd", lib[0]], capture_output=True, text=True).stdout if lib else ""
+        nccl = [ln.split("=>")[1].split("(")[0].strip() for ln in ldd.splitlines() if "libnccl.so" in ln and "=>" in ln]
+        print(json.dumps({"cuda": bool(hvd.cuda_built()), "nccl": int(hvd.nccl_built() or 0),
+                          "lib": lib[0] if lib else None, "nccl_linked": nccl}))
+    """)
+    assert info["cuda"] and info["nccl"], (f"Horovod was built without GPU operations (cuda_built={info['cuda']}, "
+                                          f"nccl_built={info['nccl']}): an all-reduce of a CUDA tensor fails")
+    major, minor, patch = (int(x) for x in target.components["nccl"]["version"].split(".")[:3])
+    want = major * 10000 + minor * 100 + patch
+    assert info["nccl"] == want, f"Horovod was built against NCCL {info['nccl']}, the image's is {want}"
+    assert info["nccl_linked"] and "not found" not in info["nccl_linked"][0], \
+        f"Horovod's extension does not link the image's NCCL as a shared library: {info}"
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_compiled_cuda_code_targets_every_declared_gpu(target):
+    """Every CUDA object a framework of the image compiled (Horovod's extension, DeepSpeed's
+    prebuilt ops) carries machine code for each GPU generation the CUDA row declares, and PTX
+    for the newest (so newer GPUs JIT it): read from the binaries with cuobjdump. Code built
+    for the build machine's GPU alone -- or for none -- fails on the GPUs users run."""
+    comp = compiler(target)
+    want = [sm(a) for a in comp["architectures"]]
+    info = py_json(target, f"""
+        import glob, importlib.util, os, re, subprocess
+        roots = [os.path.dirname(importlib.util.find_spec(p).origin) for p in ("horovod", "deepspeed")
+                 if importlib.util.find_spec(p)]
+        found = {{}}
+        for root in roots:
+            for so in glob.glob(os.path.join(root, "**", "*.so"), recursive=True):
+                elf = subprocess.run([{comp["cuobjdump"]!r}, "--list-elf", so], capture_output=True, text=True)
+                ptx = subprocess.run([{comp["cuobjdump"]!r}, "--list-ptx", so], capture_output=True, text=True)
+                sms = sorted(set(re.findall(r"sm_\\d+a?", elf.stdout)))
+                ptxs = sorted(set(re.findall(r"sm_\\d+", ptx.stdout)))
+                if sms or ptxs:
+                    found[os.path.relpath(so, os.path.dirname(root))] = {{"sm": sms, "ptx": ptxs}}
+        print(json.dumps(found))
+    """, timeout=300)
+    assert info, (f"no CUDA code found in the image's compiled framework objects (cuobjdump {comp['cuobjdump']}): "
+                  f"they were built without nvcc, or for no GPU")
+    bad = {so: f"lacks {', '.join(sorted(set(want) - set(v['sm'])))}" for so, v in info.items() if set(want) - set(v["sm"])}
+    bad |= {so: f"no PTX for {want[-1]} (has {v['ptx'] or 'none'})" for so, v in info.items() if want[-1] not in v["ptx"]}
+    assert not bad, f"CUDA objects not built for every declared GPU ({', '.join(want)} + PTX {want[-1]}): {bad}"
+    print(f"{len(info)} CUDA objects, each with {', '.join(want)} and PTX {want[-1]}: {', '.join(sorted(info))}")
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_deepspeed_prebuilt_ops_load_without_a_compiler_run(target):
+    """Each op the manifest says DeepSpeed prebuilt is in DeepSpeed's installed-ops table and its
+    compiled module imports (with the CUDA accelerator a GPU node selects), without a JIT build:
+    otherwise a job's first step compiles with nvcc, or stops where there is none."""
+    need(target, "deepspeed")
+    ops = (target.manifest.get("prebuilt_ops") or {}).get("deepspeed") or []
+    if not ops:
+        pytest.skip("n/a: the manifest names no prebuilt DeepSpeed ops")
+    info = py_json(target, f"""
+        import importlib, os, time
+        os.environ["DS_ACCELERATOR"] = "cuda"
+        from deepspeed.git_version_info import installed_ops
+        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+        out = {{}}
+        for op in {ops!r}:
+            t = time.monotonic()
+            try:
+                m = importlib.import_module(ALL_OPS[op].absolute_name())
+                out[op] = {{"installed": bool(installed_ops.get(op)), "file": m.__file__, "s": time.monotonic() - t}}
+            except Exception as e:
+                out[op] = {{"installed": bool(installed_ops.get(op)), "error": f"{{type(e).__name__}}: {{e}}"[:300]}}
+        print(json.dumps(out))
+    """, timeout=300)
+    bad = {op: v for op, v in info.items() if not v["installed"] or "error" in v or not v["file"].endswith(".so")}
+    assert not bad, f"DeepSpeed ops the image claims prebuilt that are not: {bad}"
+    slow = {op: round(v["s"]) for op, v in info.items() if v["s"] > 10}
+    assert not slow, f"importing these ops took seconds (a JIT build?): {slow}"
+
+
+@pytest.mark.cpu
+@pytest.mark.evidence("run")
+def test_deepspeed_cpu_adam_steps_match_torch_adamw(target):
+    """DeepSpeed's prebuilt CPU Adam (ZeRO-Offload's optimizer) runs and agrees with
+    torch.optim.AdamW step for step -- a prebuilt op that loads but computes wrong would pass
+    every load check."""
+    need(target, "deepspeed")
+    if "cpu_adam" not in ((target.manifest.get("prebuilt_ops") or {}).get("deepspeed") or []):
+        pytest.skip("n/a: cpu_adam is not prebuilt in this image")
+    info = py_json(target, """
+        import torch
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        torch.manual_seed(0)
+        ref = [torch.randn(256, 128, requires_grad=True), torch.randn(1000, requires_grad=True)]
+        mine = [p.detach().clone().requires_grad_(True) for p in ref]
+        kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+        a, b = torch.optim.AdamW(ref, **kw), DeepSpeedCPUAdam(mine, adamw_mode=True, **kw)
+        for _ in range(10):
+            for p, q in zip(ref, mine):
+                g = torch.randn_like(p)
+                p.grad, q.grad = g.clone(), g.clone()
+            a.step(); b.step()
+        print(json.dumps({"max_err": max(float((p - q).abs().max()) for p, q in zip(ref, mine))}))
+    """, timeout=300)
+    assert info["max_err"] < 1e-5, f"DeepSpeedCPUAdam differs from torch's AdamW by {info['max_err']} after 10 steps"
+
+
+@pytest.mark.static
+@pytest.mark.evidence("run")
+def test_nvcc_compiles_for_every_declared_gpu(target):
+    """Where the image keeps nvcc (DeepSpeed JIT-compiles the ops a config enables later), it is
+    the manifest's CUDA, on PATH, and compiles a kernel for every declared GPU plus PTX: the
+    headers, cicc, ptxas and fatbinary of the wheel tree all work, without a GPU."""
+    comp = compiler(target)
+    if not comp["kept"]:
+        pytest.skip(f"n/a: nvcc was used to build {target.name} and removed (not kept at run time)")
+    gencode = " ".join(f"-gencode arch=compute_{a.replace('.', '')},code={sm(a)}" for a in comp["architectures"])
+    last = comp["architectures"][-1].replace(".", "")
+    src = r'__global__ void axpy(float a, const float *x, float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i]; }'
+    r = target.sh(f"command -v nvcc && nvcc --version | tail -n 2 && d=$(mktemp -d) && printf '%s\\n' '{src}' > $d/k.cu "
+                  f"&& nvcc -c {gencode} -gencode arch=compute_{last},code=compute_{last} -o $d/k.o $d/k.cu "
+                  f"&& {comp['cuobjdump']} --list-elf $d/k.o && {comp['cuobjdump']} --list-ptx $d/k.o", timeout=300)
+    assert r.rc == 0, f"nvcc could not compile a kernel for {', '.join(comp['architectures'])}: {(r.stderr or r.stdout).strip()[-800:]}"
+    major_minor = ".".join(comp["nvcc"].split(".")[:2])
+    assert f"release {major_minor}," in r.stdout, f"nvcc on PATH is not CUDA {major_minor}: {r.stdout[:400]}"
+    missing = [sm(a) for a in comp["architectures"] if sm(a) not in r.stdout]
+    assert not missing, f"the kernel object lacks {missing}: {r.stdout[-600:]}"
+
+
+@pytest.mark.cpu
+@pytest.mark.evidence("run")
+def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
+    """The JIT path DeepSpeed (and any user's custom op) takes: torch.utils.cpp_extension builds
+    a CUDA extension with the image's CUDA_HOME -- nvcc, the headers torch includes, libcudart
+    to link -- and the module loads. One architecture here (the build is the point, not the
+    list, which the nvcc check covers)."""
+    comp = compiler(target)
+    if not comp["kept"]:
+        pytest.skip(f"n/a: nvcc was used to build {target.name} and removed (not kept at run time)")
+    info = py_json(target, f"""
+        import os, tempfile, time
+        os.environ["TORCH_CUDA_ARCH_LIST"] = {comp["architectures"][-1]!r}
+        from torch.utils.cpp_extension import CUDA_HOME, load_inline
+        cuda = '''
+        #include <torch/extension.h>
+        __global__ void twice(float *x, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2; }}
+        void launch(torch::Tensor x) {{ twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); }}
+        '''
+        t = time.monotonic()
+        m = load_inline("tb_twice", cpp_sources="void launch(torch::Tensor x);", cuda_sources=cuda,
+                        functions=["launch"], build_directory=tempfile.mkdtemp(), verbose=False)
+        print(json.dumps({{"cuda_home": CUDA_HOME, "module": m.__file__, "seconds": round(time.monotonic() - t)}}))
+    """, timeout=900)
+    assert info["cuda_home"] == comp["home"], f"torch finds CUDA at {info['cuda_home']}, the image's is {comp['home']}"
+    assert info["module"].endswith(".so"), info
+    print(f"a CUDA extension built with {info['cuda_home']} in {info['seconds']} s")
