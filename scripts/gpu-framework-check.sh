@@ -58,8 +58,8 @@ NCCL_HOME="$SITE/nvidia/nccl"
 for lib in "$NCCL_HOME"/lib/libnccl.so.*; do [ -e "$NCCL_HOME/lib/libnccl.so" ] || ln -s "$(basename "$lib")" "$NCCL_HOME/lib/libnccl.so"; done
 {
   echo "python: $("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())')"
-  echo "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -2 | head -1)"
-  echo "cmake: $(cmake --version | head -1)"
+  echo "nvcc: $("$CUDA_HOME/bin/nvcc" --version | sed -n '/release/p')"
+  echo "cmake: $(cmake --version | sed -n 1p)"
   echo "CUDA_HOME=$CUDA_HOME NCCL_HOME=$NCCL_HOME"
   nvidia-smi -L
 } > "$OUT/host.txt" 2>&1
@@ -95,7 +95,7 @@ summary=()
 for b in horovod deepspeed; do
   brc=$(cat "$OUT/$b-build.rc" 2>/dev/null || echo 99)
   summary+=("$b build: rc $brc in $(cat "$OUT/$b-build.s" 2>/dev/null)s")
-  if [ "$brc" != 0 ]; then rc=1; log "$b build FAILED"; grep -iE "error|fatal" "$OUT/$b-build.log" | head -20; tail -15 "$OUT/$b-build.log"; fi
+  if [ "$brc" != 0 ]; then rc=1; log "$b build FAILED"; grep -iE "error|fatal" "$OUT/$b-build.log" | sed -n 1,20p; tail -15 "$OUT/$b-build.log"; fi
 done
 
 # -- what was built, read from the binaries: the architectures in each CUDA object ---------------
@@ -111,7 +111,7 @@ cat "$OUT/architectures.txt"
 run_probe() {  # name, command...
   local name=$1; shift
   if timeout "${PROBE_TIMEOUT:-150}" "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"; then
-    summary+=("$name: ok $(tail -n 1 "$OUT/$name.json" | head -c 600)")
+    summary+=("$name: ok $(tail -n 1 "$OUT/$name.json" | cut -c1-600)")
   else
     rc=1; summary+=("$name: FAILED $(tail -c 400 "$OUT/$name.json") $(tail -c 800 "$OUT/$name.err")")
   fi
@@ -122,7 +122,7 @@ if [ "$(cat "$OUT/horovod-build.rc")" = 0 ]; then
   # the MPI controller (mpirun, one rank per GPU) and the Gloo one: NCCL moves the data in both
   run_probe horovod-mpi env NCCL_DEBUG=INFO mpirun -np "$NGPU" --bind-to none "$PY" trainbase_conformance/probes/horovod_gpu.py
   run_probe horovod-gloo env NCCL_DEBUG=INFO horovodrun --gloo -np "$NGPU" -H "localhost:$NGPU" "$PY" trainbase_conformance/probes/horovod_gpu.py
-  grep -h "NCCL INFO.*\(Init COMPLETE\|comm 0x\)" "$OUT"/horovod-*.err | head -4 > "$OUT/horovod-nccl-evidence.txt"
+  grep -h "NCCL INFO.*\(Init COMPLETE\|nRanks\)" "$OUT"/horovod-*.err | sed -n 1,4p > "$OUT/horovod-nccl-evidence.txt"
 fi
 if [ "$(cat "$OUT/deepspeed-build.rc")" = 0 ]; then
   "$PY" -c 'from deepspeed.git_version_info import installed_ops as i; print({k: v for k, v in i.items() if v})' > "$OUT/deepspeed-installed-ops.txt" 2>&1

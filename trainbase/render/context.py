@@ -118,8 +118,9 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             fw_locks.append(build_lock)
         compiler = _compiler(m, cell, rel.cuda_compiler, python_prefix, py)
         if compiler and compiler["from"] == "wheels":
-            compiler_lock = lock(set_name + "-cuda-compiler", compiler["pins"],
-                                 parents_pkgs + image_pins + list(rel.packages) + list(rel.build_packages))
+            # resolved with the image's CUDA pins only: it holds NVIDIA's compiler wheels and
+            # nothing of the framework's (whose sdist must not be built before its flags are set)
+            compiler_lock = lock(f"cuda{cell.cuda}-compiler-{_python_tag(py)}", compiler["pins"], image_pins)
             compiler["lock"] = compiler_lock.path
             fw_locks.append(compiler_lock)
         fw_locks.append(main_lock)
