@@ -48,19 +48,37 @@ def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int,
     return p.returncode, cases, junit, (p.stdout[-3000:] + p.stderr[-2000:])
 
 
+def _labels(image: str) -> dict[str, str]:
+    info = engine.inspect_image(image)
+    return ((info.raw.get("Config") or {}).get("Labels") or {}) if info else {}
+
+
 def mpi_kind(image: str) -> str:
     """The image's MPI kind from its `io.trainbase.mpi` label (`intelmpi-2021.18.1` -> intelmpi)."""
-    info = engine.inspect_image(image)
-    label = ((info.raw.get("Config") or {}).get("Labels") or {}).get("io.trainbase.mpi", "") if info else ""
-    return label.split("-", 1)[0]
+    return _labels(image).get("io.trainbase.mpi", "").split("-", 1)[0]
+
+
+def frameworks(image: str) -> set[str]:
+    """The frameworks the image carries, from its `io.trainbase.framework.<name>` labels."""
+    return {k.removeprefix("io.trainbase.framework.") for k in _labels(image) if k.startswith("io.trainbase.framework.")}
+
+
+def fits(expect: dict, kind: str, fws: set[str]) -> bool:
+    """Whether an image of this MPI kind and these frameworks can be a variant's base."""
+    return (not expect.get("mpi") or kind == expect["mpi"]) and (not expect.get("framework") or expect["framework"] in fws)
 
 
 def plan(refs: list[str]) -> dict[str, str | None]:
     """variant -> the image it is built FROM: the first image for a variant of any image, the
-    first image of its MPI kind for a variant that names one (None: no such image given)."""
-    kinds = {r: mpi_kind(r) for r in refs}
-    return {v: next((r for r in refs if not _expect(v).get("mpi") or kinds[r] == _expect(v)["mpi"]), None)
-            for v in VARIANTS}
+    first image of its MPI kind / with its framework for a variant that names one (None: no
+    such image given)."""
+    facts = {r: (mpi_kind(r), frameworks(r)) for r in refs}
+    return {v: next((r for r in refs if fits(_expect(v), *facts[r])), None) for v in VARIANTS}
+
+
+def _needs(v: str) -> str:
+    e = _expect(v)
+    return " and ".join(x for x in (e.get("mpi") and f"{e['mpi']} images", e.get("framework") and f"a {e['framework']} image") if x)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -73,7 +91,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return
         bases = plan(refs)
         params = [pytest.param(b, v) if b else pytest.param(None, v, marks=pytest.mark.skip(
-                  reason=f"{v} applies to {_expect(v)['mpi']} images and none was given (--image/--report)"))
+                  reason=f"{v} needs {_needs(v)} and none was given (--image/--report)"))
                   for v, b in bases.items()]
         metafunc.parametrize(("base", "variant"), params, ids=list(bases), scope="session")
 

@@ -54,16 +54,16 @@ def test_paths_are_classified(path, kind):
 def test_a_framework_pin_rebuilds_that_framework_and_the_cells_built_on_it(workdir):
     base = tags(workdir)
     data = yaml.safe_load((workdir / "matrix.yaml").read_text())
-    rel = next(r for r in data["frameworks"]["pytorch"]["releases"] if r["version"] == "2.9.1")
+    rel = next(r for r in data["frameworks"]["pytorch"]["releases"] if r["version"] == "2.15.0")
     rel["packages"] = [p if not p.startswith("numpy==") else "numpy==2.4.7" for p in rel["packages"]]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     a = after(workdir, base, ["matrix.yaml"])
     m = load(workdir / "matrix.yaml")
-    torch291 = {c.name for c in m.included if c.framework == "pytorch" and c.framework_version == "2.9.1"}
-    assert torch291 and set(a.build) == descendants(m, torch291)
+    torch215 = {c.name for c in m.included if c.framework == "pytorch" and c.framework_version == "2.15.0"}
+    assert torch215 and set(a.build) == descendants(m, torch215)
     assert all(m.cell(n).framework != "none" for n in a.build)           # no base cell is rebuilt
     horovod = next(n for n in a.build if n.startswith("horovod"))
-    assert a.build[horovod].startswith("its parent pytorch2.9.1-")
+    assert a.build[horovod].startswith("its parent pytorch2.15.0-")
     assert set(a.test) == set(a.build)
 
 

@@ -173,7 +173,7 @@ def test_cells_globs_scope_an_entry(tmp_path):
         "kind: pypi", "kind: pypi\n  cells: ['*-ubuntu24.04', 'horovod*']"))
     assert not evaluate([urllib3_finding()], a, CELL, TODAY).ok
     assert evaluate([urllib3_finding()], a, "openmpi5.0.10-cuda12.9-cudnn9-ubuntu24.04", TODAY).ok
-    assert evaluate([urllib3_finding()], a, "horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+    assert evaluate([urllib3_finding()], a, "horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
                     TODAY).ok
     # Out of scope is not "unused": the entry is for other cells.
     assert evaluate([], a, CELL, TODAY).unused == []

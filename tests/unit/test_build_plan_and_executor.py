@@ -47,17 +47,17 @@ def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     return b, log
 
 
-LOCAL = ["horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
-         "deepspeed0.19.8-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+LOCAL = ["horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+         "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
          "intelmpi2021.18-cuda12.8-cudnn9-debian12"]
 
 
 def test_parents_are_added_and_built_first(m, monkeypatch):
     b, log = make(m, LOCAL, monkeypatch=monkeypatch)
     order = list(b.jobs)
-    assert order[0] == "openmpi4.1.4-cuda12.8-cudnn9-debian12"        # what the first selected cell needs
-    assert len(order) == 5 and order.index("pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12") < order.index(LOCAL[0])
-    assert not b.jobs["openmpi4.1.4-cuda12.8-cudnn9-debian12"].selected
+    assert order[0] == "openmpi4.1.4-cuda13.2-cudnn9-debian12"        # what the first selected cell needs
+    assert len(order) == 5 and order.index("pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12") < order.index(LOCAL[0])
+    assert not b.jobs["openmpi4.1.4-cuda13.2-cudnn9-debian12"].selected
     assert b.run() == 0
     ends = {n: t for ev, n, t in log if ev == "end"}
     starts = {n: t for ev, n, t in log if ev == "start"}
@@ -77,12 +77,12 @@ def test_builds_run_in_parallel_up_to_j(m, monkeypatch):
 
 
 def test_a_failure_skips_dependents_only(m, monkeypatch):
-    b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
+    b, _ = make(m, LOCAL, fail={"pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"}, monkeypatch=monkeypatch)
     assert b.run() == 1
     st = {n: (j.status, j.reason) for n, j in b.jobs.items()}
-    assert st["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"][0] == "failed"
+    assert st["pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"][0] == "failed"
     for child in LOCAL[:2]:
-        assert st[child][0] == "skipped" and "pytorch2.9.1-openmpi4.1.4" in st[child][1]
+        assert st[child][0] == "skipped" and "pytorch2.15.0-openmpi4.1.4" in st[child][1]
     assert st["intelmpi2021.18-cuda12.8-cudnn9-debian12"][0] == "built"
     report = build_report(b)
     assert report["counts"] == {"built": 2, "failed": 1, "skipped": 2}
@@ -122,7 +122,7 @@ def test_doca_cells_are_not_refused_their_key_is_pinned_by_fingerprint(m, monkey
 def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
     """The plan a person reads before an hour of builds: FROM levels, the os/ib stage the base
     cells share (built once), and each refused cell with its reason; nothing is built."""
-    cells = m_pending.select(parse_selects(["os=debian12", "cuda=12.8", "mpi=openmpi4.1.4"]))
+    cells = m_pending.select(parse_selects(["os=debian12", "cuda=12.8,13.2", "mpi=openmpi4.1.4"]))
     names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12",
                                        "pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
     b, log = make(m_pending, names, dry_run=True, monkeypatch=monkeypatch)
@@ -131,7 +131,8 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
     out = b.out.getvalue()
     assert "step 1:" in out and "step 2:" in out and "step 3:" in out
     assert "FROM openmpi4.1.4-cuda12.8-cudnn9-debian12" in out
-    shared = [ln for ln in out.splitlines() if ln.strip().startswith("shared os/ib stage (built once):")]
+    shared = [ln for ln in out.splitlines() if ln.strip().startswith("shared os/ib stage (built once):")
+              and "arm64" not in ln]
     assert len(shared) == 1 and "openmpi4.1.4-cuda12.8-cudnn9-debian12" in shared[0] \
         and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in shared[0], out
     assert re.search(r"REFUSED\s+\S+openmpi4\.1\.8-cuda12\.8-cudnn9-ubuntu24\.04:\S+[^\n]*\n\s+artifact openmpi-4\.1\.8 "
@@ -152,17 +153,17 @@ def test_stage_groups_share_the_os_stage(m):
 
 def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m):
     """Pure plan: graph order (graphlib), a cached predicate, and skip propagation down two levels."""
-    top = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
+    top = m.cell("horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12")
     p = plan.Plan(m, recipes.render_all(m, [top], root=ROOT), [top])
-    assert list(p.jobs) == ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+    assert list(p.jobs) == ["openmpi4.1.4-cuda13.2-cudnn9-debian12", "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
                             top.name]
     assert p.levels() == {n: i for i, n in enumerate(p.jobs)}
     p.mark_cached(lambda ref: ref.startswith("trainbase/openmpi4.1.4-"))
     assert [j.status for j in p.jobs.values()] == [JobState.CACHED, JobState.QUEUED, JobState.QUEUED]
-    assert [j.name for j in p.ready()] == ["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
-    p.jobs["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"].status = JobState.FAILED
+    assert [j.name for j in p.ready()] == ["pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"]
+    p.jobs["pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"].status = JobState.FAILED
     p.propagate()
-    assert p.jobs[top.name].status == JobState.SKIPPED and "pytorch2.9.1" in p.jobs[top.name].reason
+    assert p.jobs[top.name].status == JobState.SKIPPED and "pytorch2.15.0" in p.jobs[top.name].reason
 
 
 def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkeypatch, tmp_path):
@@ -238,16 +239,16 @@ BRACKETS = ("executor failed running [/bin/bash -o pipefail -c tb-pip-install /t
 def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skipped(m, monkeypatch):
     from trainbase.run import report
 
-    b, _ = make(m, LOCAL, fail={"pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
+    b, _ = make(m, LOCAL, fail={"pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"}, monkeypatch=monkeypatch)
     b.run()
-    bad = b.jobs["pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    bad = b.jobs["pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"]
     bad.reason, bad.failure_kind, bad.log = BRACKETS, "transient", "logs/run/x [1].log"
     out = io.StringIO()
     report.summary(b, out=out)
     text = out.getvalue()
     flat = re.sub(r"\s+", "", text)
     assert re.sub(r"\s+", "", BRACKETS) in flat           # verbatim: no markup parsed, no emoji replaced
-    assert "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12: failed:" in text
+    assert "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12: failed:" in text
     assert "run the same command again" in text and "reused from cache" in text
     said = next(ln for ln in text.splitlines() if "skipped because of it" in ln)
     assert "(2)" in said and all(c in said for c in LOCAL[:2])

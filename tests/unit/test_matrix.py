@@ -48,14 +48,14 @@ def test_names_follow_the_azure_ml_convention(m):
     assert "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04" in names
     assert "openmpi4.1.8-doca3.2-cuda12.8-cudnn9-ubuntu24.04" in names
     assert "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in names
-    assert "horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in names
+    assert "horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12" in names
     assert len(names) == len(m.included)
 
 
 def test_framework_cells_build_on_their_parent(m):
-    hv = m.cell("horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12")
-    assert hv.parent == "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"
-    assert m.cell(hv.parent).parent == "openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    hv = m.cell("horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12")
+    assert hv.parent == "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12"
+    assert m.cell(hv.parent).parent == "openmpi4.1.4-cuda13.2-cudnn9-debian12"
 
 
 @pytest.mark.parametrize("axes, reason", [
@@ -133,9 +133,9 @@ def test_explain_rule_exclusion(capsys):
 
 
 def test_explain_included(capsys):
-    code, out, _ = run_cli(["--explain", "deepspeed0.19.8-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",
+    code, out, _ = run_cli(["--explain", "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
                             "--file", str(ROOT / "matrix.yaml")], capsys)
-    assert code == 0 and "INCLUDED" in out and "built on: pytorch2.9.1-openmpi4.1.4" in out
+    assert code == 0 and "INCLUDED" in out and "built on: pytorch2.15.0-openmpi4.1.4" in out
 
 
 def test_explain_unknown_name_is_bad_input(capsys):

@@ -19,7 +19,9 @@ GOLDEN_CELLS = [
     "openmpi4.1.4-cuda12.8-cudnn9-debian12",             # distro UCX, Open MPI from the Debian pool, CUDA wheels
     "intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ubuntu24.04",  # NVIDIA base, DOCA, conda, Intel MPI
     "openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04",          # UCX + Open MPI 5 from source
-    "horovod0.28.1-pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12",  # framework on a parent
+    "horovod0.28.1-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12",  # framework on a parent, nvcc for the build only
+    "deepspeed0.19.8-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12",  # nvcc kept, ops prebuilt per architecture
+    "deepspeed0.19.8-pytorch2.15.0-openmpi5.0.10-cuda13.2-cudnn9-ubuntu24.04",  # nvcc of the CUDA devel base
     "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",       # arm64: its own locks, platform label
     "openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubuntu24.04-arm64",  # arm64: Miniforge aarch64, DOCA arm64-sbsa
 ]

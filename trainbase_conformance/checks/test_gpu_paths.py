@@ -3,9 +3,12 @@ job puts a tensor on a GPU must already be in the image and resolve -- otherwise
 (or, worse, silently falls back to the CPU) on the GPU node, not here."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trainbase_conformance.checks.test_frameworks import need, py_json
+from trainbase_conformance.plugin import PROBE_DIR
 
 
 @pytest.mark.static
@@ -230,3 +233,45 @@ def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
     assert info["cuda_home"] == comp["home"], f"torch finds CUDA at {info['cuda_home']}, the image's is {comp['home']}"
     assert info["module"].endswith(".so"), info
     print(f"a CUDA extension built with {info['cuda_home']} in {info['seconds']} s")
+
+
+# ----------------------------------------------------------------------------- GPU tier
+
+def probe_lines(stdout: str, probe: str) -> list[dict]:
+    """The JSON lines a GPU probe printed (launchers may prefix a rank tag)."""
+    marker = '{"probe": "' + probe + '"'
+    return [json.loads(ln[ln.index(marker):]) for ln in stdout.splitlines() if marker in ln]
+
+
+@pytest.mark.gpu
+@pytest.mark.evidence("run")
+def test_horovod_nccl_allreduce_of_cuda_tensors(target):
+    """Horovod moves CUDA tensors through NCCL: one rank per GPU the host lists, all-reduce /
+    all-gather / broadcast value-checked on every rank, then 64 MiB all-reduces timed
+    (trainbase_conformance/probes/horovod_gpu.py)."""
+    need(target, "horovod")
+    mpi = target.need_mpi()
+    n = max(target.caps.gpu_count, 1)
+    r = target.sh(f"{mpi.local(n)} {target.python} {PROBE_DIR}/horovod_gpu.py", timeout=600)
+    ranks = probe_lines(r.stdout, "horovod_gpu")
+    assert ranks, f"no rank reported (exit {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
+    bad = [x for x in ranks if not x.get("ok")]
+    assert not bad, f"Horovod's GPU collectives gave wrong values or failed: {bad}"
+    assert r.rc == 0 and len(ranks) == n, f"{len(ranks)} of {n} ranks reported (exit {r.rc}): {r.stderr[-800:]}"
+    print(f"Horovod NCCL all-reduce on {n} GPU(s): 64 MiB in {ranks[0]['allreduce_64MiB_ms']} ms "
+          f"({ranks[0]['algbw_GBps']} GB/s algorithm bandwidth)")
+
+
+@pytest.mark.gpu
+@pytest.mark.evidence("run")
+def test_deepspeed_fused_adam_steps_on_the_gpu(target):
+    """DeepSpeed's prebuilt fused optimizers on the GPU: FusedAdam agrees with torch's AdamW step
+    for step, FusedLamb steps, and an engine configured with "AdamW" picks FusedAdam and trains
+    (trainbase_conformance/probes/deepspeed_gpu.py). No JIT build is allowed."""
+    need(target, "deepspeed")
+    r = target.sh(f"{target.python} {PROBE_DIR}/deepspeed_gpu.py", timeout=900)
+    out = probe_lines(r.stdout, "deepspeed_gpu")
+    assert out, f"the DeepSpeed probe printed nothing (exit {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
+    assert out[-1].get("ok") and r.rc == 0, f"DeepSpeed's fused optimizers on the GPU: {out[-1]}"
+    print(f"FusedAdam vs AdamW max error {out[-1]['fused_adam_vs_torch_adamw_max_err']:.1e}; "
+          f"engine ({out[-1]['engine_optimizer']}) {out[-1]['engine_steps_per_s']} steps/s")
