@@ -154,6 +154,20 @@ def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
         assert check in defined, f"{variant}: {check} is in none of {expect['paths']}"
         assert re.search(rf"\b{check}\b", expect["k"]), f"{variant}: k {expect['k']!r} does not select {check}"
         assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
-    assert not set(expect) - {"why", "mpi", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
+    assert not set(expect) - {"why", "mpi", "framework", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
+    assert expect.get("framework") in (None, "pytorch", "tensorflow", "horovod", "deepspeed")
     dockerfile = (BROKEN / variant / "Dockerfile").read_text()
     assert dockerfile.startswith("ARG BASE\nFROM ${BASE}\n"), f"{variant}: built FROM the image under test"
+
+
+@pytest.mark.parametrize("expect, kind, fws, fits", [
+    ({}, "openmpi", set(), True),                                            # any image
+    ({"mpi": "intelmpi"}, "openmpi", {"pytorch"}, False),
+    ({"mpi": "intelmpi"}, "intelmpi", set(), True),
+    ({"framework": "horovod"}, "openmpi", {"pytorch"}, False),               # a PyTorch image is no Horovod one
+    ({"framework": "horovod"}, "openmpi", {"pytorch", "horovod"}, True),
+    ({"framework": "deepspeed", "mpi": "intelmpi"}, "openmpi", {"pytorch", "deepspeed"}, False),
+])
+def test_a_variant_is_built_only_from_an_image_of_its_mpi_and_framework(expect, kind, fws, fits):
+    from tests.conformance.test_broken_variants import fits as fits_
+    assert fits_(expect, kind, fws) is fits
