@@ -112,9 +112,11 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         main_lock = lock(set_name, [*rel.packages, *cuda_libs], parents_pkgs + image_pins)
         build_lock = None
         if rel.build_packages:
-            # with the release's own pins: both sets go into one environment (one pip call, for
-            # Horovod), so an unpinned build dependency must not pick another version of them
-            build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins + list(rel.packages))
+            # with the release's own pins (both sets end up in one environment, so an unpinned build
+            # dependency must not pick another version of them), but not the framework itself: a
+            # lock holds its context, and the framework is built only after the build set is in
+            own = [p for p in rel.packages if p.split("==")[0].lower() != cell.framework]
+            build_lock = lock(set_name + "-build", rel.build_packages, parents_pkgs + image_pins + own)
             fw_locks.append(build_lock)
         compiler = _compiler(m, cell, rel.cuda_compiler, python_prefix, py)
         if compiler and compiler["from"] == "wheels":
