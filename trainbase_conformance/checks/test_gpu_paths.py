@@ -1,6 +1,9 @@
-"""The frameworks' GPU paths, proven without a GPU: what a framework loads or runs the moment a
-job puts a tensor on a GPU must already be in the image and resolve -- otherwise the job fails
-(or, worse, silently falls back to the CPU) on the GPU node, not here."""
+"""The frameworks' GPU paths. Proven without a GPU (static, cpu): what a framework loads or runs
+the moment a job puts a tensor on a GPU must already be in the image and resolve -- TensorFlow's
+CUDA libraries, Horovod's NCCL operations, DeepSpeed's prebuilt ops and the architectures every
+compiled CUDA object carries, nvcc and the torch extension toolchain where the image keeps them --
+otherwise the job fails (or, worse, silently falls back to the CPU) on the GPU node, not here.
+Then run on one (gpu): Horovod's collectives of CUDA tensors, DeepSpeed's fused optimizers."""
 from __future__ import annotations
 
 import json
