@@ -58,3 +58,30 @@ def test_mirrors_come_from_the_command_line_or_the_repository_variable(monkeypat
     monkeypatch.setenv("TRAINBASE_MIRRORS", '["myacr.azurecr.io"]')
     with pytest.raises(TrainbaseError, match="TRAINBASE_MIRRORS"):
         mirror.mirrors_from_env()
+
+
+def _mirror_password_expressions() -> list[str]:
+    import yaml
+    from .conftest import ROOT
+    job = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]
+    found = []
+    for step in job["steps"]:
+        for where in (step.get("with") or {}, step.get("env") or {}):
+            for key, value in where.items():
+                if key.lower() == "password" and "secrets.TRAINBASE_MIRROR_" in str(value):
+                    found.append(" ".join(str(value).split()))
+    return found
+
+
+def test_a_mirror_gets_only_its_own_kind_s_secret():
+    """Issue 39: a missing ACR password fell through to the GHCR token, which was then sent to
+    Azure. Every term of each password expression is guarded by its kind, and the last default
+    is empty (the credential check step then fails, naming the secret)."""
+    exprs = _mirror_password_expressions()
+    assert len(exprs) == 2, exprs      # the check step and the login
+    for e in exprs:
+        terms = [t.strip(" ${}") for t in e.split("||")]
+        assert terms[-1] == "''", f"the last default must be empty, not another secret: {e}"
+        for t in terms[:-1]:
+            assert t.startswith("matrix.mirror.kind == '") and "&& secrets.TRAINBASE_MIRROR_" in t, \
+                f"an unguarded secret in a mirror's password: {t!r} in {e}"

@@ -278,3 +278,38 @@ def test_deepspeed_fused_adam_steps_on_the_gpu(target):
     assert out[-1].get("ok") and r.rc == 0, f"DeepSpeed's fused optimizers on the GPU: {out[-1]}"
     print(f"FusedAdam vs AdamW max error {out[-1]['fused_adam_vs_torch_adamw_max_err']:.1e}; "
           f"engine ({out[-1]['engine_optimizer']}) {out[-1]['engine_steps_per_s']} steps/s")
+
+
+@pytest.mark.gpu
+@pytest.mark.evidence("run")
+def test_tensorflow_registers_the_gpus_and_reduces_across_them(target):
+    """TensorFlow registers every GPU (a missing CUDA library makes it skip them with a log line
+    and run on the CPU), a matmul placed on the GPU matches NumPy, and MirroredStrategy's
+    all-reduce over every GPU (NCCL) gives the right sum; matmul throughput printed."""
+    need(target, "tensorflow")
+    n = max(target.caps.gpu_count, 1)
+    info = py_json(target, """
+        import time
+        import numpy as np, tensorflow as tf
+        gpus = tf.config.list_physical_devices("GPU")
+        a, b = np.random.rand(2048, 2048).astype("float32"), np.random.rand(2048, 2048).astype("float32")
+        with tf.device("/GPU:0"):
+            c = tf.matmul(a, b)
+            t = time.perf_counter()
+            for _ in range(20):
+                d = tf.matmul(c, b)
+            _ = d.numpy()
+            tflops = 20 * 2 * 2048 ** 3 / (time.perf_counter() - t) / 1e12
+        err = float(np.abs(c.numpy() - a @ b).max())
+        strategy = tf.distribute.MirroredStrategy()
+        per = strategy.run(lambda: tf.constant(1.0) * tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1, tf.float32))
+        total = float(strategy.reduce(tf.distribute.ReduceOp.SUM, per, axis=None))
+        print(json.dumps({"gpus": len(gpus), "device": c.device, "max_err": err, "tflops": round(tflops, 1),
+                          "replicas": strategy.num_replicas_in_sync, "sum": total}))
+    """, timeout=600)
+    assert info["gpus"] == n, f"TensorFlow registered {info['gpus']} GPU(s), the host has {n}: a CUDA library it loads is missing?"
+    assert "GPU:0" in info["device"], f"the matmul ran on {info['device']}, not the GPU"
+    assert info["max_err"] < 1e-2, f"the GPU matmul differs from NumPy by {info['max_err']}"
+    r = info["replicas"]
+    assert r == n and info["sum"] == r * (r + 1) / 2, f"MirroredStrategy over {r} replicas summed {info['sum']}"
+    print(f"TensorFlow on {n} GPU(s): 2048^3 matmul {info['tflops']} TFLOP/s (fp32), all-reduce over {r} replicas ok")
