@@ -11,11 +11,11 @@ FROM ${TRAINBASE_NAMESPACE}/pytorch2.15.0-openmpi5.0.10-cuda13.2-cudnn9-ubuntu24
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # --- block: deepspeed (0.19.8 from its pinned sdist) ---
-# Ops prebuilt at install time (cpu_adam, cpu_adagrad, cpu_lion, fused_adam, fused_lamb, fused_lion, and the CPU
-# shared-memory op shm_comm), the CUDA ones for 8.0, 8.9, 9.0, 10.0 (+PTX):
-# a job's first step does not wait for a compiler, and a GPU this build never saw runs them.
-# DS_ACCELERATOR=cuda: with no GPU in the build DeepSpeed would pick its CPU accelerator and
-# build CPU ops only. nvcc 13.2.1 stays in the image, with
+# Ops prebuilt at install time (cpu_adam, cpu_adagrad, cpu_lion, fused_adam, fused_lamb, fused_lion), the CUDA ones
+# for 8.0, 8.9, 9.0, 10.0 (+PTX): a job's first step does not wait for a compiler,
+# and a GPU this build never saw runs them. DS_ACCELERATOR=cuda: with no GPU in the build
+# DeepSpeed would pick its CPU accelerator and build CPU ops only (so the CPU accelerator's
+# shared-memory op is not prebuilt: a CPU-only node compiles it on its first init_distributed). nvcc 13.2.1 stays in the image, with
 # TORCH_CUDA_ARCH_LIST, so the ops a config enables later JIT-compile for the same GPUs.
 # --no-build-isolation: an isolated build would pull a second multi-GB torch; --no-cache-dir:
 # pip's wheel cache keys a wheel built from the sdist by the sdist alone, not by DS_BUILD_*.
@@ -28,7 +28,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=patches/deepspeed-0.19.8-azureml-any-mpi.patch,target=/tmp/framework.patch \
     /usr/local/cuda/bin/nvcc --version | grep "release 13.2," > /dev/null \
  && tb-pip-install /tmp/locks/pytorch2.15.0-deepspeed0.19.8-cuda13.2-py3.12-build.txt \
- && DS_ACCELERATOR=cuda DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=1 \
+ && DS_ACCELERATOR=cuda DS_BUILD_OPS=0 \
     DS_BUILD_CPU_ADAM=1 \
     DS_BUILD_CPU_ADAGRAD=1 \
     DS_BUILD_CPU_LION=1 \
