@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -24,6 +25,7 @@ from trainbase_conformance.containers import Container, short_name
 from trainbase_conformance.plugin import _image_refs
 from trainbase_conformance.resources import CHECKS
 from trainbase_common import engine
+from trainbase.build import docker_build
 from tests.conformance import verdict
 
 HERE = Path(__file__).resolve().parent
@@ -118,9 +120,20 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
     assert not not_green, f"on the real image {base} these checks do not pass, so their failure on " \
                           f"{variant} would prove nothing: {not_green}"
     tag = f"trainbase-broken/{short_name(base).split(':')[0]}:{variant}-{uuid.uuid4().hex[:6]}"
+    context = HERE / "broken" / variant
+    if expect.get("pypi"):
+        # a variant that downloads from PyPI gets the host's CA bundle as the builds do, in its
+        # context as ca-bundle.crt; its Dockerfile uses it in a fetch stage only
+        ca = docker_build.ca_bundle("auto")
+        context = tmp_path / "context"
+        shutil.copytree(HERE / "broken" / variant, context)
+        if ca:
+            shutil.copy(ca, context / "ca-bundle.crt")
+        else:
+            (context / "ca-bundle.crt").write_text("")
     try:
         # a variant that fetches from Debian's mirror needs the build network the builds use
-        engine.build_legacy(HERE / "broken" / variant, tag, {"BASE": base},
+        engine.build_legacy(context, tag, {"BASE": base},
                             network=os.environ.get("TRAINBASE_BUILD_NETWORK") or None)
     except engine.EngineError as e:
         pytest.fail(f"building {variant} FROM {base} failed: {e}")

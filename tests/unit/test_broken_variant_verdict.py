@@ -154,10 +154,13 @@ def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
         assert check in defined, f"{variant}: {check} is in none of {expect['paths']}"
         assert re.search(rf"\b{check}\b", expect["k"]), f"{variant}: k {expect['k']!r} does not select {check}"
         assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
-    assert not set(expect) - {"why", "mpi", "framework", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
+    assert not set(expect) - {"why", "mpi", "framework", "pypi", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
     assert expect.get("framework") in (None, "pytorch", "tensorflow", "horovod", "deepspeed")
     dockerfile = (BROKEN / variant / "Dockerfile").read_text()
-    assert dockerfile.startswith("ARG BASE\nFROM ${BASE}\n"), f"{variant}: built FROM the image under test"
+    assert re.match(r"ARG BASE\nFROM \$\{BASE\}( AS \w+)?\n", dockerfile), f"{variant}: built FROM the image under test"
+    stages = re.findall(r"^FROM (.*)$", dockerfile, re.M)
+    assert stages[-1] == "${BASE}", f"{variant}: its final stage is the image under test"
+    assert ("ca-bundle.crt" in dockerfile) == bool(expect.get("pypi")), f"{variant}: the CA is staged only for a pypi variant"
 
 
 @pytest.mark.parametrize("expect, kind, fws, fits", [
