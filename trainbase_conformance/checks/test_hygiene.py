@@ -166,16 +166,26 @@ def test_no_apt_lists(target, layers):
     assert not bad, _report(layers, bad, "apt lists/archives")
 
 
+# labels the build sets from its own provenance, not from the manifest
+PROVENANCE_LABELS = ("io.trainbase.base.", "io.trainbase.recipe", "io.trainbase.sbom")
+
+
 @pytest.mark.static
 @pytest.mark.evidence("content")
 @pytest.mark.trainbase_contract("the io.trainbase.* labels")
 def test_labels_match_manifest(target):
-    """The io.trainbase.* labels are present and say what the image's manifest says."""
+    """The io.trainbase.* labels say what the image's manifest says, both ways: every label the
+    manifest implies is there with its value, and no io.trainbase.* label claims what the
+    manifest does not (a framework label a derived image inherited from its parent, say) --
+    only the build's provenance labels (base.*, recipe, sbom*) come from elsewhere."""
     want = labels_from_manifest(target.manifest)
     have = target.labels
     wrong = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
     assert not wrong, "labels (image, manifest) that disagree: " + \
         ", ".join(f"{k}: {h!r} != {w!r}" for k, (h, w) in wrong.items())
+    extra = {k: v for k, v in have.items()
+             if k.startswith("io.trainbase.") and k not in want and not k.startswith(PROVENANCE_LABELS)}
+    assert not extra, f"labels the manifest does not account for: {extra}"
 
 
 @pytest.mark.static
