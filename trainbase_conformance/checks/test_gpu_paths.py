@@ -123,8 +123,12 @@ def test_compiled_cuda_code_targets_every_declared_gpu(target):
     """, timeout=300)
     assert info, (f"no CUDA code found in the image's compiled framework objects (cuobjdump {comp['cuobjdump']}): "
                   f"they were built without nvcc, or for no GPU")
-    bad = {so: f"lacks {', '.join(sorted(set(want) - set(v['sm'])))}" for so, v in info.items() if set(want) - set(v["sm"])}
-    bad |= {so: f"no PTX for {want[-1]} (has {v['ptx'] or 'none'})" for so, v in info.items() if want[-1] not in v["ptx"]}
+    bad = {}
+    for so, v in info.items():
+        problems = [f"lacks {', '.join(sorted(set(want) - set(v['sm'])))}"] if set(want) - set(v["sm"]) else []
+        problems += [f"no PTX for {want[-1]} (has {', '.join(v['ptx']) or 'none'})"] if want[-1] not in v["ptx"] else []
+        if problems:
+            bad[so] = "; ".join(problems)
     assert not bad, f"CUDA objects not built for every declared GPU ({', '.join(want)} + PTX {want[-1]}): {bad}"
     print(f"{len(info)} CUDA objects, each with {', '.join(want)} and PTX {want[-1]}: {', '.join(sorted(info))}")
 
