@@ -80,7 +80,13 @@ def test_dry_run_prints_the_plan_without_building(scratch):
     r = _build(scratch, "--profile", "local", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "plan:" in r.stdout and "step 1:" in r.stdout and "step 3:" in r.stdout
-    assert "FROM pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12" in r.stdout
+    # Every local cell built on another appears with its parent, the deepest ones included
+    # (a framework on a framework), read from the listing rather than named here.
+    listing = json.loads(_cli(scratch, "--list", "--json").stdout)
+    local = [c for c in listing["cells"] if "local" in c["profiles"] and c["parent"]]
+    assert any(c["level"] == 2 for c in local), "the local profile has no framework on a framework"
+    for c in local:
+        assert f"{c['image']}  FROM {c['parent']}" in r.stdout, (c["name"], r.stdout)
     assert "shared os/ib stage (built once)" in r.stdout
 
 
