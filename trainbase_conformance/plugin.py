@@ -11,8 +11,7 @@ network with sshd) and checks one thing against the image's OWN manifest
 (/etc/trainbase/manifest.json), or for an image trainbase did not build, against the
 expectations file its user wrote (--expect, expectations.py): no test knows any image by name.
 
-Tiers are markers (static, cpu, multinode, azureml, gpu, fabric). Every test carries exactly one; a
-tier this host cannot run (no GPU, no RDMA device) is skipped with the reason, never passed.
+Tiers are markers, one per test; a tier this host cannot run is skipped with the reason, never passed.
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ import pytest
 from trainbase_common.states import usable_images
 
 from . import EVIDENCE, MARKERS, TIERS, expectations
+from .collection import DERIVED_NOTE, deselect_derived_tiers, group_by_image, pytest_ignore_collect  # noqa: F401
 from .containers import Container, inspect_image, short_name, ssh_cluster
 from .emulation import _native_only, emulated  # noqa: F401  (an autouse fixture, registered here)
 from .flavors import MpiFlavor
@@ -64,6 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--require-hardware", action="store_true",
                 help="the gpu and fabric tiers FAIL instead of skipping on a host without a GPU / RDMA "
                      "device: a GPU runner that lost its GPU must not pass")
+    g.addoption("--derived-tiers", default=None, metavar="TIER,...",
+                help="an image built FROM another one of this run (a framework on its base): only these "
+                     "tiers; the others are deselected, as the summary says (default: all tiers)")
     g.addoption("--broken-variants", action="store_true",
                 help="also collect test_broken_variants.py (the suite's self-test) in a directory run")
 
@@ -82,14 +85,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_IMAGE_FACTS] = {}
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    # The self-test builds images and re-runs this suite: only when asked for by name.
-    if collection_path.name == "test_broken_variants.py":
-        named = any(Path(a.split("::")[0]).resolve() == collection_path.resolve() for a in config.args)
-        return None if (named or config.getoption("--broken-variants")) else True
-    return None
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "image" not in metafunc.fixturenames:
         return
@@ -101,9 +96,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             reason="no image given: pass --image REF or --report BUILD.json"))], ids=["no-image"], scope="session")
 
 
+@pytest.hookimpl(trylast=True)   # after pytest's own reordering by fixture, which group_by_image corrects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every conformance test has exactly one tier; a tier this host cannot run is skipped
-    here, with the reason, before any container starts."""
+    """--derived-tiers, the checks grouped by image; each has one tier, and one this host cannot
+    run is skipped here, with the reason, before any container starts."""
+    deselect_derived_tiers(config, items, _image_refs(config))
+    group_by_image(items)
     caps = None
     for item in items:
         if "image" not in getattr(item, "fixturenames", ()):
@@ -397,4 +395,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write(config.stash[_RESULTS].markdown())
     if config.stash[_RESULTS].evidence:
         terminalreporter.write_line(config.stash[_RESULTS].evidence_summary())
+    if DERIVED_NOTE in config.stash:
+        terminalreporter.write_line(config.stash[DERIVED_NOTE])
     terminalreporter.write_line(f"summary: {md}")
