@@ -41,3 +41,24 @@ def test_a_package_pypi_cannot_answer_for_is_a_line_not_a_crash(tmp_path):
         raise ConnectionError("pypi.org unreachable")
     (f,) = outdated.check(m, down)
     assert "ConnectionError" in f.error and "? (ConnectionError" in outdated.report([f])
+
+
+def test_a_lock_for_a_python_the_host_lacks_is_resolved_wheels_only_with_the_tool_s_own_python(monkeypatch):
+    """Debian 12 has Python 3.11 only; the images' 3.12 sets are then resolved by this tool's
+    interpreter with pip's target options (what another architecture's set uses), and a set
+    that needs an sdist says which interpreter to install."""
+    import sys
+
+    from trainbase.define import pip_locks
+    from trainbase.errors import TrainbaseError
+
+    def missing(version):
+        raise TrainbaseError(f"no python{version}")
+
+    monkeypatch.setattr(pip_locks, "find_python", missing)
+    ls = pip_locks.LockSet("pytorch-py3.12", "3.12", ("torch==2.15.0",), ())
+    py, options = pip_locks.resolver_for(ls)
+    assert py == sys.executable
+    assert options[:1] == ["--only-binary=:all:"] and "3.12" in options and "cp312" in options
+    monkeypatch.setattr(pip_locks, "find_python", lambda v: "/opt/py312/bin/python")
+    assert pip_locks.resolver_for(ls) == ("/opt/py312/bin/python", [])

@@ -174,6 +174,18 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             fail(f"frameworks.{k}.parent: unknown framework {fw.parent!r}")
         if k != "none" and not fw.releases:
             fail(f"frameworks.{k}: no releases")
+        # A cell takes the first release that lists its CUDA (and matches its parent's): a
+        # second one for the same CUDA would never be built, and say nothing about it.
+        claimed: dict[tuple, str] = {}
+        for r in fw.releases:
+            for c in r.cuda:
+                key = (c, tuple(sorted(r.requires.items())))
+                if key in claimed:
+                    fail(f"frameworks.{k}.releases[{r.version}].cuda: CUDA {c} is already release "
+                         f"{claimed[key]}'s: a framework has one release per CUDA row (and parent "
+                         f"release), so this one would never be built; take {c} out of {claimed[key]}'s "
+                         f"cuda list (or remove {claimed[key]}) to build {r.version} there")
+                claimed[key] = r.version
         for r in fw.releases:
             at = f"frameworks.{k}.releases[{r.version}]"
             artifact(r.artifact, at + ".artifact")

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,13 +99,37 @@ def find_python(version: str) -> str:
                          f"(install it, e.g. `pyenv install {version}` or `apt-get install python{version}`)")
 
 
+def resolver_for(ls: LockSet) -> tuple[str, list[str]]:
+    """The interpreter that resolves ``ls`` and the pip options that make it resolve for the
+    images' Python: that Python itself where the host has it; else this tool's own interpreter
+    with pip's target-interpreter options (``--python-version``, wheels only), which is how
+    another architecture's set is resolved too. A host with only Debian 12's Python 3.11 can
+    then lock the Python 3.12 sets; a set that needs an sdist still needs the real interpreter,
+    and pip's refusal names the package."""
+    try:
+        return find_python(ls.python), []
+    except TrainbaseError:
+        if not sys.executable:
+            raise
+    # another architecture's set gets the same options below, with its platform tags
+    major, minor = ls.python.split(".")[:2]
+    return sys.executable, [] if ls.wheel_platform else _target_options(major, minor)
+
+
+def _target_options(major: str, minor: str) -> list[str]:
+    return ["--only-binary=:all:", "--implementation", "cp", "--python-version", f"{major}.{minor}",
+            "--abi", f"cp{major}{minor}"]
+
+
 def resolve(ls: LockSet, log=print) -> str:
     """Resolve with pip's real resolver for the target Python; return the lock file text."""
-    py = find_python(ls.python)
+    py, target = resolver_for(ls)
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                "--disable-pip-version-check", "--report", str(report), *ls.requirements, *ls.context]
+        if target:
+            cmd += [*target, "--target", str(Path(tmp) / "t")]
         if ls.wheel_platform:
             # Another architecture's wheels, chosen by pip's own tag logic (manylinux_2_36 also
             # accepts every older manylinux tag). pip can only do this for wheels (--only-binary):
@@ -114,14 +139,17 @@ def resolve(ls: LockSet, log=print) -> str:
             major, minor = ls.python.split(".")[:2]
             for tag in platform_tags(ls.wheel_platform):
                 cmd += ["--platform", tag]
-            cmd += ["--only-binary=:all:", "--implementation", "cp",
-                    "--python-version", f"{major}.{minor}", "--abi", f"cp{major}{minor}", "--target", str(Path(tmp) / "t")]
+            cmd += [*_target_options(major, minor), "--target", str(Path(tmp) / "t")]
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # PyPI itself, not a host's local mirrors
-        log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}")
+        log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
+            + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else ""))
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
-            raise TrainbaseError(f"lock {ls.name}: pip could not resolve {' '.join(ls.requirements)}:\n{tail}")
+            hint = (f"\n(resolved wheels-only, with no python{ls.python} on this machine: a package that "
+                    f"publishes only an sdist needs that interpreter, e.g. `pyenv install {ls.python}`)"
+                    if target else "")
+            raise TrainbaseError(f"lock {ls.name}: pip could not resolve {' '.join(ls.requirements)}:\n{tail}{hint}")
         data = json.loads(report.read_text())
     lines = [header(ls)]
     for item in sorted(data["install"], key=lambda i: i["metadata"]["name"].lower()):
