@@ -32,9 +32,10 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--explain", metavar="NAME", help="say whether a cell exists, and which rule excludes it if not")
     act.add_argument("--lock", action="store_true", help="resolve stale pip lock sets (needs PyPI), then render")
     act.add_argument("--lock-bases", action="store_true",
-                     help="resolve the selected rows' base images now (bootstrap: a fresh debootstrap; registry: "
-                          "the manifest digest, nothing pulled), write locks/bases.json, then render (changes every "
-                          "tag of a moved row); a base no registry answers for fails it")
+                     help="lock the selected rows' base images that locks/bases.json lacks (bootstrap: a fresh "
+                          "debootstrap; registry: the manifest digest, nothing pulled), then render; with --all "
+                          "re-resolve every selected one (changes every tag of a moved row); a base no registry "
+                          "answers for fails it")
     act.add_argument("--lint", action="store_true", help="hadolint and the pipefail rule on the rendered Dockerfiles")
     act.add_argument("--matrix", action="store_true", help="build the selected cells through the Docker engine")
     act.add_argument("--prune", action="store_true",
@@ -105,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
                         "not in the registry, or is published but not yet what `latest` points at (unpromoted)")
     d.add_argument("--gate", metavar="DIR", type=Path, help="with --promote: only digests DIR's gate records (*.json) passed")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
-                   "with --lock: re-resolve every set")
+                   "with --lock: re-resolve every set; with --lock-bases: every selected base")
     return p
 
 
@@ -148,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
 
         failed = None
         try:
-            entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr))
+            entries = bases.relock(m, root, selected, log=lambda s: print(f"base: {s}", file=sys.stderr),
+                                   refresh=args.all)
         except TrainbaseError as e:   # what did resolve is written: render it, then fail the job
             failed, entries = e, base_lock.load(root)
         locked = sum(1 for e in entries.values() if e.identity)

@@ -244,7 +244,7 @@ def test_lock_bases_reads_registry_digests_without_pulling(tmp_path, monkeypatch
     asked = []
     monkeypatch.setattr(engine, "distribution_digest",
                         lambda ref: asked.append(ref) or "sha256:" + f"{len(asked):064x}")
-    entries = bases.relock(m, tmp_path, cells, log=lambda s: None)
+    entries = bases.relock(m, tmp_path, cells, log=lambda s: None, refresh=True)
     assert sorted(asked) == registry_refs
     for ref in registry_refs:
         assert entries[ref].how == base_lock.REGISTRY and entries[ref].identity.startswith("sha256:")
@@ -267,7 +267,26 @@ def test_lock_bases_fails_naming_each_base_no_registry_answered_for(tmp_path, mo
         return "sha256:" + "c" * 64
     monkeypatch.setattr(engine, "distribution_digest", digest)
     with pytest.raises(TrainbaseError) as e:
-        bases.relock(m, tmp_path, cells, log=lambda s: None)
+        bases.relock(m, tmp_path, cells, log=lambda s: None, refresh=True)
     assert broken in str(e.value) and "authentication required" in str(e.value)
     written = base_lock.load(tmp_path)
     assert all(written[r].identity == "sha256:" + "c" * 64 for r in registry_refs if r != broken)
+
+
+def test_lock_bases_without_all_adds_only_the_missing_bases_and_moves_no_tag(tmp_path, monkeypatch):
+    """Adding a CUDA row, as docs/matrix.md says: `--lock-bases` locks the new row's base and
+    keeps every locked one -- no fresh debootstrap (root, and today's mirror would move every
+    Debian tag), no registry question for a base already locked."""
+    m, cells, registry_refs = _registry_rows(tmp_path)
+    lock = base_lock.load(tmp_path)
+    new = registry_refs[0]
+    for ref in registry_refs[1:]:   # locked where a registry answered (CI), one row new
+        lock[ref] = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity="sha256:" + "e" * 64, note="")
+    lock.pop(new, None)
+    base_lock.write(tmp_path, lock)
+    monkeypatch.setattr(bootstrap, "ensure_base_image", lambda *a, **k: pytest.fail("bootstrapped again"))
+    asked = []
+    monkeypatch.setattr(engine, "distribution_digest", lambda ref: asked.append(ref) or "sha256:" + "d" * 64)
+    entries = bases.relock(m, tmp_path, cells, log=lambda s: None)
+    assert asked == [new] and entries[new].identity == "sha256:" + "d" * 64
+    assert {k: v for k, v in entries.items() if k != new} == {k: v for k, v in lock.items()}

@@ -63,8 +63,11 @@ def _differs(lock: BaseLock, built_from: str) -> str | None:
     return base_lock.mismatch(lock, resolved, packages)
 
 
-def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
+def relock(m, root: Path, cells, log, refresh: bool = False) -> dict[str, BaseLock]:
     """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
+    Without ``refresh`` only the bases with no entry yet are resolved (a new CUDA row's base):
+    re-resolving a locked one moves the tag of every cell on it, which the weekly refresh does
+    on purpose (``--lock-bases --all``) and adding a version must never do.
     A bootstrap row is bootstrapped afresh (what the mirror gives today); a registry row is
     resolved from the registry's manifest API (the engine's distribution endpoint, the stored
     login): its digest -- the multi-arch index where there is one -- without pulling a layer,
@@ -81,6 +84,9 @@ def relock(m, root: Path, cells, log) -> dict[str, BaseLock]:
             seen.setdefault(k, (os_["base"], c.arch, m.spec.os[c.os]))
     failures: list[str] = []
     for k, (ref, arch, row) in sorted(seen.items()):
+        if not refresh and k in entries and entries[k].identity:
+            log(f"{k}: locked to {entries[k].identity}, kept (--all re-resolves it)")
+            continue
         if row.bootstrap is not None:
             engine.remove_image(bootstrap.bootstrap_ref(ref, arch))   # today's mirror, not an old bootstrap
             _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
