@@ -33,6 +33,41 @@ def test_a_series_bump_and_a_newer_series_are_told_apart(tmp_path):
     assert "| impi-rt | 2021.18.1 | - | 2021.19.0 | mpi.x.packages[0] |" in text
 
 
+def test_a_held_pin_is_reported_held_with_its_reason_not_behind(tmp_path):
+    """matrix.yaml's holds: releases a stated rule keeps out (a known regression, an upstream
+    incompatibility) are listed as held, with the reason; what the hold allows still counts."""
+    m = tmp_path / "matrix.yaml"
+    m.write_text("mpi:\n  x:\n    packages: [impi-rt==2021.18.1, setuptools==80.9.0, mpi4py==4.1.0]\n"
+                 "holds:\n"
+                 "  - {package: setuptools, below: '81', reason: Horovod's setup.py imports pkg_resources,"
+                 " upstream: 'https://github.com/horovod/horovod/issues/0'}\n"
+                 "  - {package: impi-rt, reason: the DeepSpeed patch is proven on 2021.18 only}\n")
+    releases = {"impi-rt": ["2021.18.1", "2021.19.0"], "setuptools": ["80.9.0", "80.10.1", "84.2.1"],
+                "mpi4py": ["4.1.0", "4.1.1"]}
+    findings = {f.pin.package: f for f in outdated.check(m, releases.__getitem__)}
+    # setuptools: 84.2.1 held; 80.10.1 is under the hold's bound, so the pin is still behind
+    assert findings["setuptools"].newest == "80.10.1" and "84.2.1 held (>= 81): Horovod's setup.py" in \
+        findings["setuptools"].held and "issues/0" in findings["setuptools"].held
+    assert findings["impi-rt"].newest is None and findings["impi-rt"].held.startswith("2021.19.0 held: the DeepSpeed")
+    assert "setuptools" not in {p.package for p in outdated.pins(m) if p.where == ["holds[0]"]}
+    text = outdated.report(list(findings.values()))
+    assert text.startswith("2 of 3 pins have newer releases on PyPI; 2 hold(s)")
+    assert "| impi-rt | 2021.18.1 | 2021.19.0 held: the DeepSpeed patch is proven on 2021.18 only |" in text
+    assert outdated.as_json([findings["impi-rt"]])[0]["held"].startswith("2021.19.0 held")
+
+
+def test_matrix_yaml_holds_are_validated():
+    import pytest
+    from pydantic import ValidationError
+
+    from trainbase.define.schema import Hold
+
+    with pytest.raises(ValidationError):
+        Hold(package="torch", below="two", reason="x")
+    with pytest.raises(ValidationError):
+        Hold(package="torch", below="2.16")   # a hold without its reason
+
+
 def test_a_package_pypi_cannot_answer_for_is_a_line_not_a_crash(tmp_path):
     m = tmp_path / "matrix.yaml"
     m.write_text("python:\n  packages: [mpi4py==4.1.1]\n")

@@ -34,9 +34,20 @@ class Pin:
 @dataclass
 class Finding:
     pin: Pin
-    newest_in_series: str | None   # None: the pin is the newest of its major.minor
-    newest: str | None             # None: the pin is the newest release
+    newest_in_series: str | None   # None: the pin is the newest of its major.minor (of what no hold holds)
+    newest: str | None             # None: the pin is the newest release (of what no hold holds)
     error: str = ""
+    held: str = ""                 # newer releases a hold of matrix.yaml holds back, and why
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def holds(matrix_file: Path) -> dict[str, dict[str, Any]]:
+    """matrix.yaml's ``holds``, by normalized package name."""
+    data = yaml.safe_load(matrix_file.read_text()) or {}
+    return {_norm(h["package"]): h for h in data.get("holds") or []}
 
 
 def _walk(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
@@ -56,8 +67,10 @@ def _walk(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
 def pins(matrix_file: Path) -> list[Pin]:
     """Every PyPI pin of matrix.yaml, one per (package, version), with where it is pinned."""
     found: dict[tuple[str, str], Pin] = {}
-    for name, version, where in _walk(yaml.safe_load(matrix_file.read_text()), ""):
-        key = (re.sub(r"[-_.]+", "-", name).lower(), version)
+    data = yaml.safe_load(matrix_file.read_text())
+    data.pop("holds", None)   # what is held is not a pin
+    for name, version, where in _walk(data, ""):
+        key = (_norm(name), version)
         found.setdefault(key, Pin(key[0], version)).where.append(where)
     return sorted(found.values(), key=lambda p: (p.package, Version(p.version) if _ok(p.version) else p.version))
 
@@ -79,13 +92,22 @@ def fetch_releases(package: str) -> list[str]:
     return [v for v, files in r.json()["releases"].items() if files and not all(f.get("yanked") for f in files)]
 
 
-def compare(pin: Pin, releases: list[str]) -> Finding:
+def compare(pin: Pin, releases: list[str], hold: dict[str, Any] | None = None) -> Finding:
     finals = sorted(v for v in map(_version_or_none, releases) if v is not None and not v.is_prerelease)
     mine = Version(pin.version)
+    held = ""
+    if hold is not None:
+        bound = Version(hold["below"]) if hold.get("below") else None
+        newer_held = [v for v in finals if v > mine and (bound is None or v >= bound)]
+        if newer_held:
+            why = hold["reason"].strip() + (f" ({hold['upstream']})" if hold.get("upstream") else "")
+            held = (f"{', '.join(map(str, newer_held[-3:]))}{' ...' if len(newer_held) > 3 else ''} held"
+                    f"{f' (>= {bound})' if bound else ''}: {why}")
+        finals = [v for v in finals if v <= mine or (bound is not None and v < bound)]
     series = [v for v in finals if v.release[:2] == mine.release[:2]]
     newest_in_series = str(series[-1]) if series and series[-1] > mine else None
     newest = str(finals[-1]) if finals and finals[-1] > mine else None
-    return Finding(pin, newest_in_series, newest)
+    return Finding(pin, newest_in_series, newest, held=held)
 
 
 def _version_or_none(v: str) -> Version | None:
@@ -97,11 +119,12 @@ def _version_or_none(v: str) -> Version | None:
 
 def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releases) -> list[Finding]:
     out = []
+    held = holds(matrix_file)
     for pin in pins(matrix_file):
         if not _ok(pin.version):
             continue
         try:
-            out.append(compare(pin, releases(pin.package)))
+            out.append(compare(pin, releases(pin.package), held.get(pin.package)))
         except Exception as e:  # noqa: BLE001 -- a report: one package PyPI cannot answer for is a line, not a crash
             out.append(Finding(pin, None, None, error=f"{type(e).__name__}: {e}"[:200]))
     return out
@@ -110,7 +133,8 @@ def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releas
 def as_json(findings: list[Finding]) -> list[dict[str, Any]]:
     """One object per pin (``--outdated --json``), for a dashboard or a bot."""
     return [{"package": f.pin.package, "pinned": f.pin.version, "newest_in_series": f.newest_in_series,
-             "newest": f.newest, "where": f.pin.where, **({"error": f.error} if f.error else {})} for f in findings]
+             "newest": f.newest, "where": f.pin.where, **({"error": f.error} if f.error else {}),
+             **({"held": f.held} if f.held else {})} for f in findings]
 
 
 def report(findings: list[Finding]) -> str:
@@ -124,9 +148,14 @@ def report(findings: list[Finding]) -> str:
         else:
             lines.append(f"| {f.pin.package} | {f.pin.version} | {f.newest_in_series or '-'} | {f.newest} | "
                          f"{', '.join(f.pin.where[:2])}{' ...' if len(f.pin.where) > 2 else ''} |")
+    held = [f for f in findings if f.held]
     current = sorted({f.pin.package for f in findings if not (f.newest or f.error)})
-    head = f"{len(behind)} of {len(findings)} pins have newer releases on PyPI"
-    return "\n".join([head, "", *(lines if behind else []), "", f"current: {', '.join(current) or 'none'}"])
+    head = (f"{len(behind)} of {len(findings)} pins have newer releases on PyPI"
+            + (f"; {len(held)} hold(s) of matrix.yaml keep newer releases out, each with its reason" if held else ""))
+    held_lines = ["| package | pinned | held |", "|---|---|---|",
+                  *(f"| {f.pin.package} | {f.pin.version} | {f.held} |" for f in held)] if held else []
+    return "\n".join([head, "", *(lines if behind else []), "", *held_lines, *([""] if held else []),
+                      f"current: {', '.join(current) or 'none'}"])
 
 
 def command(matrix_path, json_output: bool = False) -> int:

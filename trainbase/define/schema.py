@@ -346,6 +346,24 @@ class Axes(Strict):
     framework: list[str] = Field(min_length=1)
 
 
+class Hold(Strict):
+    """A pin held back on purpose: `build.py --outdated` reports it as held (with the reason),
+    not as behind, and `--bump` leaves it. ``below``: releases from this version on are held
+    (a known regression, an upstream incompatibility); absent: the pin itself is held."""
+    package: str
+    below: str | None = None
+    reason: str
+    upstream: str | None = None   # the upstream issue or release note that says why
+
+    @field_validator("below")
+    @classmethod
+    def _version(cls, v):
+        if v is not None:
+            from packaging.version import Version
+            Version(v)
+        return v
+
+
 class MatrixFile(Strict):
     schema_version: Literal[1]
     naming: Naming
@@ -359,4 +377,5 @@ class MatrixFile(Strict):
     python: PythonPackages
     frameworks: dict[str, Framework]
     rules: list[Rule] = []
+    holds: list[Hold] = []
     profiles: dict[str, Profile] = {}
