@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
                      help="the cells the working tree's changes since REV (its merge base) must rebuild or re-test")
     act.add_argument("--outdated", action="store_true",
                      help="report the PyPI pins of matrix.yaml that upstream has newer releases of (changes nothing)")
+    act.add_argument("--bump", nargs="*", metavar="PACKAGE",
+                     help="write the newest release in its series of each pin (or of these packages) that no "
+                          "hold keeps back into matrix.yaml, re-resolve the locks, render, and print the cells "
+                          "whose tags move; refuses a bump that makes a cell impossible (with --dry-run: only say)")
     act.add_argument("--promote", action="store_true",
                      help="point each selected cell's `latest` at its current recipe tag's digest, registry side "
                           "(needs --registry; with --gate DIR only where the gate passed that digest)")
@@ -174,6 +178,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ci_matrix:
         from .deliver import ci_matrix as cimod
         return cimod.command(m, root, selected, args)
+    if args.bump is not None:
+        from .render import bump
+        return bump.command(m.path, args.bump, args.dry_run, sys.stdout)
     if args.outdated:
         from .define import outdated
         return outdated.command(m.path, json_output=args.json)

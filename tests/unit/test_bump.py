@@ -1,0 +1,76 @@
+"""`build.py --bump`: a series bump written into matrix.yaml's text (comments kept), refused
+whole when it makes a cell impossible, held pins left alone, newer series named for a person,
+then locks re-resolved and the cells whose tags move printed."""
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+from trainbase.define import outdated
+from trainbase.render import bump
+from trainbase.errors import TrainbaseError
+
+RELEASES = {"psutil": ["7.2.2", "7.2.3", "8.0.0"], "pyyaml": ["6.0.3", "6.0.4"]}
+
+
+def _releases(name):
+    return RELEASES.get(name, [])
+
+
+def test_apply_rewrites_list_pins_and_wheel_tables_and_keeps_comments():
+    text = ("a: [psutil==7.2.2, pyyaml==6.0.3]  # why\n"
+            "b: {package: nvidia-nccl-cu12, version: 2.27.5}\n"
+            "c: [notpsutil==7.2.2]\n")
+    edits = [bump.Edit("psutil", "7.2.2", "7.2.3", ["a[0]"]), bump.Edit("nvidia-nccl-cu12", "2.27.5", "2.27.7", ["b"])]
+    assert bump.apply(text, edits) == ("a: [psutil==7.2.3, pyyaml==6.0.3]  # why\n"
+                                       "b: {package: nvidia-nccl-cu12, version: 2.27.7}\n"
+                                       "c: [notpsutil==7.2.2]\n")
+    with pytest.raises(TrainbaseError, match="edit it by hand"):
+        bump.apply(text, [bump.Edit("mpi4py", "4.1.1", "4.1.2", ["x"])])
+
+
+def test_plan_bumps_the_series_names_a_newer_series_and_keeps_a_hold(tmp_path):
+    m = tmp_path / "matrix.yaml"
+    m.write_text("x:\n  packages: [psutil==7.2.2, pyyaml==6.0.3]\n"
+                 "holds:\n  - {package: pyyaml, reason: a regression in 6.0.4}\n")
+    edits, notes = bump.plan(outdated.check(m, _releases), [])
+    assert [(e.package, e.new) for e in edits] == [("psutil", "7.2.3")]
+    assert any("psutil 7.2.2: newer series 8.0.0" in n for n in notes)
+    assert any("pyyaml 6.0.3: 6.0.4 held: a regression in 6.0.4" in n for n in notes)
+    with pytest.raises(TrainbaseError, match="pins no torchvision"):
+        bump.plan(outdated.check(m, _releases), ["torchvision"])
+
+
+def test_a_bump_writes_matrix_yaml_relocks_renders_and_names_the_moved_cells(workdir, monkeypatch):
+    from trainbase.define import pip_locks
+
+    # PyPI's resolver stood in for: each stale set resolves to its pins with a made-up hash
+    monkeypatch.setattr(pip_locks, "resolve", lambda ls, log=print: pip_locks.header(ls) + "".join(
+        f"{r.lower()} \\\n    --hash=sha256:{'0' * 64}\n" for r in ls.requirements))
+    out = io.StringIO()
+    code = bump.command(workdir / "matrix.yaml", ["psutil"], False, out, releases=_releases)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "bump: psutil 7.2.2 -> 7.2.3" in text and "newer series 8.0.0" in text
+    assert "psutil==7.2.3" in (workdir / "matrix.yaml").read_text()
+    assert "lock file(s) re-resolved" in text
+    moved = [line.split(":")[0].strip() for line in text.splitlines() if " -> r" in line]
+    # psutil is Horovod's pin: the Horovod cells move, and nothing else
+    assert moved and all(name.startswith("horovod") for name in moved), text
+
+
+def test_a_bump_that_makes_a_cell_impossible_is_refused_and_writes_nothing(workdir):
+    """An NCCL wheel bumped alone no longer agrees with its row's `nccl` and the framework
+    releases' pins: the bump is refused naming the cells and the rule, matrix.yaml untouched."""
+    path = workdir / "matrix.yaml"
+    data = yaml.safe_load(path.read_text())
+    nccl = data["cuda"]["12.8"]["wheels"]["nccl"]
+    before = path.read_text()
+    out = io.StringIO()
+    code = bump.command(path, [nccl["package"]], False, out,
+                        releases=lambda name: [nccl["version"], "2.27.7"] if name == nccl["package"] else [])
+    assert code == 1 and "REFUSED, nothing written" in out.getvalue(), out.getvalue()
+    assert "pins NCCL" in out.getvalue() or "NCCL" in out.getvalue()
+    assert path.read_text() == before

@@ -1,0 +1,129 @@
+"""`build.py --bump [PACKAGE ...]`: adopt upstream's new releases in one command.
+
+For each PyPI pin of matrix.yaml that has a newer release in its own series (what
+`--outdated` calls a series bump) and that no hold of matrix.yaml keeps back, the pin is
+rewritten in place (the text of matrix.yaml, so comments and anchors stay), the matrix is
+loaded again -- a bump that makes a cell impossible (an NCCL wheel that no longer agrees with
+its row's `nccl`, a schema rule) is refused naming the cell and the rule's reason, and nothing
+is written -- then the stale pip locks are re-resolved, everything is rendered, and the cells
+whose immutable tags move are printed. A newer *series* (torch 2.15 -> 2.16) is a new release
+entry with its own CUDA rows and size (docs/matrix.md): named, never written by this command.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from ..errors import MatrixError, TrainbaseError
+from ..define import outdated
+
+
+@dataclass
+class Edit:
+    package: str
+    old: str
+    new: str
+    where: list[str]
+
+
+def plan(findings: list[outdated.Finding], packages: list[str]) -> tuple[list[Edit], list[str]]:
+    """(series bumps to write, lines about what is left to a person)."""
+    wanted = {outdated._norm(p) for p in packages}
+    edits, notes = [], []
+    for f in findings:
+        if wanted and f.pin.package not in wanted:
+            continue
+        if f.error:
+            notes.append(f"{f.pin.package} {f.pin.version}: PyPI did not answer ({f.error})")
+            continue
+        if f.newest_in_series:
+            edits.append(Edit(f.pin.package, f.pin.version, f.newest_in_series, f.pin.where))
+        if f.newest and f.newest != f.newest_in_series:
+            notes.append(f"{f.pin.package} {f.pin.version}: newer series {f.newest} -- a new entry in matrix.yaml "
+                         f"(docs/matrix.md), not a pin bump")
+        if f.held:
+            notes.append(f"{f.pin.package} {f.pin.version}: {f.held}")
+    if wanted - {f.pin.package for f in findings}:
+        raise TrainbaseError(f"--bump: matrix.yaml pins no {', '.join(sorted(wanted - {f.pin.package for f in findings}))}")
+    return edits, notes
+
+
+def apply(text: str, edits: list[Edit]) -> str:
+    """matrix.yaml's text with each pin rewritten where it is written: ``NAME==OLD`` in a
+    package list, ``{package: NAME, version: OLD}`` in a wheel table."""
+    for e in edits:
+        name = re.escape(e.package).replace(r"\-", "[-_.]")
+        pin = re.compile(rf"(?i)(?<![\w.-])({name}==){re.escape(e.old)}(?![\w.])")
+        table = re.compile(rf"(?i)(package:\s*['\"]?{name}['\"]?\s*,\s*version:\s*['\"]?){re.escape(e.old)}(?![\w.])")
+        text, n1 = pin.subn(rf"\g<1>{e.new}", text)
+        text, n2 = table.subn(rf"\g<1>{e.new}", text)
+        if n1 + n2 == 0:
+            raise TrainbaseError(f"--bump: {e.package}=={e.old} is pinned at {', '.join(e.where)} in a form this "
+                                 f"command does not rewrite; edit it by hand")
+    return text
+
+
+def refused(before, after) -> list[str]:
+    """The cells a bump would make impossible: included before, excluded after, with why."""
+    was = {c.name for c in before.included}
+    return [f"{c.name}: {c.excluded}" for c in after.cells if c.excluded and c.name in was]
+
+
+def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
+            releases=outdated.fetch_releases, lock=None) -> int:
+    from . import recipes as rendermod
+    from ..define.matrix import load
+
+    root = matrix_path.resolve().parent
+    before = load(matrix_path)
+    edits, notes = plan(outdated.check(matrix_path, releases), packages)
+    for e in edits:
+        out.write(f"bump: {e.package} {e.old} -> {e.new}  ({', '.join(e.where[:3])}{' ...' if len(e.where) > 3 else ''})\n")
+    for n in notes:
+        out.write(f"  not bumped: {n}\n")
+    if not edits:
+        out.write("bump: nothing to bump\n")
+        return 0
+    text = apply(matrix_path.read_text(), edits)
+    trial = root / f".{matrix_path.name}.bump"
+    try:
+        trial.write_text(text)
+        after = load(trial)
+        gone = refused(before, after)
+    except MatrixError as e:   # a rule of the schema itself (a row's nccl and its wheel disagree)
+        gone = [str(e).replace(trial.name, matrix_path.name)]
+    finally:
+        trial.unlink(missing_ok=True)
+    if gone:
+        out.write(f"bump: REFUSED, nothing written: {len(gone)} cell(s) would become impossible:\n")
+        for g in gone:
+            out.write(f"  {g}\n")
+        return 1
+    if dry_run:
+        out.write(f"bump: --dry-run: matrix.yaml unchanged ({len(edits)} pin(s) would move)\n")
+        return 0
+    old_tags = {n: r.tag for n, r in rendermod.render_all(before, root=root).items()}
+    matrix_path.write_text(text)
+    m = load(matrix_path)
+    rendered = rendermod.render_all(m, root=root)
+    (lock or _lock)(root, rendermod.lock_sets(rendered), out)
+    rendered = rendermod.render_all(m, root=root)
+    changed, removed = rendermod.write(rendered, root)
+    moved = sorted(n for n, r in rendered.items() if old_tags.get(n) not in (None, r.tag))
+    out.write(f"bump: {len(edits)} pin(s) written; {len(moved)} cell(s) move to a new tag "
+              f"({len(changed)} rendered file set(s) changed):\n")
+    for n in moved:
+        out.write(f"  {n}: {old_tags[n]} -> {rendered[n].tag}\n")
+    if stale := rendermod.missing_locks(rendered, root):
+        raise TrainbaseError(f"--bump: locks still stale after resolving: {', '.join(stale)}")
+    return 0
+
+
+def _lock(root: Path, sets, out: TextIO) -> None:
+    from ..define import pip_locks
+
+    written = pip_locks.write(root, sets, log=lambda s: out.write(f"  {s}\n"))
+    out.write(f"bump: {len(written)} lock file(s) re-resolved\n")
