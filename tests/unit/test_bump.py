@@ -37,8 +37,10 @@ def test_plan_bumps_the_series_names_a_newer_series_and_keeps_a_hold(tmp_path):
                  "holds:\n  - {package: pyyaml, reason: a regression in 6.0.4}\n")
     edits, notes = bump.plan(outdated.check(m, _releases), [])
     assert [(e.package, e.new) for e in edits] == [("psutil", "7.2.3")]
-    assert any("psutil 7.2.2: newer series 8.0.0" in n for n in notes)
+    assert any("psutil 7.2.2: newer series 8.0.0: `--bump psutil` writes it" in n for n in notes)
     assert any("pyyaml 6.0.3: 6.0.4 held: a regression in 6.0.4" in n for n in notes)
+    # named on the command line: its newest release, past its series
+    assert [(e.package, e.new) for e in bump.plan(outdated.check(m, _releases), ["psutil"])[0]] == [("psutil", "8.0.0")]
     with pytest.raises(TrainbaseError, match="pins no torchvision"):
         bump.plan(outdated.check(m, _releases), ["torchvision"])
 
@@ -50,7 +52,7 @@ def test_a_bump_writes_matrix_yaml_relocks_renders_and_names_the_moved_cells(wor
     monkeypatch.setattr(pip_locks, "resolve", lambda ls, log=print: pip_locks.header(ls) + "".join(
         f"{r.lower()} \\\n    --hash=sha256:{'0' * 64}\n" for r in ls.requirements))
     out = io.StringIO()
-    code = bump.command(workdir / "matrix.yaml", ["psutil"], False, out, releases=_releases)
+    code = bump.command(workdir / "matrix.yaml", [], False, out, releases=_releases)
     text = out.getvalue()
     assert code == 0, text
     assert "bump: psutil 7.2.2 -> 7.2.3" in text and "newer series 8.0.0" in text
@@ -71,6 +73,28 @@ def test_a_bump_that_makes_a_cell_impossible_is_refused_and_writes_nothing(workd
     out = io.StringIO()
     code = bump.command(path, [nccl["package"]], False, out,
                         releases=lambda name: [nccl["version"], "2.27.7"] if name == nccl["package"] else [])
-    assert code == 1 and "REFUSED, nothing written" in out.getvalue(), out.getvalue()
-    assert "pins NCCL" in out.getvalue() or "NCCL" in out.getvalue()
+    text = out.getvalue()
+    assert code == 1 and f"REFUSED {nccl['package']} {nccl['version']} -> 2.27.7: matrix.yaml: cuda.12.8: nccl" \
+        in text and "differs from the NCCL wheel 2.27.7" in text, text
     assert path.read_text() == before
+
+
+def test_a_bump_pip_cannot_resolve_restores_matrix_yaml_and_every_lock(workdir, monkeypatch):
+    from trainbase.define import pip_locks
+
+    before = {f.name: f.read_bytes() for f in (workdir / "locks").glob("*")}
+    matrix_before = (workdir / "matrix.yaml").read_text()
+    calls = []
+
+    def resolve(ls, log=print):   # the first set resolves (and is written), the next one conflicts
+        calls.append(ls.name)
+        if len(calls) > 1:
+            raise TrainbaseError(f"lock {ls.name}: pip could not resolve psutil==7.2.3: conflict")
+        return pip_locks.header(ls)
+    monkeypatch.setattr(pip_locks, "resolve", resolve)
+    with pytest.raises(TrainbaseError, match="(?s)REFUSED, matrix.yaml and locks/ restored.*conflict"):
+        bump.command(workdir / "matrix.yaml", ["psutil"], False, io.StringIO(),
+                     releases=lambda n: ["7.2.2", "7.2.3"] if n == "psutil" else [])
+    assert len(calls) == 2
+    assert (workdir / "matrix.yaml").read_text() == matrix_before
+    assert {f.name: f.read_bytes() for f in (workdir / "locks").glob("*")} == before

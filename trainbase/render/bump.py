@@ -39,11 +39,14 @@ def plan(findings: list[outdated.Finding], packages: list[str]) -> tuple[list[Ed
         if f.error:
             notes.append(f"{f.pin.package} {f.pin.version}: PyPI did not answer ({f.error})")
             continue
-        if f.newest_in_series:
-            edits.append(Edit(f.pin.package, f.pin.version, f.newest_in_series, f.pin.where))
-        if f.newest and f.newest != f.newest_in_series:
-            notes.append(f"{f.pin.package} {f.pin.version}: newer series {f.newest} -- a new entry in matrix.yaml "
-                         f"(docs/matrix.md), not a pin bump")
+        # a package named on the command line goes to its newest release (a person chose it);
+        # otherwise only within its series, the bump that keeps compatibility
+        target = f.newest if (wanted and f.newest) else f.newest_in_series
+        if target:
+            edits.append(Edit(f.pin.package, f.pin.version, target, f.pin.where))
+        if f.newest and f.newest != target:
+            notes.append(f"{f.pin.package} {f.pin.version}: newer series {f.newest}: `--bump {f.pin.package}` "
+                         f"writes it (a framework or CUDA version is a new entry instead, docs/matrix.md)")
         if f.held:
             notes.append(f"{f.pin.package} {f.pin.version}: {f.held}")
     if wanted - {f.pin.package for f in findings}:
@@ -87,39 +90,65 @@ def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
     if not edits:
         out.write("bump: nothing to bump\n")
         return 0
-    text = apply(matrix_path.read_text(), edits)
-    trial = root / f".{matrix_path.name}.bump"
-    try:
-        trial.write_text(text)
-        after = load(trial)
-        gone = refused(before, after)
-    except MatrixError as e:   # a rule of the schema itself (a row's nccl and its wheel disagree)
-        gone = [str(e).replace(trial.name, matrix_path.name)]
-    finally:
-        trial.unlink(missing_ok=True)
-    if gone:
-        out.write(f"bump: REFUSED, nothing written: {len(gone)} cell(s) would become impossible:\n")
-        for g in gone:
-            out.write(f"  {g}\n")
+    original = matrix_path.read_text()
+    # each bump on its own first, so one that breaks a rule is refused by name and the rest go on
+    accepted = []
+    for e in edits:
+        if why := _breaks(before, matrix_path, apply(original, [e]), load):
+            out.write(f"bump: REFUSED {e.package} {e.old} -> {e.new}: {'; '.join(why)}\n")
+        else:
+            accepted.append(e)
+    text = apply(original, accepted)
+    if accepted and (why := _breaks(before, matrix_path, text, load)):
+        out.write(f"bump: REFUSED together, nothing written: {'; '.join(why)}\n")
+        return 1
+    if len(accepted) < len(edits):
+        out.write(f"bump: {len(edits) - len(accepted)} bump(s) refused (above): each breaks a rule of matrix.yaml\n")
+    if not accepted:
         return 1
     if dry_run:
-        out.write(f"bump: --dry-run: matrix.yaml unchanged ({len(edits)} pin(s) would move)\n")
-        return 0
+        out.write(f"bump: --dry-run: matrix.yaml unchanged ({len(accepted)} pin(s) would move)\n")
+        return 1 if len(accepted) < len(edits) else 0
     old_tags = {n: r.tag for n, r in rendermod.render_all(before, root=root).items()}
+    locks = {f: f.read_bytes() for f in (root / "locks").glob("*")}
     matrix_path.write_text(text)
     m = load(matrix_path)
     rendered = rendermod.render_all(m, root=root)
-    (lock or _lock)(root, rendermod.lock_sets(rendered), out)
+    try:
+        (lock or _lock)(root, rendermod.lock_sets(rendered), out)
+    except TrainbaseError as e:
+        # pip's resolver is the compatibility rule of last resort (a framework wheel that pins
+        # cuBLAS exactly): nothing of the bump stays, not even the locks that did resolve
+        matrix_path.write_text(original)
+        for f in (root / "locks").glob("*"):
+            if f not in locks:
+                f.unlink()
+        for f, data in locks.items():
+            f.write_bytes(data)
+        raise TrainbaseError(f"--bump: REFUSED, matrix.yaml and locks/ restored: the bumped pins do not "
+                             f"resolve together:\n{e}") from None
     rendered = rendermod.render_all(m, root=root)
     changed, removed = rendermod.write(rendered, root)
     moved = sorted(n for n, r in rendered.items() if old_tags.get(n) not in (None, r.tag))
-    out.write(f"bump: {len(edits)} pin(s) written; {len(moved)} cell(s) move to a new tag "
+    out.write(f"bump: {len(accepted)} pin(s) written; {len(moved)} cell(s) move to a new tag "
               f"({len(changed)} rendered file set(s) changed):\n")
     for n in moved:
         out.write(f"  {n}: {old_tags[n]} -> {rendered[n].tag}\n")
     if stale := rendermod.missing_locks(rendered, root):
         raise TrainbaseError(f"--bump: locks still stale after resolving: {', '.join(stale)}")
-    return 0
+    return 1 if len(accepted) < len(edits) else 0
+
+
+def _breaks(before, matrix_path: Path, text: str, load) -> list[str]:
+    """What ``text`` as matrix.yaml would break: a schema rule, or cells made impossible."""
+    trial = matrix_path.resolve().parent / f".{matrix_path.name}.bump"
+    try:
+        trial.write_text(text)
+        return refused(before, load(trial))
+    except MatrixError as e:   # a rule of the schema itself (a row's nccl and its wheel disagree)
+        return [str(e).replace(trial.name, matrix_path.name)]
+    finally:
+        trial.unlink(missing_ok=True)
 
 
 def _lock(root: Path, sets, out: TextIO) -> None:
