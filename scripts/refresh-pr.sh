@@ -7,16 +7,16 @@
 #   scripts/refresh-pr.sh BODY.txt     (BODY: the affected cells, `build.py --affected HEAD`)
 set -euo pipefail
 body="${1:?usage: refresh-pr.sh BODY.txt}"
-if [ -z "$(git status --porcelain -- locks images)" ]; then
+if [ -z "$(git status --porcelain -- locks images matrix.yaml)" ]; then
   echo "no lock moved: nothing to propose"
   exit 0
 fi
 branch="trainbase/refresh"
-title="refresh: re-resolved pip locks and base images ($(date -u +%Y-%m-%d))"
+title="refresh: series bumps, re-resolved pip locks and base images ($(date -u +%Y-%m-%d))"
 git config user.name "trainbase refresh"
 git config user.email "41898282+github-actions[bot]@users.noreply.github.com"
 git switch -C "$branch"
-git add locks images
+git add locks images matrix.yaml
 git commit -m "$title"
 gh auth setup-git    # git asks gh for credentials; gh answers from GH_TOKEN (nothing stored)
 # one refresh at a time: the branch is today's proposal, whatever an older one held
