@@ -40,10 +40,12 @@ if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engi
   bash scripts/installed-suite.sh reports/build.json static reports/installed-suite
   echo "==> the installed suite on an image trainbase did not build (Azure ML's recipe, --expect): the recorded verdict"
   bash scripts/foreign-image.sh static,cpu reports/foreign
-  # a framework image built FROM a base of this run: the tiers its layer can change; the
-  # runtime tier's conversions of a 7 GB image run on the parent (the summary says so)
+  # a framework image built FROM a base of this run: its static and cpu tiers (the framework's
+  # build, pins, GPU-path checks, torch.compile, doctor); its multinode, azureml and runtime
+  # tiers (4-rank DDP in every Azure ML mode, the runtime conversions of a 7.8 GB image:
+  # over 25 minutes on 2 cores) run in build-cells.yml on every image. The summary says so.
   pytest_args+=(tests/build trainbase_conformance/checks --report reports/build.json
-                --derived-tiers "${TRAINBASE_DERIVED_TIERS:-static,cpu,multinode,azureml}")
+                --derived-tiers "${TRAINBASE_DERIVED_TIERS:-static,cpu}")
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"
