@@ -1,6 +1,7 @@
-"""docs/matrix.md's "Add a framework release", followed as written in a scratch copy: the entry
-the page shows is accepted by the schema as it stands, a new release made from it gets its cells
-and tags, and the render names the one command left (`--lock`). The page cannot drift from the
+"""docs/matrix.md's "Add a CUDA version" and "Add a framework release", followed as written in a
+scratch copy: the entries the page shows are accepted by the schema as they stand, a CUDA row and
+a release made from them get their cells and tags, and the render names the one command left
+(`--lock`). The page cannot drift from the
 schema again (a user once met a documented entry the schema refused)."""
 from __future__ import annotations
 
@@ -66,3 +67,25 @@ def test_a_release_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock
 
     code, out, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code != 0 and "pytorch2.15.9" in out + err and "--lock" in out + err, out + err
+
+
+def test_a_cuda_row_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock(workdir, capsys):
+    entries = _documented_entries()
+    assert "cuda" in entries, "docs/matrix.md lost its example CUDA row"
+    [(shown, row)] = entries["cuda"].items()
+    data = yaml.safe_load((workdir / "matrix.yaml").read_text())
+    assert row == yaml.safe_load(yaml.safe_dump(data["cuda"][shown])), "the page's CUDA row is not matrix.yaml's"
+    # step 1-3: a new version on the axis, its row (a copy, as the page says), and the release
+    # whose wheels are built for it
+    data["axes"]["cuda"].append("13.9")
+    data["cuda"]["13.9"] = dict(row, toolkit="13.9.0")
+    release = next(r for r in data["frameworks"]["pytorch"]["releases"] if shown in r["cuda"])
+    release["cuda"].append("13.9")
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    code, out, err = run_cli(["--list", "--json", "--select", "cuda=13.9", "--file", str(workdir / "matrix.yaml")], capsys)
+    assert code == 0, err
+    cells = json.loads(out)["cells"]
+    assert {c["axes"]["framework"] for c in cells} >= {"none", "pytorch"} and all(c["tag"] for c in cells)
+    code, out, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    assert code != 0 and "cuda13.9" in out + err and "--lock" in out + err, out + err
