@@ -42,6 +42,15 @@ def test_a_second_release_for_the_same_cuda_is_refused_naming_both(workdir, caps
     assert code == 2 and "releases[2.15.9].cuda: CUDA 13.2 is already release 2.15.0's" in err, out + err
 
 
+def test_a_release_whose_torch_pin_moved_without_its_version_is_refused(workdir, capsys):
+    """What a search-and-replace of `torch==` (or a `--bump torch`) does to a release entry:
+    the image would carry PyTorch 2.15.0 under 2.9.1's name, CUDA rows and NCCL. Refused."""
+    path = workdir / "matrix.yaml"
+    path.write_text(path.read_text().replace("torch==2.14.1", "torch==2.15.0"))
+    code, out, err = run_cli(["--list", "--file", str(path)], capsys)
+    assert code == 2 and "releases[2.14.1].packages: torch==2.15.0, but the release is 2.14.1" in err, out + err
+
+
 def test_a_release_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock(workdir, capsys):
     data = yaml.safe_load((workdir / "matrix.yaml").read_text())
     releases = data["frameworks"]["pytorch"]["releases"]

@@ -97,3 +97,29 @@ def test_a_lock_for_a_python_the_host_lacks_is_resolved_wheels_only_with_the_too
     assert options[:1] == ["--only-binary=:all:"] and "3.12" in options and "cp312" in options
     monkeypatch.setattr(pip_locks, "find_python", lambda v: "/opt/py312/bin/python")
     assert pip_locks.resolver_for(ls) == ("/opt/py312/bin/python", [])
+
+
+def test_a_series_hold_and_a_scoped_hold(tmp_path):
+    """A CUDA row pins its own CUDA release's wheels: `series: true` holds the newer series (a
+    newer CUDA is a new row) while a release in the pin's series is still a bump; `where`
+    limits a hold to the pins under one path (the row whose PyTorch pins the library exactly)."""
+    m = tmp_path / "matrix.yaml"
+    m.write_text("cuda:\n"
+                 "  '12.8': {wheels: {cudart: {package: nvidia-cuda-runtime-cu12, version: 12.8.90},"
+                 " cublas: {package: nvidia-cublas-cu12, version: 12.8.4.1}}}\n"
+                 "  '12.9': {wheels: {cublas: {package: nvidia-cublas-cu12, version: 12.9.1.4}}}\n"
+                 "holds:\n"
+                 "  - {package: [nvidia-cuda-runtime-cu12, nvidia-cublas-cu12], where: cuda, series: true,"
+                 " reason: a newer CUDA is a new row}\n"
+                 "  - {package: nvidia-cublas-cu12, where: cuda.12.8, reason: torch 2.10.0 pins it exactly}\n")
+    releases = {"nvidia-cuda-runtime-cu12": ["12.8.57", "12.8.90", "12.9.79"],
+                "nvidia-cublas-cu12": ["12.8.4.1", "12.8.5.5", "12.9.1.4", "12.9.3.13"]}
+    found = {(f.pin.package, f.pin.version): f for f in outdated.check(m, releases.__getitem__)}
+    runtime = found["nvidia-cuda-runtime-cu12", "12.8.90"]
+    assert runtime.newest is None and runtime.held == "12.9.79 held (outside its series): a newer CUDA is a new row"
+    pinned_by_torch = found["nvidia-cublas-cu12", "12.8.4.1"]   # both holds: the series one, then the exact one
+    assert pinned_by_torch.newest is None and "12.8.5.5 held: torch 2.10.0 pins it exactly" in pinned_by_torch.held
+    row_129 = found["nvidia-cublas-cu12", "12.9.1.4"]            # only the series hold reaches it
+    assert row_129.newest == row_129.newest_in_series == "12.9.3.13" and not row_129.held
+    from trainbase.define.schema import Hold
+    assert Hold(package=["a", "b"], series=True, reason="x").package == ["a", "b"]

@@ -44,10 +44,28 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def holds(matrix_file: Path) -> dict[str, dict[str, Any]]:
-    """matrix.yaml's ``holds``, by normalized package name."""
+def holds(matrix_file: Path) -> dict[str, list[dict[str, Any]]]:
+    """matrix.yaml's ``holds``, by normalized package name (a package may have several, each
+    for the pins at its own ``where``)."""
     data = yaml.safe_load(matrix_file.read_text()) or {}
-    return {_norm(h["package"]): h for h in data.get("holds") or []}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for h in data.get("holds") or []:
+        for name in [h["package"]] if isinstance(h["package"], str) else h["package"]:
+            out.setdefault(_norm(name), []).append(h)
+    return out
+
+
+def _applies(hold: dict[str, Any], pin: Pin) -> bool:
+    return not hold.get("where") or any(w == hold["where"] or w.startswith(hold["where"] + ".")
+                                        for w in pin.where)
+
+
+def _holds_back(hold: dict[str, Any], mine: Version, v: Version) -> bool:
+    """Whether ``hold`` keeps release ``v`` out of a pin at ``mine``."""
+    bound = Version(hold["below"]) if hold.get("below") else None
+    if hold.get("series") or bound is not None:
+        return bool((hold.get("series") and v.release[:2] != mine.release[:2]) or (bound is not None and v >= bound))
+    return True
 
 
 def _walk(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
@@ -92,18 +110,22 @@ def fetch_releases(package: str) -> list[str]:
     return [v for v, files in r.json()["releases"].items() if files and not all(f.get("yanked") for f in files)]
 
 
-def compare(pin: Pin, releases: list[str], hold: dict[str, Any] | None = None) -> Finding:
+def compare(pin: Pin, releases: list[str], holds: list[dict[str, Any]] | dict[str, Any] | None = None) -> Finding:
     finals = sorted(v for v in map(_version_or_none, releases) if v is not None and not v.is_prerelease)
     mine = Version(pin.version)
-    held = ""
-    if hold is not None:
-        bound = Version(hold["below"]) if hold.get("below") else None
-        newer_held = [v for v in finals if v > mine and (bound is None or v >= bound)]
+    said = []
+    for hold in [holds] if isinstance(holds, dict) else holds or []:
+        if not _applies(hold, pin):
+            continue
+        newer_held = [v for v in finals if v > mine and _holds_back(hold, mine, v)]
         if newer_held:
             why = hold["reason"].strip() + (f" ({hold['upstream']})" if hold.get("upstream") else "")
-            held = (f"{', '.join(map(str, newer_held[-3:]))}{' ...' if len(newer_held) > 3 else ''} held"
-                    f"{f' (>= {bound})' if bound else ''}: {why}")
-        finals = [v for v in finals if v <= mine or (bound is not None and v < bound)]
+            scope = ([f">= {hold['below']}"] if hold.get("below") else []) + (["outside its series"] if hold.get("series") else [])
+            scope_text = f" ({' or '.join(scope)})" if scope else ""
+            said.append(f"{', '.join(map(str, newer_held[-3:]))}{' ...' if len(newer_held) > 3 else ''} held"
+                        f"{scope_text}: {why}")
+        finals = [v for v in finals if v <= mine or not _holds_back(hold, mine, v)]
+    held = "; ".join(said)
     series = [v for v in finals if v.release[:2] == mine.release[:2]]
     newest_in_series = str(series[-1]) if series and series[-1] > mine else None
     newest = str(finals[-1]) if finals and finals[-1] > mine else None

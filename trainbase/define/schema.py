@@ -302,6 +302,9 @@ class Release(Strict):
 
 class Framework(Strict):
     parent: str | None = None
+    # its PyPI distribution, where that is not its key (pytorch: torch): a release's pin of it
+    # must be the release's own version (a bumped pin with an old `version:` is refused)
+    distribution: str | None = None
     releases: list[Release] = []
 
 
@@ -349,9 +352,15 @@ class Axes(Strict):
 class Hold(Strict):
     """A pin held back on purpose: `build.py --outdated` reports it as held (with the reason),
     not as behind, and `--bump` leaves it. ``below``: releases from this version on are held
-    (a known regression, an upstream incompatibility); absent: the pin itself is held."""
-    package: str
+    (a known regression, an upstream incompatibility); ``series``: releases outside the pin's
+    own major.minor are held (a CUDA row's toolkit wheels: a newer CUDA is a new row, not a
+    bump), while a release in its series is still a bump; neither: the pin itself is held.
+    ``where``: only the pins at matrix.yaml paths that start with it (``cuda.12.8``).
+    ``package``: one name, or a list that shares the reason."""
+    package: str | list[str]
     below: str | None = None
+    series: bool = False
+    where: str | None = None
     reason: str
     upstream: str | None = None   # the upstream issue or release note that says why
 
