@@ -102,8 +102,51 @@ def test_ci_subject_is_what_the_publish_report_pushed(tmp_path, monkeypatch):
     got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest")
     assert got["subject-name"] == "ghcr.io/example/staging/cellA" and got["subject-digest"] == DIGEST
     assert json.loads((tmp_path / "attest" / "provenance.slsa.json").read_text())["buildDefinition"]["buildType"] == att.BUILD_TYPE
+    assert got["twin-digest"] == ""
     report.write_text(json.dumps({"cells": [{"name": "cellA", "repo_digest": None, "pushed": []}]}))
     assert attest.github_subject(report, tmp_path / "supply", tmp_path / "attest") == {}
+
+
+class FakeReferrers:
+    """The registry as github_subject asks it: which keyless bundles each digest carries."""
+
+    def __init__(self, attested: dict[str, set[str]], tags: dict[str, str]):
+        self.attested, self.tags, self.asked = attested, tags, []
+
+    def referrers(self, repo, digest, artifact_type=""):
+        self.asked.append(digest)
+        assert artifact_type == attest.KEYLESS_BUNDLE
+        return [SimpleNamespace(annotations={attest.KEYLESS_PREDICATE: p}) for p in self.attested.get(digest, ())]
+
+    def descriptor(self, repo, ref):
+        return SimpleNamespace(digest=self.tags[ref])
+
+
+def test_ci_attests_a_published_digest_its_first_run_left_unattested_and_the_zstd_twin(tmp_path, monkeypatch):
+    """The run that pushed the tag failed at its attestation step; its re-run finds the tag
+    already published. That digest (and its zstd twin, what latest-zstd points to) must still be
+    attested -- and a digest that carries both attestations is not attested twice."""
+    docs = tmp_path / "supply" / "cellA" / LOCK["tag"]
+    docs.mkdir(parents=True)
+    (docs / "inputs.lock.json").write_text(json.dumps(LOCK))
+    (docs / "sbom.cdx.json").write_text("{}")
+    monkeypatch.setattr("trainbase_common.engine.inspect_image", lambda ref: SimpleNamespace(labels=LABELS))
+    twin = "sha256:" + "7" * 64
+    tag = f"ghcr.io/example/cellA:{LOCK['tag']}"
+    report = tmp_path / "publish.json"
+    report.write_text(json.dumps({"cells": [{"name": "cellA", "tag": LOCK["tag"], "image": "trainbase/cellA:x",
+                                             "platform": "linux/amd64", "repo_digest": DIGEST, "pushed": [],
+                                             "already_published": [tag, tag + "-zstd"]}]}))
+    both = set(attest.KEYLESS_PREDICATES)
+    registry = FakeReferrers({DIGEST: {"https://slsa.dev/provenance/v1"}}, {LOCK["tag"] + "-zstd": twin})
+    got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry)
+    assert got["subject-name"] == "ghcr.io/example/cellA"
+    assert got["subject-digest"] == DIGEST and got["twin-digest"] == twin, "a half-attested digest and an unattested twin"
+    registry.attested = {DIGEST: both}
+    got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry)
+    assert got["subject-digest"] == "" and got["twin-digest"] == twin
+    registry.attested = {DIGEST: both, twin: both}
+    assert attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry) == {}
 
 
 def test_publishing_jobs_sign_keyless_and_pull_requests_cannot():

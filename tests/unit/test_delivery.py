@@ -167,6 +167,7 @@ class FakeJob:
     parent: str | None = None
     status: JobState = JobState.BUILT
     pushed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
     repo_digest: str | None = None
     platform: str = "linux/amd64"
     repo: str | None = None            # the published repository, when not the name (arm64 cells)

@@ -37,6 +37,7 @@ class Job:
     image_id: str | None = None
     last_line: str = ""
     pushed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)   # tags this run found already published
     repo_digest: str | None = None
     supply_s: float | None = None       # seconds of the supply-chain step (SBOM, audits, budgets)
     failure_kind: str | None = None     # report.failure_kind: transient | environment | recipe | unknown

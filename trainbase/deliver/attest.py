@@ -220,26 +220,68 @@ def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, 
     return paths
 
 
-def github_subject(report_path: Path, supply_dir: Path, out_dir: Path) -> dict[str, str]:
-    """For CI's keyless signing (actions/attest, build-cells.yml): what the one cell of a
-    publish report pushed -- the subject's name and digest -- and the two predicate files:
-    the cell's SBOM and its provenance (written to OUT_DIR). {} when nothing was pushed."""
+# what actions/attest (keyless, push-to-registry) attaches to a digest: a Sigstore bundle per
+# predicate, as an OCI referrer naming its predicate type in this annotation
+KEYLESS_BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+KEYLESS_PREDICATE = "dev.sigstore.bundle.predicateType"
+KEYLESS_PREDICATES = ("https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1")
+
+
+def keyless_attested(client: referrers.Client, repo: str, digest: str) -> bool:
+    """Whether DIGEST already carries both keyless attestations (SBOM and provenance)."""
+    have = {dict(d.annotations).get(KEYLESS_PREDICATE) for d in client.referrers(repo, digest, KEYLESS_BUNDLE)}
+    return set(KEYLESS_PREDICATES) <= have
+
+
+def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
+                   client_for=referrers.Client) -> dict[str, str]:
+    """For CI's keyless signing (actions/attest, build-cells.yml): the digests of the one cell of
+    a publish report that still need their attestations -- what it pushed, and what it found
+    already published without them (a run whose attestation step failed after the push: its
+    re-run finds the tag present) -- the immutable tag's digest and its zstd twin's, with the
+    subject's name and the two predicate files (the provenance written to OUT_DIR). An empty
+    digest output: that one is attested already. {} when the cell published nothing."""
     from trainbase_common import engine
 
+    from .publish import ZSTD
+
     cells = json.loads(report_path.read_text()).get("cells", [])
-    pushed = [c for c in cells if c.get("repo_digest") and c.get("pushed")]
-    if len(pushed) > 1:
-        raise TrainbaseError(f"{report_path}: {len(pushed)} cells pushed; the CI job attests one (select name=CELL)")
-    if not pushed:
+    mine = [c for c in cells if c.get("repo_digest") and (c.get("pushed") or c.get("already_published"))]
+    if len(mine) > 1:
+        raise TrainbaseError(f"{report_path}: {len(mine)} cells published; the CI job attests one (select name=CELL)")
+    if not mine:
         return {}
-    c = pushed[0]
+    c = mine[0]
+    pushed, present = c.get("pushed") or [], c.get("already_published") or []
+    tags = [r for r in pushed + present if not r.endswith(ZSTD)]
+    twins = [r for r in pushed + present if r.endswith(ZSTD)]
+    if not tags:
+        raise TrainbaseError(f"{report_path}: {c['name']} published no immutable tag, only {twins}")
+    name = tags[0].rsplit(":", 1)[0]
+    host, repo = name.split("/", 1)
+    client = None
+
+    def needs(ref: str, digest: str) -> str:
+        nonlocal client
+        if ref in pushed:
+            return digest
+        client = client or client_for(host)
+        return "" if keyless_attested(client, repo, digest) else digest
+
+    subject = needs(tags[0], c["repo_digest"])
+    twin = ""
+    if twins:
+        client = client or client_for(host)
+        twin = needs(twins[0], client.descriptor(repo, twins[0].rsplit(":", 1)[1]).digest)
+    if not subject and not twin:
+        return {}
     docs = supply_dir / c["name"] / c["tag"]
     lock = json.loads((docs / "inputs.lock.json").read_text())
     info = engine.inspect_image(c["image"])
     predicate = att.provenance(c["name"], c["platform"], lock, dict(info.labels) if info else {})
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "provenance.slsa.json").write_text(json.dumps(predicate, indent=2) + "\n")
-    return {"subject-name": c["pushed"][0].rsplit(":", 1)[0], "subject-digest": c["repo_digest"],
+    return {"subject-name": name, "subject-digest": subject, "twin-digest": twin,
             "sbom": str(docs / "sbom.cdx.json"), "provenance": str(out_dir / "provenance.slsa.json")}
 
 

@@ -38,6 +38,7 @@ class Publishable(Protocol):
     parent: str | None
     status: JobState
     pushed: list[str]
+    present: list[str]    # what was already published (immutable, left as is): it may lack attestations
     repo_digest: str | None
 
 
@@ -83,7 +84,8 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
     (deliver/platforms.py) makes the index once every platform is staged.
     ``attest(job, repo, tag)`` (deliver/attest.py), when given, attaches the signed SBOM and
     provenance to what each tag names -- also to a tag that was already there, which gets
-    what it lacks; the zstd twin, a second digest, is not attested.
+    what it lacks; the zstd twin (``TAG-zstd``, what ``latest-zstd`` points to) is another digest
+    and gets its own.
     Raises registry.RegistryError (or its auth subclass) on the first answer that is not a clear
     present/absent."""
     host, ns = registry.split_registry(registry_arg)
@@ -121,12 +123,14 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
                     attest(j, staging_repo(ns, j.name), j.tag)
         elif len(group) == 1:
             _publish_one(group[0], host, f"{ns}/{group[0].repository}", tag_local, out, zstd_twin)
-            if attest:
-                attest(group[0], f"{ns}/{group[0].repository}", group[0].tag)
+            for tag in [group[0].tag] + [group[0].tag + ZSTD] * zstd_twin if attest else []:
+                attest(group[0], f"{ns}/{group[0].repository}", tag)
         else:
             _publish_index(group, host, ns, out, zstd_twin)
+            tag = release_tag([g.tag for g in group])
             for j in group if attest else []:
-                attest(j, f"{ns}/{j.repository}", release_tag([g.tag for g in group]))
+                for t in [tag] + [tag + ZSTD] * zstd_twin:
+                    attest(j, f"{ns}/{j.repository}", t)
         published.update(j.name for j in group)
     return len(published)
 
@@ -135,7 +139,11 @@ def _publish_one(j: Publishable, host: str, repo: str, tag_local, out: TextIO, z
                  note: str = "") -> None:
     target = f"{host}/{repo}:{j.tag}"
     note = f" ({note})" if note else ""
-    if registry.tag_state(host, repo, j.tag) == "present":
+    if (found := registry.digest(host, repo, j.tag)) is not None:
+        # recorded with its digest: a run whose attestation step failed after the push left it
+        # unattested, and the next run (this one) is the one that can still attest it
+        j.repo_digest = found
+        j.present.append(target)
         out.write(f"publish: {j.name}: {target} already published (immutable; left as is){note}\n")
     else:
         tag_local(j.image, target)
@@ -145,6 +153,7 @@ def _publish_one(j: Publishable, host: str, repo: str, tag_local, out: TextIO, z
     if zstd_twin:
         twin = f"{target}{ZSTD}"
         if registry.tag_state(host, repo, f"{j.tag}{ZSTD}") == "present":
+            j.present.append(twin)
             out.write(f"publish: {j.name}: {twin} already published (immutable; left as is)\n")
         else:
             registry.zstd_twin(target, twin)
@@ -157,7 +166,10 @@ def _publish_index(group: list[Publishable], host: str, ns: str, out: TextIO, zs
     tag = release_tag([j.tag for j in group])
     target = f"{host}/{repo}:{tag}"
     plats = ", ".join(sorted(j.platform for j in group))
-    if registry.tag_state(host, repo, tag) == "present":
+    if (found := registry.digest(host, repo, tag)) is not None:
+        for j in group:
+            j.repo_digest = found
+            j.present.append(target)
         out.write(f"publish: {group[0].repository}: {target} already published ({plats}; immutable; left as is)\n")
     else:
         digest = registry.push_index(host, target, {j.platform: j.image for j in group})

@@ -57,6 +57,7 @@ def build_report(x) -> dict:
                 "size_bytes": j.size,
                 "image_id": j.image_id,
                 "pushed": j.pushed,
+                "already_published": getattr(j, "present", []),
                 "repo_digest": j.repo_digest,
                 "log": j.log,
                 "manifest": j.rendered.context.manifest,
