@@ -233,10 +233,16 @@ def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
         void launch(torch::Tensor x) {{ twice<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); }}
         '''
         t = time.monotonic()
-        m = load_inline("tb_twice", cpp_sources="void launch(torch::Tensor x);", cuda_sources=cuda,
-                        functions=["launch"], build_directory=tempfile.mkdtemp(), verbose=False)
+        try:
+            m = load_inline("tb_twice", cpp_sources="void launch(torch::Tensor x);", cuda_sources=cuda,
+                            functions=["launch"], build_directory=tempfile.mkdtemp(), verbose=False)
+        except Exception as e:   # the build's own words (ninja's, nvcc's) are the finding
+            print(json.dumps({{"cuda_home": CUDA_HOME, "error": f"{{type(e).__name__}}: {{e}}"[-700:]}}))
+            raise SystemExit(0)
         print(json.dumps({{"cuda_home": CUDA_HOME, "module": m.__file__, "seconds": round(time.monotonic() - t)}}))
     """, timeout=900)
+    assert "error" not in info, (f"torch could not build a CUDA extension with the image's CUDA_HOME "
+                                 f"({info['cuda_home']}): {info['error']}")
     assert info["cuda_home"] == comp["home"], f"torch finds CUDA at {info['cuda_home']}, the image's is {comp['home']}"
     assert info["module"].endswith(".so"), info
     print(f"a CUDA extension built with {info['cuda_home']} in {info['seconds']} s")
