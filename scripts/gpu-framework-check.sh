@@ -6,7 +6,10 @@
 #   horovod_gpu.py   all-reduce / all-gather / broadcast of CUDA tensors, value-checked, GB/s
 #   deepspeed_gpu.py FusedAdam against torch's AdamW step by step, FusedLamb, a DeepSpeed engine
 #                    with "AdamW" (-> FusedAdam) training a model
+#   torch_compile_gpu.py a compiled training step (loss and gradients against eager)
+#   examples/pytorch_ddp.py under torchrun, NCCL, one process per GPU
 # then scripts/gpu-host-check.sh. One file per step under OUT; a summary at the end.
+# Shorter runs: SKIP_HOROVOD=1, SKIP_DEEPSPEED=1, DS_ONLY="FUSED_ADAM FUSED_LAMB", SKIP_HOST_CHECK=1.
 #
 #   scripts/gpu-framework-check.sh DIST [OUT]
 #
