@@ -273,3 +273,63 @@ def test_a_mirror_gets_the_promoted_digest_its_tag_latest_and_attestations(regis
     assert attest.verify_command(None, tmp_path, [], f"{registry.host}/mirror/cellx:latest", None, str(pub),
                                  out=io.StringIO()) == 0
     assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) == "already current"
+
+
+def test_a_tag_its_first_run_left_unattested_and_its_zstd_twin_are_attested_by_the_next(
+        registry, docker, monkeypatch, tmp_path):
+    """`--push --zstd-twin --sign-key`: a run pushed the tag and its twin, then failed before
+    attesting (here: no signer). The next run finds both published -- immutable, left as is --
+    records them with the tag's digest, and attaches what each lacks; the twin (what
+    latest-zstd points to) is its own digest and verifies on its own."""
+    import io
+    from dataclasses import dataclass, field
+
+    from trainbase.deliver import attest, publish
+    from trainbase_common.states import JobState
+
+    local_image = _platform_image(docker, tmp_path, "amd64")
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    recipe_tag = tag = "r" + "b" * 12
+
+    @dataclass
+    class Job:
+        name: str = "late-attested"
+        repository: str = "late-attested"
+        platform: str = "linux/amd64"
+        image: str = local_image
+        tag: str = recipe_tag
+        parent: str | None = None
+        status: JobState = JobState.BUILT
+        pushed: list = field(default_factory=list)
+        present: list = field(default_factory=list)
+        repo_digest: str | None = None
+
+    docs = tmp_path / "supply" / "late-attested" / tag
+    docs.mkdir(parents=True)
+    (docs / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}))
+    (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "recipe": "ab" * 32, "inputs": {
+        "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE}, "artifacts": {}}}))
+    key, pub = _keypair(tmp_path, "late")
+
+    def tag_local(src, dst):
+        subprocess.run([docker, "tag", src, dst], check=True, capture_output=True)
+
+    ns = f"{registry.host}/trainbase"
+    ref = f"{ns}/late-attested:{tag}"
+    first = Job()
+    publish.publish([first], ns, tag_local, io.StringIO(), zstd_twin=True)
+    assert first.pushed == [ref, ref + "-zstd"]
+    for r in (ref, ref + "-zstd"):
+        out = io.StringIO()
+        assert attest.verify_command(None, tmp_path, [], r, None, str(pub), out=out) == 1, out.getvalue()
+
+    again = Job()
+    out = io.StringIO()
+    signer = attest.Attester(ns, tmp_path / "supply", key, out)
+    publish.publish([again], ns, tag_local, out, zstd_twin=True, attest=signer.attach)
+    assert again.pushed == [] and again.present == [ref, ref + "-zstd"], out.getvalue()
+    assert again.repo_digest == registry.digest("trainbase/late-attested", tag)
+    assert out.getvalue().count("signed (key") == 4, out.getvalue()
+    for r in (ref, ref + "-zstd"):
+        check = io.StringIO()
+        assert attest.verify_command(None, tmp_path, [], r, None, str(pub), out=check) == 0, check.getvalue()
