@@ -116,7 +116,7 @@ class FakeReferrers:
     def referrers(self, repo, digest, artifact_type=""):
         self.asked.append(digest)
         assert artifact_type == attest.KEYLESS_BUNDLE
-        return [SimpleNamespace(annotations={attest.KEYLESS_PREDICATE: p}) for p in self.attested.get(digest, ())]
+        return [SimpleNamespace(annotations={attest.SIGSTORE_PREDICATE_ANNOTATION: p}) for p in self.attested.get(digest, ())]
 
     def descriptor(self, repo, ref):
         return SimpleNamespace(digest=self.tags[ref])
@@ -137,7 +137,7 @@ def test_ci_attests_a_published_digest_its_first_run_left_unattested_and_the_zst
     report.write_text(json.dumps({"cells": [{"name": "cellA", "tag": LOCK["tag"], "image": "trainbase/cellA:x",
                                              "platform": "linux/amd64", "repo_digest": DIGEST, "pushed": [],
                                              "already_published": [tag, tag + "-zstd"]}]}))
-    both = set(attest.KEYLESS_PREDICATES)
+    both = set(att.PREDICATES)
     registry = FakeReferrers({DIGEST: {"https://slsa.dev/provenance/v1"}}, {LOCK["tag"] + "-zstd": twin})
     got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry)
     assert got["subject-name"] == "ghcr.io/example/cellA"

@@ -189,7 +189,7 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
 
 
 def test_the_refresh_workflow_installs_every_python_the_locks_are_resolved_with():
-    steps = workflow("refresh.yml")["jobs"]["refresh"]["steps"]
+    steps = workflow("refresh.yml")["jobs"]["propose"]["steps"]
     installed = {v for s in steps if "setup-python" in s.get("uses", "")
                  for v in str(s["with"]["python-version"]).split()}
     needed = {row.python.version for row in load(ROOT / "matrix.yaml").spec.os.values()}
@@ -210,9 +210,10 @@ def test_one_refresh_pull_request_at_a_time_and_no_token_on_disk():
     older date-named ones closed; checkout keeps no credentials while pip and build.py run."""
     doc = workflow("refresh.yml")
     assert doc["concurrency"]["group"] == "scheduled-refresh" and doc["concurrency"]["cancel-in-progress"] is False
-    steps = doc["jobs"]["refresh"]["steps"]
-    checkout = next(s for s in steps if "actions/checkout" in s.get("uses", ""))
-    assert checkout["with"]["persist-credentials"] is False
+    steps = doc["jobs"]["pull-request"]["steps"]
+    for job in doc["jobs"].values():
+        checkout = next(s for s in job["steps"] if "actions/checkout" in s.get("uses", ""))
+        assert checkout["with"]["persist-credentials"] is False
     assert steps[-1]["run"] == "bash scripts/refresh-pr.sh reports/affected.txt"
     script = (ROOT / "scripts" / "refresh-pr.sh").read_text()
     assert 'branch="trainbase/refresh"' in script and "git push --force origin" in script
@@ -324,3 +325,23 @@ def test_every_workflow_build_requires_the_python_audit_and_every_job_that_build
             runs = " ".join(s.get("run", "") for s in job.get("steps", []))
             if "scripts/test.sh" in runs or "build.py --matrix" in runs:
                 assert job.get("timeout-minutes"), f"{path}: job {name} builds images with no timeout-minutes"
+
+
+def test_the_refresh_runs_upstream_code_only_where_no_credential_is():
+    """pip resolving the newest releases runs sdists' setup.py (third-party code): that job
+    has a read-only token, no registry login and no secret; the job that can push and open the
+    pull request runs no pip and no build.py, only applies the patch; the registry is read by a
+    job that installs nothing new."""
+    doc = workflow("refresh.yml")
+    jobs = doc["jobs"]
+    assert jobs["propose"]["permissions"] == {"contents": "read"}
+    propose = yaml.safe_dump(jobs["propose"])
+    assert "secrets." not in propose and "registry" not in " ".join(s.get("uses", "") for s in jobs["propose"]["steps"])
+    assert "build.py --bump" in propose and "build.py --lock --all" in propose
+    writer = jobs["pull-request"]
+    assert writer["needs"] == "propose" and writer["permissions"] == {"contents": "write", "pull-requests": "write"}
+    runs = " ".join(s.get("run", "") for s in writer["steps"])
+    assert "pip" not in runs and "build.py" not in runs and "git apply" in runs
+    assert not any("setup-python" in s.get("uses", "") for s in writer["steps"])
+    assert jobs["security"]["permissions"] == {"contents": "read", "packages": "read"}
+    assert "--bump" not in yaml.safe_dump(jobs["security"]) and "--lock" not in yaml.safe_dump(jobs["security"])

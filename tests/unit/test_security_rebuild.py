@@ -94,3 +94,18 @@ def test_the_epoch_gives_exactly_that_rows_cells_and_children_new_tags(tmp_path)
     (tmp_path / security_rebuilds.FILE).write_text('{"schema": 1, "os": {"debian12": {"epoch": "soon"}}}')
     with pytest.raises(TrainbaseError, match="security-rebuilds.json"):
         security_rebuilds.load(tmp_path)
+
+
+def test_the_first_week_nothing_published_is_said_and_the_refresh_goes_on(tmp_path, monkeypatch, capsys):
+    """A new registry has no `latest` anywhere: the refresh's security step says so and exits 0
+    (it once failed the job there, so week 1's refresh never opened its pull request); naming
+    nothing at all is still a usage error."""
+    from trainbase.deliver import attest, security_rebuild
+
+    asked = []
+    monkeypatch.setattr(attest, "fetch_sboms", lambda m, root, selected, reg, out_dir: asked.append(reg) or [])
+    assert security_rebuild.main(["--registry", "ghcr.io/acme/trainbase", "--profile", "ci", "--root", str(ROOT)]) == 0
+    assert asked == ["ghcr.io/acme/trainbase"]
+    assert "nothing published under ghcr.io/acme/trainbase yet" in capsys.readouterr().out
+    assert security_rebuild.main(["--root", str(ROOT)]) == 2
+    assert "nothing to check" in capsys.readouterr().err

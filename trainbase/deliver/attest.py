@@ -221,16 +221,14 @@ def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, 
 
 
 # what actions/attest (keyless, push-to-registry) attaches to a digest: a Sigstore bundle per
-# predicate, as an OCI referrer naming its predicate type in this annotation
+# predicate, as an OCI referrer naming its predicate type (SIGSTORE_PREDICATE_ANNOTATION)
 KEYLESS_BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-KEYLESS_PREDICATE = "dev.sigstore.bundle.predicateType"
-KEYLESS_PREDICATES = ("https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1")
 
 
 def keyless_attested(client: referrers.Client, repo: str, digest: str) -> bool:
     """Whether DIGEST already carries both keyless attestations (SBOM and provenance)."""
-    have = {dict(d.annotations).get(KEYLESS_PREDICATE) for d in client.referrers(repo, digest, KEYLESS_BUNDLE)}
-    return set(KEYLESS_PREDICATES) <= have
+    have = {dict(d.annotations).get(SIGSTORE_PREDICATE_ANNOTATION) for d in client.referrers(repo, digest, KEYLESS_BUNDLE)}
+    return set(att.PREDICATES) <= have
 
 
 def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
