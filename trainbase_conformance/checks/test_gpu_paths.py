@@ -256,6 +256,16 @@ def probe_lines(stdout: str, probe: str) -> list[dict]:
     return [json.loads(ln[ln.index(marker):]) for ln in stdout.splitlines() if marker in ln]
 
 
+def one_process_probe(target, probe: str, what: str, timeout: int = 900) -> dict:
+    """Run probes/PROBE.py with the image's Python (one process, one GPU) and return its JSON
+    line; fails naming WHAT when it printed none, said ok: false or exited non-zero."""
+    r = target.sh(f"{target.python} {PROBE_DIR}/{probe}.py", timeout=timeout)
+    out = probe_lines(r.stdout, probe)
+    assert out, f"the {probe} probe printed nothing (exit {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
+    assert out[-1].get("ok") and r.rc == 0, f"{what}: {out[-1]}"
+    return out[-1]
+
+
 @pytest.mark.gpu
 @pytest.mark.evidence("run")
 def test_horovod_nccl_allreduce_of_cuda_tensors(target):
@@ -282,12 +292,9 @@ def test_deepspeed_fused_adam_steps_on_the_gpu(target):
     for step, FusedLamb steps, and an engine configured with "AdamW" picks FusedAdam and trains
     (trainbase_conformance/probes/deepspeed_gpu.py). No JIT build is allowed."""
     need(target, "deepspeed")
-    r = target.sh(f"{target.python} {PROBE_DIR}/deepspeed_gpu.py", timeout=900)
-    out = probe_lines(r.stdout, "deepspeed_gpu")
-    assert out, f"the DeepSpeed probe printed nothing (exit {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
-    assert out[-1].get("ok") and r.rc == 0, f"DeepSpeed's fused optimizers on the GPU: {out[-1]}"
-    print(f"FusedAdam vs AdamW max error {out[-1]['fused_adam_vs_torch_adamw_max_err']:.1e}; "
-          f"engine ({out[-1]['engine_optimizer']}) {out[-1]['engine_steps_per_s']} steps/s")
+    out = one_process_probe(target, "deepspeed_gpu", "DeepSpeed's fused optimizers on the GPU")
+    print(f"FusedAdam vs AdamW max error {out['fused_adam_vs_torch_adamw_max_err']:.1e}; "
+          f"engine ({out['engine_optimizer']}) {out['engine_steps_per_s']} steps/s")
 
 
 @pytest.mark.gpu

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trainbase_conformance.checks.test_frameworks import need, py_json
-from trainbase_conformance.checks.test_gpu_paths import probe_lines
-from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.checks.test_gpu_paths import one_process_probe
 
 
 @pytest.mark.cpu
@@ -49,9 +48,6 @@ def test_torch_compile_step_on_the_gpu(target):
     with the image's C compiler; a compiled training step (loss and gradients) must match eager
     (trainbase_conformance/probes/torch_compile_gpu.py)."""
     need(target, "pytorch")
-    r = target.sh(f"{target.python} {PROBE_DIR}/torch_compile_gpu.py", timeout=900)
-    out = probe_lines(r.stdout, "torch_compile_gpu")
-    assert out, f"the torch.compile probe printed nothing (exit {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
-    assert out[-1].get("ok") and r.rc == 0, f"torch.compile on the GPU: {out[-1]} {r.stderr[-800:]}"
-    print(f"torch.compile on the GPU: first step {out[-1]['first_step_s']} s (compile), "
-          f"then {out[-1]['steps_per_s']} steps/s")
+    out = one_process_probe(target, "torch_compile_gpu", "torch.compile on the GPU")
+    print(f"torch.compile on the GPU: first step {out['first_step_s']} s (compile), "
+          f"then {out['steps_per_s']} steps/s")
