@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from packaging.utils import canonicalize_name
 from pydantic import ValidationError
 
 from ..errors import MatrixError
 from .schema import AXES, MatrixFile, Release
-
-
-def _norm_dist(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 # matrix.yaml's component table for each axis (the axis name where they are the same)
 TABLE_NAMES = {"framework": "frameworks", "platform": "platforms"}
@@ -191,7 +187,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
                          f"release), so this one would never be built; take {c} out of {claimed[key]}'s "
                          f"cuda list (or remove {claimed[key]}) to build {r.version} there")
                 claimed[key] = r.version
-        dist = _norm_dist(fw.distribution or k)
+        dist = canonicalize_name(fw.distribution or k)
         for r in fw.releases:
             at = f"frameworks.{k}.releases[{r.version}]"
             artifact(r.artifact, at + ".artifact")
@@ -199,7 +195,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             # that moved `torch==` but not `version:`) builds one framework under another's name
             for pin in r.packages:
                 name, _, pinned = pin.partition("==")
-                if _norm_dist(name) == dist and pinned.strip() != r.version:
+                if canonicalize_name(name.strip()) == dist and pinned.strip() != r.version:
                     fail(f"{at}.packages: {pin.strip()}, but the release is {r.version}: a newer {k} is a "
                          f"new release entry with its own CUDA rows and size (docs/matrix.md), or change "
                          f"`version:` with the pin when the new release is built for the same CUDA rows")
