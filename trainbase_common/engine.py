@@ -281,6 +281,7 @@ class RunOptions:
     tmpfs: tuple[str, ...] = ()  # mount points given a tmpfs (a volume one node of a job may lack)
     user: str = ""               # uid[:gid] the container runs as (HPC sites run the user's own uid)
     read_only: bool = False      # a read-only root filesystem (enroot, Apptainer SIF, hardened sites)
+    env: tuple[tuple[str, str], ...] = ()   # variables set for the container (name, value)
 
     def describe(self) -> str:
         """The same as docker run flags, for reports."""
@@ -289,6 +290,7 @@ class RunOptions:
         flags += [a for d in self.devices for a in ("--device", d)] + [a for c in self.cap_add for a in ("--cap-add", c)]
         flags += [a for t in self.tmpfs for a in ("--tmpfs", t)]
         flags += (["--user", self.user] if self.user else []) + (["--read-only"] if self.read_only else [])
+        flags += [a for k, v in self.env for a in ("-e", f"{k}={v}")]
         return " ".join(flags)
 
 
@@ -307,7 +309,8 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
                               devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
                               tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only)
-    kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network)) if v})
+    kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network),
+                                 ("environment", dict(opts.env))) if v})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     c = _call(client().containers.run, image, command, **kw)

@@ -5,6 +5,7 @@ leftovers can be found (`docker ps -a --filter label=io.trainbase.conformance`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 from trainbase_common import engine
 
 from . import LABEL
+from .emulation import emulated_cpus
 
 
 def short_name(ref: str) -> str:
@@ -40,8 +42,13 @@ class Container:
     @classmethod
     def start(cls, image: str, opts: engine.RunOptions, *, hostname: str | None = None,
               network: str | None = None, prefix: str = "tbconf") -> "Container":
-        """`sleep infinity` in the image, keeping its entrypoint (NVIDIA bases wrap "$@")."""
+        """`sleep infinity` in the image, keeping its entrypoint (NVIDIA bases wrap "$@"). An
+        image of another architecture runs as the first CPU of emulation.emulated_cpus (a CPU
+        its users have) unless ``opts`` names one."""
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        cpus = emulated_cpus(inspect_image(image))
+        if cpus and "QEMU_CPU" not in dict(opts.env):
+            opts = dataclasses.replace(opts, env=(*opts.env, ("QEMU_CPU", cpus[0][1])))
         try:
             cid = engine.run_detached(image, ["sleep", "infinity"], name=name, labels={LABEL: "1"}, opts=opts,
                                       hostname=hostname, network=network)

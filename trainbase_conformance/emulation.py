@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from trainbase_common.platforms import EMULATED_CPUS
 from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
 from trainbase_common.platforms import host_arch
 
@@ -31,6 +32,12 @@ def emulated(inspect: dict[str, Any]) -> str | None:
     if arch == host_arch():
         return None
     return f"{inspect.get('Os', 'linux')}/{arch} under qemu user-mode emulation on an {host_arch()} host"
+
+
+def emulated_cpus(inspect: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The (label, qemu model) CPUs an emulated image is run as (platforms.EMULATED_CPUS); the
+    first is its containers' default. Empty for a native image, which runs on the host's CPU."""
+    return EMULATED_CPUS.get(image_arch(inspect), ()) if emulated(inspect) else ()
 
 
 # The whole multinode tier (ranks of several containers over a private network): measured on

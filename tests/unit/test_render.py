@@ -159,3 +159,16 @@ def test_arm64_cells_take_their_own_files_and_the_same_repository(rendered):
     assert all(ls.path.endswith("-arm64.txt") for ls in arm.context.locks)
     assert arm.cell.image == amd.cell.image == amd.cell.name and arm.recipe != amd.recipe
     assert arm.context.manifest["platform"] == "linux/arm64"
+
+
+def test_arm64_pytorch_images_compile_inductor_kernels_without_the_precompiled_header(rendered):
+    """GCC 12 crashes building an SVE kernel against inductor's precompiled header (seen as the
+    arm64 image's torch.compile check failing with an internal compiler error), so every arm64
+    cell that installs PyTorch turns the header off; amd64 cells keep it (it only saves time)."""
+    pch_off = "ENV TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS=0"
+    torch_cells = [r for r in rendered.values() if "block: pytorch" in r.files[r.dockerfile]]
+    arm = [r for r in torch_cells if r.cell.platform == "linux/arm64"]
+    amd = [r for r in torch_cells if r.cell.platform == "linux/amd64"]
+    assert arm and amd
+    assert [r.cell.name for r in arm if pch_off not in r.files[r.dockerfile]] == []
+    assert [r.cell.name for r in amd if pch_off in r.files[r.dockerfile]] == []

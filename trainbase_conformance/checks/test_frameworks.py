@@ -46,10 +46,12 @@ def wheel_machine(target, dist: str) -> tuple[str, str]:
     return ",".join(sorted(machines)) or "any (" + " ".join(info["tags"]) + ")", info["machine"]
 
 
-def py_json(target, code: str, timeout: int = 240):
-    """Run a Python snippet with the image's Python; its last stdout line is JSON."""
+def py_json(target, code: str, timeout: int = 240, env: dict[str, str] | None = None):
+    """Run a Python snippet with the image's Python (``env`` added to its environment); its
+    last stdout line is JSON."""
     code = "import json\n" + textwrap.dedent(code)
-    return target.json_probe(f"{target.python} -c {shlex.quote(code)}", timeout=timeout)
+    assign = "".join(f"{k}={shlex.quote(v)} " for k, v in (env or {}).items())
+    return target.json_probe(f"{assign}{target.python} -c {shlex.quote(code)}", timeout=timeout)
 
 
 def pinned(target, fw: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ import pytest
 
 from trainbase_conformance.checks.test_frameworks import need, py_json
 from trainbase_conformance.checks.test_gpu_paths import one_process_probe
+from trainbase_conformance.emulation import emulated_cpus
 
 
 @pytest.mark.cpu
@@ -15,15 +16,19 @@ from trainbase_conformance.checks.test_gpu_paths import one_process_probe
 def test_torch_compile_runs_on_cpu(target):
     """torch.compile's inductor generates C++ for the CPU and builds it with the image's C
     compiler: a compiled function must give the eager result. An image without `cc`/`g++`, or
-    whose Python headers are missing, fails here (and a user's first compiled step with it)."""
+    whose Python headers are missing, fails here (and a user's first compiled step with it).
+    Inductor writes its kernels for the CPU's vector ISA (AVX2/AVX-512; NEON or SVE at the CPU's
+    vector length), so an emulated image compiles once per CPU its users have
+    (emulation.emulated_cpus: on arm64 Grace's SVE2 at 128 bits and Graviton3's SVE at 256)."""
     need(target, "pytorch")
-    info = py_json(target, """
+    code = """
         import os, shutil, time
         cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
         if not cxx:   # say so before inductor fails deep inside a compile
             print(json.dumps({"cxx": None}))
             raise SystemExit(0)
         import torch
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
         torch.manual_seed(0)
         def f(x, w):
             return torch.nn.functional.gelu(x @ w).sum(dim=1) * 3 + 1
@@ -32,13 +37,18 @@ def test_torch_compile_runs_on_cpu(target):
         got = torch.compile(f, backend="inductor", fullgraph=True)(x, w)
         seconds = time.monotonic() - t
         want = f(x, w)
+        isa = pick_vec_isa()
         print(json.dumps({"close": bool(torch.allclose(got, want, rtol=1e-4, atol=1e-4)),
                           "max_err": float((got - want).abs().max()), "seconds": round(seconds, 1),
-                          "cxx": cxx}))
-    """, timeout=600)
-    assert info["cxx"], "no C++ compiler on PATH for inductor (g++, c++ or $CXX): torch.compile cannot build its kernels"
-    assert info["close"], f"torch.compile's result differs from eager by {info['max_err']}: {info}"
-    print(f"torch.compile (inductor, CPU): compiled and ran in {info['seconds']} s, max error {info['max_err']:.2e}")
+                          "cxx": cxx, "isa": f"{type(isa).__name__}({isa.bit_width()} bits)"}))
+    """
+    for cpu, model in emulated_cpus(target.inspect) or (("this host's CPU", None),):
+        # qemu reads QEMU_CPU from the environment of each program it starts
+        info = py_json(target, code, timeout=600, env={"QEMU_CPU": model} if model else None)
+        assert info["cxx"], "no C++ compiler on PATH for inductor (g++, c++ or $CXX): torch.compile cannot build its kernels"
+        assert info["close"], f"torch.compile's result on {cpu} differs from eager by {info['max_err']}: {info}"
+        print(f"torch.compile (inductor, CPU) on {cpu}, {info['isa']}: compiled and ran in {info['seconds']} s, "
+              f"max error {info['max_err']:.2e}")
 
 
 @pytest.mark.gpu
