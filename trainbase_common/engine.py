@@ -286,12 +286,10 @@ class RunOptions:
     def describe(self) -> str:
         """The same as docker run flags, for reports."""
         flags = [f"--shm-size={self.shm_size}"] + (["--init"] if self.init else []) + \
-            (["--gpus", "all"] if self.gpus else [])
-        flags += [a for d in self.devices for a in ("--device", d)] + [a for c in self.cap_add for a in ("--cap-add", c)]
-        flags += [a for t in self.tmpfs for a in ("--tmpfs", t)]
-        flags += (["--user", self.user] if self.user else []) + (["--read-only"] if self.read_only else [])
-        flags += [a for k, v in self.env for a in ("-e", f"{k}={v}")]
-        return " ".join(flags)
+            (["--gpus", "all"] if self.gpus else []) + (["--user", self.user] if self.user else [])
+        pairs = [("--device", d) for d in self.devices] + [("--cap-add", c) for c in self.cap_add] + \
+            [("--tmpfs", t) for t in self.tmpfs] + [("-e", f"{k}={v}") for k, v in self.env]
+        return " ".join(flags + [a for p in pairs for a in p] + (["--read-only"] if self.read_only else []))
 
 
 @dataclass(frozen=True)
@@ -308,9 +306,8 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
 
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
                               devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
-                              tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only)
-    kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network),
-                                 ("environment", dict(opts.env))) if v})
+                              tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only, environment=dict(opts.env))
+    kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network)) if v})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     c = _call(client().containers.run, image, command, **kw)

@@ -259,3 +259,28 @@ def test_another_platforms_lock_accepts_every_older_manylinux():
     ls = pip_locks.LockSet("x-arm64", "3.11", ("a==1",), (), "manylinux_2_35_aarch64")
     assert ls.inputs_sha256 != pip_locks.LockSet("x", "3.11", ("a==1",)).inputs_sha256
     assert "# platform: manylinux_2_35_aarch64" in pip_locks.header(ls)
+
+
+def test_an_emulated_arm64_container_runs_as_a_gpu_servers_cpu_not_qemus_512_bit_max(monkeypatch):
+    """qemu's default CPU has 512-bit SVE, which no GPU server has: every container of an
+    emulated image is started as the first CPU of EMULATED_CPUS (Grace), unless told another;
+    a native image gets no QEMU_CPU at all."""
+    from trainbase_common import engine
+    from trainbase_conformance import containers, emulation as conf_emulation
+
+    monkeypatch.setattr(conf_emulation, "host_arch", lambda: "amd64")
+    started = []
+    monkeypatch.setattr(containers.engine, "run_detached", lambda image, cmd, **kw: started.append(kw["opts"]) or "cid")
+    arch = {}
+    monkeypatch.setattr(containers, "inspect_image", lambda ref: {"Architecture": arch[ref], "Os": "linux"})
+    arch.update({"img-arm64": "arm64", "img-amd64": "amd64"})
+
+    assert conf_emulation.emulated_cpus({"Architecture": "amd64"}) == ()
+    cpus = conf_emulation.emulated_cpus({"Architecture": "arm64"})
+    assert [m for _, m in cpus] == ["neoverse-n2", "neoverse-v1"]
+
+    containers.Container.start("img-arm64", engine.RunOptions())
+    containers.Container.start("img-amd64", engine.RunOptions())
+    containers.Container.start("img-arm64", engine.RunOptions(env=(("QEMU_CPU", "neoverse-v1"),)))
+    assert [dict(o.env).get("QEMU_CPU") for o in started] == ["neoverse-n2", None, "neoverse-v1"]
+    assert "-e QEMU_CPU=neoverse-n2" in started[0].describe()

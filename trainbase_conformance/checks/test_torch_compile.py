@@ -43,8 +43,11 @@ def test_torch_compile_runs_on_cpu(target):
                           "cxx": cxx, "isa": f"{type(isa).__name__}({isa.bit_width()} bits)"}))
     """
     for cpu, model in emulated_cpus(target.inspect) or (("this host's CPU", None),):
-        # qemu reads QEMU_CPU from the environment of each program it starts
-        info = py_json(target, code, timeout=600, env={"QEMU_CPU": model} if model else None)
+        # qemu reads QEMU_CPU from the environment of each program it starts. Each CPU gets an
+        # inductor cache of its own: the first CPU's cached graph (its kernels built for 128-bit
+        # vectors) would otherwise be loaded on the second and crash, and nothing would compile.
+        env = {"TORCHINDUCTOR_CACHE_DIR": f"/tmp/tbconf-inductor-{model or 'host'}"}
+        info = py_json(target, code, timeout=600, env=env | ({"QEMU_CPU": model} if model else {}))
         assert info["cxx"], "no C++ compiler on PATH for inductor (g++, c++ or $CXX): torch.compile cannot build its kernels"
         assert info["close"], f"torch.compile's result on {cpu} differs from eager by {info['max_err']}: {info}"
         print(f"torch.compile (inductor, CPU) on {cpu}, {info['isa']}: compiled and ran in {info['seconds']} s, "
