@@ -121,12 +121,17 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
                           f"{variant} would prove nothing: {not_green}"
     tag = f"trainbase-broken/{short_name(base).split(':')[0]}:{variant}-{uuid.uuid4().hex[:6]}"
     context = HERE / "broken" / variant
+    if expect.get("pypi") or expect.get("repo_files"):
+        context = tmp_path / "context"
+        shutil.copytree(HERE / "broken" / variant, context)
+        # files of the repository the variant builds with (a patch the block applies), by name,
+        # so the variant uses the very file the image was built with
+        for f in expect.get("repo_files", []):
+            shutil.copy(ROOT / f, context / Path(f).name)
     if expect.get("pypi"):
         # a variant that downloads from PyPI gets the host's CA bundle as the builds do, in its
         # context as ca-bundle.crt; its Dockerfile uses it in a fetch stage only
         ca = docker_build.ca_bundle("auto")
-        context = tmp_path / "context"
-        shutil.copytree(HERE / "broken" / variant, context)
         if ca:
             shutil.copy(ca, context / "ca-bundle.crt")
         else:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
 import pytest
@@ -154,13 +155,17 @@ def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
         assert check in defined, f"{variant}: {check} is in none of {expect['paths']}"
         assert re.search(rf"\b{check}\b", expect["k"]), f"{variant}: k {expect['k']!r} does not select {check}"
         assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
-    assert not set(expect) - {"why", "mpi", "framework", "pypi", "paths", "k", "must_fail", "absent_in_final_fs", "note"}
+    assert not set(expect) - {"why", "mpi", "framework", "pypi", "repo_files", "paths", "k", "must_fail",
+                              "absent_in_final_fs", "note"}
     assert expect.get("framework") in (None, "pytorch", "tensorflow", "horovod", "deepspeed")
     dockerfile = (BROKEN / variant / "Dockerfile").read_text()
     assert re.match(r"ARG BASE\nFROM \$\{BASE\}( AS \w+)?\n", dockerfile), f"{variant}: built FROM the image under test"
     stages = re.findall(r"^FROM (.*)$", dockerfile, re.M)
     assert stages[-1] == "${BASE}", f"{variant}: its final stage is the image under test"
     assert ("ca-bundle.crt" in dockerfile) == bool(expect.get("pypi")), f"{variant}: the CA is staged only for a pypi variant"
+    for f in expect.get("repo_files", []):   # copied into the context by name; the Dockerfile must use it
+        assert (ROOT / f).is_file(), f"{variant}: repo_files names {f}, which is not in the repository"
+        assert re.search(rf"^COPY {re.escape(Path(f).name)} ", dockerfile, re.M), f"{variant}: {f} is staged but never COPYed"
 
 
 @pytest.mark.parametrize("expect, kind, fws, fits", [
