@@ -179,3 +179,26 @@ def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
 def test_a_variant_is_built_only_from_an_image_of_its_mpi_and_framework(expect, kind, fws, fits):
     from tests.conformance.test_broken_variants import fits as fits_
     assert fits_(expect, kind, fws) is fits
+
+
+def test_a_variant_that_rebuilds_a_framework_uses_the_sdist_and_patch_the_matrix_pins():
+    """The rebuild variants pin their sdist in their Dockerfile (a variant's context is its own
+    folder): they must be the very artifacts the images are built from, so a version bump fails
+    here, naming the variant to move with it, instead of a variant testing an older release."""
+    import glob
+
+    from trainbase.define.matrix import load
+
+    m = load(ROOT / "matrix.yaml")
+    hvd = m.spec.artifacts["horovod-0.28.1-sdist"]
+    text = (BROKEN / "horovod-without-gpu-operations" / "Dockerfile").read_text()
+    assert "horovod-0.28.1.tar.gz" in hvd.url and f"--hash=sha256:{hvd.sha256}" in text, \
+        "horovod-without-gpu-operations: its sdist is not matrix.yaml's horovod-0.28.1-sdist"
+    patch = json.loads((BROKEN / "horovod-without-gpu-operations" / "expect.json").read_text())["repo_files"]
+    assert "patches/horovod-0.28.1-cxx-standards.patch" in patch
+    assert "patches/horovod-0.28.1-cxx-standards.patch" in (ROOT / "matrix.yaml").read_text()
+    ds = (BROKEN / "deepspeed-ops-for-one-gpu" / "Dockerfile").read_text()
+    pin = re.search(r"deepspeed==([\d.]+) --hash=sha256:([0-9a-f]{64})", ds)
+    locked = [f for f in glob.glob(str(ROOT / "locks" / f"*deepspeed{pin[1]}*.txt"))
+              if f"--hash=sha256:{pin[2]}" in Path(f).read_text()]
+    assert pin and locked, "deepspeed-ops-for-one-gpu: its sdist pin is in no DeepSpeed lock of locks/"
