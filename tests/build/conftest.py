@@ -108,7 +108,10 @@ def _htpasswd_line(user: str, password: str) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import crypt
-    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}\n"
+    # the registry checks the hash on EVERY request: at crypt's default cost (2^12 rounds) that
+    # is ~0.2 s a request, minutes over the delivery weeks; a random password of a loopback
+    # registry that lives for one session needs no work factor (2^4, bcrypt's minimum)
+    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))}\n"
 
 
 @pytest.fixture(scope="session")

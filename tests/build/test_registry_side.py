@@ -5,11 +5,12 @@ image (the local Debian base) keeps this quick; tests/build/test_build.py promot
 import base64
 import json
 import subprocess
+import os
 import urllib.request
 
 import pytest
 
-from trainbase.deliver import registry as regmod
+from trainbase.deliver import referrers, registry as regmod
 
 pytestmark = pytest.mark.engine
 
@@ -333,3 +334,35 @@ def test_a_tag_its_first_run_left_unattested_and_its_zstd_twin_are_attested_by_t
     for r in (ref, ref + "-zstd"):
         check = io.StringIO()
         assert attest.verify_command(None, tmp_path, [], r, None, str(pub), out=check) == 0, check.getvalue()
+
+
+def test_a_blob_is_mounted_across_repositories_or_streamed_where_the_registry_declines(registry, monkeypatch):
+    """--merge-platforms copies each staged platform's blobs into the published repository
+    (referrers.Client.copy_blob): mounted, no byte moving, where the registry mounts; streamed in
+    chunks where it declines and opens an upload instead (a registry may; a layer is gigabytes)."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    client = referrers.Client(registry.host)
+    payload = os.urandom(20 << 20)          # more than two 8 MiB chunks
+    desc = client.put_blob("trainbase/blob-src", payload, "application/octet-stream")
+    real, calls = client._request, []
+
+    def spy(method, path, *a, **kw):
+        calls.append((method, path.split("?")[0].rsplit("/", 2)[-2]))
+        return real(method, path, *a, **kw)
+
+    monkeypatch.setattr(client, "_request", spy)
+    client.copy_blob("trainbase/blob-src", "trainbase/blob-mounted", desc.digest)
+    assert ("GET", "blobs") not in calls, f"a mountable blob was downloaded: {calls}"
+    assert client.blob("trainbase/blob-mounted", desc.digest) == payload
+
+    def declines(method, path, *a, **kw):   # what a registry without cross-repository mounts answers
+        return spy(method, path.split("?mount=")[0], *a, **kw)
+
+    calls.clear()
+    monkeypatch.setattr(client, "_request", declines)
+    client.copy_blob("trainbase/blob-src", "trainbase/blob-streamed", desc.digest)
+    assert ("GET", "blobs") in calls, calls
+    assert client.blob("trainbase/blob-streamed", desc.digest) == payload
+    calls.clear()
+    client.copy_blob("trainbase/blob-src", "trainbase/blob-streamed", desc.digest)
+    assert [m for m, _ in calls] == ["HEAD"], f"a blob already there was copied again: {calls}"

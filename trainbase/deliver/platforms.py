@@ -5,8 +5,8 @@ repository from the platform images its runners staged.
 CI builds each platform on its own runner (arm64 on ubuntu-24.04-arm), so no single job holds
 both images. Each job therefore stages its platform's image (`--push stage`: publish.py pushes
 it to ``<namespace>/staging/<cell name>:<recipe tag>``); when the level's jobs are done, one job
-runs `--merge-platforms`, which copies every staged platform image of a repository into one OCI
-layout and pushes the index under the repository's release tag (registry.push_index). A
+runs `--merge-platforms`, which pushes each repository's index over its staged platform
+manifests, copied registry side byte for byte (the digests the builds attested). A
 repository whose platforms are not all staged is named with what is missing and nothing is
 pushed for it (exit 1): never an index that holds only what happened to build.
 
@@ -98,6 +98,42 @@ def _carry_attestations(host: str, ns: str, repo: str, cells: list[Cell], tags: 
             out.write(f"merge: {repo}: {n} attestation(s) of its {c.platform} image carried over\n")
 
 
+def _index_of_staged(host: str, repo: str, tag: str, staged: dict[str, tuple[str, str]]) -> str:
+    """Push REPO:TAG, an OCI image index over the staged platform images (platform ->
+    (staging repository, tag)), registry side; its digest. Each platform's manifest is copied
+    byte for byte -- its digest is the one the build attested (signed SBOM and provenance, or
+    CI's keyless bundles), so those attestations name what the index serves -- with its blobs
+    mounted across repositories. (Copying through an OCI layout would convert Docker
+    manifests to OCI ones: new digests, and every attestation naming a digest no pull gets.)
+    The platforms' manifests go in untagged, then the one tag: never a moment where TAG names
+    one platform only."""
+    import json
+
+    from . import referrers
+
+    client = referrers.Client(host)
+    children = []
+    for platform, (src, src_tag) in sorted(staged.items()):
+        got = client.manifest(src, src_tag)
+        if got is None:
+            raise registry.RegistryError(f"registry {host} has no staged {src}:{src_tag}")
+        data, media_type = got
+        if media_type in (referrers.OCI_INDEX, referrers.DOCKER_LIST):
+            raise registry.RegistryError(f"{src}:{src_tag} is an index, not one platform's image")
+        doc = json.loads(data)
+        for blob in [doc["config"], *doc.get("layers", [])]:
+            client.copy_blob(src, repo, blob["digest"])
+        digest = referrers.sha256(data)
+        client.put_manifest(repo, digest, data, media_type)
+        os_, arch = platform.split("/", 1)
+        children.append({"mediaType": media_type, "digest": digest, "size": len(data),
+                         "platform": {"architecture": arch, "os": os_}})
+    index = json.dumps({"schemaVersion": 2, "mediaType": referrers.OCI_INDEX, "manifests": children},
+                       separators=(",", ":")).encode()
+    client.put_manifest(repo, tag, index, referrers.OCI_INDEX)
+    return referrers.sha256(index)
+
+
 def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None,
                   out: TextIO = sys.stdout, zstd_twin: bool = False) -> int:
     if not registry_arg:
@@ -118,14 +154,15 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
             if zstd_twin:
                 index_twin(host, f"{ns}/{repo}", target.rsplit(":", 1)[1], out, repo)
             continue
-        staged = {c.platform: f"docker://{host}/{staging_repo(ns, c.name)}:{tags[c.name]}" for c in cells
+        staged = {c.platform for c in cells
                   if registry.tag_state(host, staging_repo(ns, c.name), tags[c.name]) == "present"}
         absent = sorted(c.platform for c in cells if c.platform not in staged)
         if absent:
             missing_any += 1
             out.write(f"merge: {repo}: NOT published: no staged image for {', '.join(absent)}\n")
             continue
-        digest = registry.push_index(host, target, staged)
+        digest = _index_of_staged(host, f"{ns}/{repo}", release.tag,
+                                  {c.platform: (staging_repo(ns, c.name), tags[c.name]) for c in cells})
         merged += 1
         out.write(f"merge: {repo}: pushed the image index {target} {digest} ({', '.join(sorted(staged))})\n")
         _carry_attestations(host, ns, repo, cells, tags, out)

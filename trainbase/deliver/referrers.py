@@ -99,10 +99,11 @@ class Client:
             raise RegistryError(f"registry {self.host} cannot be reached: {e}") from None
 
     def _request(self, method: str, path: str, what: str, ok: tuple[int, ...], **kw):
+        """PATH under /v2/ (or an absolute URL the registry handed out: an upload's Location)."""
         import requests
 
         try:
-            url = f"{self.prefix}://{self.api}/v2/{path}"
+            url = path if path.startswith(("http://", "https://")) else f"{self.prefix}://{self.api}/v2/{path}"
             r = (self.oras.session.request(method, url, timeout=300, **kw) if self.anonymous
                  else self.oras.do_request(url, method, **kw))
         except (requests.RequestException, ValueError) as e:
@@ -137,17 +138,47 @@ class Client:
         return data
 
     def put_blob(self, repo: str, data: bytes, media_type: str) -> Descriptor:
-        import oras.container
-
         desc = Descriptor(media_type, sha256(data), len(data))
         with tempfile.NamedTemporaryFile(prefix="trainbase-blob-") as f:
             f.write(data)
             f.flush()
-            r = self.oras.upload_blob(f.name, oras.container.Container(f"{self.api}/{repo}"), desc.as_json())
+            self._upload(repo, f.name, desc)
+        return desc
+
+    def copy_blob(self, src_repo: str, dst_repo: str, digest: str) -> None:
+        """Make blob DIGEST of SRC_REPO present in DST_REPO, this registry: already there, or
+        mounted across repositories (no byte moves), or -- where the registry declines the
+        mount and opens an upload instead -- streamed through this process in 8 MiB chunks
+        (a CUDA layer is gigabytes: never held in memory)."""
+        if self._request("HEAD", f"{dst_repo}/blobs/{digest}", f"say whether {dst_repo} has {digest}",
+                         (200, 404)).status_code == 200:
+            return
+        r = self._request("POST", f"{dst_repo}/blobs/uploads/?mount={digest}&from={src_repo}",
+                          f"mount {digest} of {src_repo} into {dst_repo}", (201, 202))
+        if r.status_code == 201:
+            return
+        # declined: the registry opened an upload session instead (left to lapse). The blob is
+        # spooled to a temporary file and uploaded as put_blob does: a request body read from a
+        # stream could not be re-sent when the registry asks for a new token half way
+        src = self._request("GET", f"{src_repo}/blobs/{digest}", f"serve blob {digest} of {src_repo}", (200,),
+                            stream=True)
+        h = hashlib.sha256()
+        with tempfile.NamedTemporaryFile(prefix="trainbase-blob-", dir=os.environ.get("TMPDIR") or "/var/tmp") as f:
+            for chunk in src.iter_content(8 << 20):
+                h.update(chunk)
+                f.write(chunk)
+            f.flush()
+            if f"sha256:{h.hexdigest()}" != digest:
+                raise RegistryError(f"registry {self.host}: blob {digest} of {src_repo} does not have its digest")
+            self._upload(dst_repo, f.name, Descriptor("application/octet-stream", digest, f.tell()))
+
+    def _upload(self, repo: str, path: str, desc: Descriptor) -> None:
+        import oras.container
+
+        r = self.oras.upload_blob(path, oras.container.Container(f"{self.api}/{repo}"), desc.as_json())
         if r.status_code not in (200, 201, 202):
             raise RegistryError(f"registry {self.host} did not take blob {desc.digest} into {repo}: "
                                 f"HTTP {r.status_code} {r.text[:300]}")
-        return desc
 
     def put_manifest(self, repo: str, ref: str, data: bytes, media_type: str):
         return self._request("PUT", f"{repo}/manifests/{ref}", f"accept a manifest as {repo}:{ref}", (201,),
