@@ -11,6 +11,7 @@ matrix.yaml (a scratch git checkout of the repository) and the loopback registry
 - gpu.yml's plan of what to test (`--ci-matrix --only unpromoted`), with the GPU tier's and the
   scan's records injected for exactly the refs it prints (no GPU runner, one amd64 runner,
   both runners, a failure);
+- a fork's pull request that routes the build to the GPU host (its plan refuses to run);
 - promotion (`build.py --promote --gate`) and the mirror (`python -m trainbase.deliver.mirror`);
 - the weekly refresh: the security job's artifact (a rebuild epoch for the Debian row) taken by
   the propose job's steps (`--render`, `--affected HEAD`, the patch) and applied by the
@@ -59,11 +60,12 @@ class Week:
         self.primary = f"{registry.host}/{NS}"
         self.mirror = f"{registry.host}/{MIRROR_NS}"
 
-    def run(self, *args: str, module: str | None = None, ok: tuple[int, ...] = (0,)) -> str:
+    def run(self, *args: str, module: str | None = None, ok: tuple[int, ...] = (0,), event: str = "push",
+            env: dict[str, str] | None = None) -> str:
         cmd = [sys.executable, "-m", module] if module else [sys.executable, str(ROOT / "build.py")]
         r = subprocess.run([*cmd, *args, "--file", str(self.main / "matrix.yaml")], cwd=self.main,
                            capture_output=True, text=True, timeout=600,
-                           env={**self.registry.env(), "PYTHONPATH": str(ROOT), "GITHUB_EVENT_NAME": "push"})
+                           env={**self.registry.env(), "PYTHONPATH": str(ROOT), "GITHUB_EVENT_NAME": event, **(env or {})})
         assert r.returncode in ok, f"{' '.join(args)}: exit {r.returncode}\n{r.stdout[-2500:]}\n{r.stderr[-2500:]}"
         return r.stdout + r.stderr
 
@@ -186,6 +188,21 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
     tue = day("Tue", "an amd64 GPU runner registered; no arm64 one", {"linux/amd64": True},
               {MULTI: None, SINGLE: None}, 1, held="missing gpu[linux/arm64]")
     assert not tue["todo"], f"Tuesday rebuilt what Monday published: {tue['todo']}"
+    # ... and a fork's pull request that points the amd64 build runner at the GPU host: its plan
+    # (the pull request's own matrix.yaml, build.py's routing) refuses to run there; the same
+    # label as a repository variable is not applied to a pull request either
+    fork = tmp_path / "fork"
+    _git(tmp_path, "clone", "-q", str(main), str(fork))
+    planted = (fork / "matrix.yaml").read_text().replace("runner: ubuntu-24.04\n", "runner: gpu\n", 1)
+    assert planted != (fork / "matrix.yaml").read_text()
+    (fork / "matrix.yaml").write_text(planted)
+    w.main = fork
+    refused = w.run("--ci-matrix", *SELECT, event="pull_request", ok=(1,))
+    assert "a pull request builds on GitHub-hosted runners only" in refused and "runner is gpu" in refused, refused
+    w.main = main
+    routed = w.run("--ci-matrix", *SELECT, event="pull_request", env={"TRAINBASE_BUILD_RUNNER": "gpu"})
+    assert "TRAINBASE_BUILD_RUNNER=gpu is not a GitHub-hosted label" in routed and '"runs_on":"gpu"' not in routed, routed
+    assert w.latest(NS, MULTI) is None and w.latest(NS, SINGLE) is None, "a pull request moved an alias"
     # Wed: the arm64 GPU runner too: both repositories promoted and mirrored
     day("Wed", "both GPU runners pass both repositories", {"linux/amd64": True, "linux/arm64": True},
         {MULTI: d_multi, SINGLE: d_single}, 0)
