@@ -79,12 +79,15 @@ def test_pytorch_build_matches_manifest(target):
                           "cudnn": torch.backends.cudnn.version(), "nccl": list(torch.cuda.nccl.version()),
                           "nccl_ok": d.is_nccl_available(), "gloo_ok": d.is_gloo_available()}))
     """)
-    assert info["version"] == version
-    assert info["cuda"].split(".")[:2] == c["cuda"]["version"].split(".")[:2]
+    assert info["version"] == version, f"torch {info['version']} in the image, the manifest says PyTorch {version}"
+    assert info["cuda"].split(".")[:2] == c["cuda"]["version"].split(".")[:2], \
+        f"torch is built for CUDA {info['cuda']}, the manifest says CUDA {c['cuda']['version']}"
     major, minor, patch = (int(x) for x in c["cudnn"]["version"].split(".")[:3])
-    assert info["cudnn"] == major * 10000 + minor * 100 + patch
-    assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"]
-    assert info["nccl_ok"] and info["gloo_ok"], info
+    assert info["cudnn"] == major * 10000 + minor * 100 + patch, \
+        f"torch runs cuDNN {info['cudnn']}, the manifest says {c['cudnn']['version']}"
+    assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"], \
+        f"torch runs NCCL {'.'.join(map(str, info['nccl']))}, the manifest says {c['nccl']['version']}"
+    assert info["nccl_ok"] and info["gloo_ok"], f"torch.distributed lacks a backend: {info}"
     built, machine = wheel_machine(target, "torch")
     assert built == machine, f"torch's wheel is built for {built}, the image runs {machine}"
 
