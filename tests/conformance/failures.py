@@ -111,18 +111,23 @@ def variant_ways(checks: dict[str, Check], broken: Path = BROKEN) -> tuple[list[
             problems.append(f"variant {folder.name}: an expect.json without a Dockerfile")
             continue
         expect = json.loads((folder / "expect.json").read_text())
-        try:
-            expected = verdict.expectations(expect)
-        except ValueError as e:
-            problems.append(f"variant {folder.name}: {e}")
-            continue
-        for name, e in expected.items():
-            found = [f"{p}::{name}" for p in expect.get("paths", []) if f"{p}::{name}" in checks]
-            if len(found) != 1:
-                problems.append(f"variant {folder.name} claims {name}, which {len(found)} of its paths "
-                                f"{expect.get('paths')} define")
+        # must_fail: judged by the self-test on any engine; gpu_must_fail: by a GPU runner
+        # (scripts/gpu-variants.sh in gpu.yml), on the checks of the gpu tier
+        for key, paths_key, where in (("must_fail", "paths", ""), (verdict.GPU_CLAIMS, "gpu_paths", "on a GPU runner: ")):
+            if key != "must_fail" and key not in expect:
                 continue
-            ways.append(Way(found[0], "variant", folder.name, e.pattern, e.why))
+            try:
+                expected = verdict.expectations(expect, key)
+            except ValueError as e:
+                problems.append(f"variant {folder.name}: {e}")
+                continue
+            for name, e in expected.items():
+                found = [f"{p}::{name}" for p in expect.get(paths_key, []) if f"{p}::{name}" in checks]
+                if len(found) != 1:
+                    problems.append(f"variant {folder.name} claims {name}, which {len(found)} of its {paths_key} "
+                                    f"{expect.get(paths_key)} define")
+                    continue
+                ways.append(Way(found[0], "variant", folder.name, e.pattern, where + e.why))
     return ways, problems
 
 

@@ -15,7 +15,10 @@ For a JUnit file of a real run (the self-test keeps it under pytest's tmp direct
 it when it fails), this prints each test case's state and message, and with --variant the
 verdict against that variant's expect.json:
 
-    .venv/bin/python -m tests.conformance.verdict JUNIT.xml [--variant NAME]
+    .venv/bin/python -m tests.conformance.verdict JUNIT.xml [--variant NAME [--gpu]]
+
+``gpu_must_fail`` (same format) holds claims on checks of the gpu tier: a GPU runner builds the
+variant FROM the digest it tests and judges them (scripts/gpu-variants.sh, in gpu.yml's gpu job).
 """
 from __future__ import annotations
 
@@ -81,22 +84,26 @@ def worst_states(cases: list[Case]) -> dict[str, str]:
     return out
 
 
-def expectations(expect: dict) -> dict[str, Expected]:
-    """expect.json's ``must_fail``, read; a list of names (the format before patterns) or a
-    pattern that does not compile is refused, naming the check."""
-    must = expect.get("must_fail")
+GPU_CLAIMS = "gpu_must_fail"   # the claims a GPU runner judges (gpu.yml, scripts/gpu-variants.sh)
+
+
+def expectations(expect: dict, key: str = "must_fail") -> dict[str, Expected]:
+    """expect.json's ``must_fail`` (or ``gpu_must_fail``: checks of the gpu tier, which only a
+    GPU runner can run against the variant), read; a list of names (the format before
+    patterns) or a pattern that does not compile is refused, naming the check."""
+    must = expect.get(key)
     if not isinstance(must, dict) or not must:
-        raise ValueError(f"must_fail must map each check to the pattern its failure message must match, "
+        raise ValueError(f"{key} must map each check to the pattern its failure message must match, "
                          f"got {must!r}")
     out = {}
     for check, spec in must.items():
         pattern, why = (spec, "") if isinstance(spec, str) else (spec.get("message"), spec.get("why", ""))
         if not isinstance(pattern, str) or not pattern:
-            raise ValueError(f"must_fail.{check}: no message pattern")
+            raise ValueError(f"{key}.{check}: no message pattern")
         try:
             re.compile(pattern, re.S)
         except re.error as e:
-            raise ValueError(f"must_fail.{check}: the pattern does not compile: {e}") from None
+            raise ValueError(f"{key}.{check}: the pattern does not compile: {e}") from None
         out[check] = Expected(check, pattern, why)
     return out
 
@@ -134,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.conformance.verdict", description=__doc__.split("\n\n")[0])
     ap.add_argument("junit", help="a pytest --junitxml file of a conformance run")
     ap.add_argument("--variant", help="judge it against tests/conformance/broken/VARIANT/expect.json")
+    ap.add_argument("--gpu", action="store_true",
+                    help=f"judge the variant's {GPU_CLAIMS} (a run of the gpu tier on a GPU runner)")
     ap.add_argument("--width", type=int, default=600,
                     help="characters of each message shown on one line (0: all of it, its lines as they are)")
     a = ap.parse_args(argv)
@@ -143,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{c.state:8} {c.name}" + (f"\n         {msg}" if msg else ""))
     if not a.variant:
         return 0
-    expected = expectations(json.loads((BROKEN / a.variant / "expect.json").read_text()))
+    expected = expectations(json.loads((BROKEN / a.variant / "expect.json").read_text()),
+                            GPU_CLAIMS if a.gpu else "must_fail")
     problems = judge(expected, cases)
     print(f"\n{a.variant}: " + ("fails as its expect.json says" if not problems else "does NOT prove its checks:"))
     for p in problems:

@@ -146,6 +146,23 @@ def _functions(path: str) -> set[str]:
     return {n.name for n in ast.parse((CHECKS / path).read_text()).body if isinstance(n, ast.FunctionDef)}
 
 
+def _marked_gpu(path: str, check: str) -> bool:
+    """Whether CHECKS/PATH's function CHECK carries @pytest.mark.gpu."""
+    [fn] = [n for n in ast.parse((CHECKS / path).read_text()).body if isinstance(n, ast.FunctionDef) and n.name == check]
+    return any(ast.unparse(d) == "pytest.mark.gpu" for d in fn.decorator_list)
+
+
+def test_a_gpu_claim_is_judged_by_its_own_key():
+    """gpu_must_fail is read apart from must_fail: the self-test on an engine without a GPU never
+    judges it, and `verdict --gpu` judges only it."""
+    expect = {"must_fail": {"test_a": {"message": "A", "why": "x" * 30}},
+              verdict.GPU_CLAIMS: {"test_g": {"message": "G", "why": "y" * 30}}}
+    assert list(verdict.expectations(expect)) == ["test_a"]
+    assert list(verdict.expectations(expect, verdict.GPU_CLAIMS)) == ["test_g"]
+    with pytest.raises(ValueError, match="gpu_must_fail must map"):
+        verdict.expectations({"must_fail": expect["must_fail"]}, verdict.GPU_CLAIMS)
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
     expect = json.loads((BROKEN / variant / "expect.json").read_text())
@@ -156,7 +173,14 @@ def test_every_variant_names_real_checks_with_a_pattern_and_a_why(variant):
         assert re.search(rf"\b{check}\b", expect["k"]), f"{variant}: k {expect['k']!r} does not select {check}"
         assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
     assert not set(expect) - {"why", "mpi", "framework", "pypi", "repo_files", "paths", "k", "must_fail",
-                              "absent_in_final_fs", "note"}
+                              "absent_in_final_fs", "note", "gpu_paths", verdict.GPU_CLAIMS}
+    # the GPU runner's claims: checks of the gpu tier (what scripts/gpu-variants.sh runs there)
+    gpu_defined = {f: _functions(f) for f in expect.get("gpu_paths", [])}
+    for check, e in (verdict.expectations(expect, verdict.GPU_CLAIMS) if verdict.GPU_CLAIMS in expect else {}).items():
+        [f] = [f for f, fns in gpu_defined.items() if check in fns] or [None]
+        assert f, f"{variant}: {check} is in none of its gpu_paths {list(gpu_defined)}"
+        assert _marked_gpu(f, check), f"{variant}: {check} is not a check of the gpu tier (gpu_must_fail is judged there)"
+        assert len(e.why) > 20, f"{variant}: {check}: say which assertion the pattern is for"
     assert expect.get("framework") in (None, "pytorch", "tensorflow", "horovod", "deepspeed")
     dockerfile = (BROKEN / variant / "Dockerfile").read_text()
     assert re.match(r"ARG BASE\nFROM \$\{BASE\}( AS \w+)?\n", dockerfile), f"{variant}: built FROM the image under test"

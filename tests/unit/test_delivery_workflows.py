@@ -182,7 +182,15 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
         assert "matrix.cell.ref" in str(doc["jobs"][job]["steps"])
         # the installed suite, not the repository's tests: no full checkout, the wheel hash-locked
         checkout = next(s for s in doc["jobs"][job]["steps"] if "actions/checkout" in s.get("uses", ""))
-        assert checkout["with"]["sparse-checkout"] == ".github/actions"
+        # the checks come from the wheel; the gpu job adds only the broken variants and their
+        # stdlib verdict (scripts/gpu-variants.sh), never the repository's Python package
+        wanted = {"gpu": {".github/actions", "tests/conformance", "scripts"}}.get(job, {".github/actions"})
+        assert set(checkout["with"]["sparse-checkout"].split()) == wanted, job
+        if job == "gpu":
+            assert 'bash scripts/gpu-variants.sh "$REF" "$RUNNER_TEMP/suite/bin"' in runs
+            names = [s.get("name", "") for s in doc["jobs"][job]["steps"]]
+            assert names.index("the gpu tier rejects its broken variants built from this digest") < \
+                next(i for i, n in enumerate(names) if n.startswith("gate record")), "the gate record comes after the variants"
         assert "--require-hashes -r suite/requirements.lock" in runs and "pytest" not in runs
     plan_runs = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
     assert "bash scripts/conformance-wheel.sh build suite/" in plan_runs

@@ -135,8 +135,11 @@ def test_variant_entries_come_from_existing_expect_json(table):
         assert (folder / "Dockerfile").exists(), w
         expect = json.loads((folder / "expect.json").read_text())
         check = table.checks[w.check]
-        assert check.file in expect["paths"] and check.name in expect["must_fail"], w
-        spec = expect["must_fail"][check.name]
+        # a claim judged on any engine, or one a GPU runner judges (gpu_must_fail over gpu_paths)
+        key, paths = ("must_fail", "paths") if check.name in expect["must_fail"] else ("gpu_must_fail", "gpu_paths")
+        assert check.file in expect.get(paths, []) and check.name in expect.get(key, {}), w
+        assert key == "must_fail" or check.tier == "gpu", f"{w}: only a check of the gpu tier is a GPU runner's claim"
+        spec = expect[key][check.name]
         assert w.message == (spec if isinstance(spec, str) else spec["message"]), w
 
 

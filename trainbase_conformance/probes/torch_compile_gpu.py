@@ -34,9 +34,14 @@ eager_grads = [p.grad.detach().clone() for p in model.parameters()]
 model.zero_grad()
 compiled = torch.compile(model)
 t = time.monotonic()
-got = loss(compiled)
-got.backward()
-torch.cuda.synchronize()
+try:
+    got = loss(compiled)
+    got.backward()
+    torch.cuda.synchronize()
+except Exception as e:  # noqa: BLE001 -- what failed to compile is the finding: said in the JSON line
+    out["ok"], out["error"] = False, " ".join(f"{type(e).__name__}: {e}".split())[:1500]
+    print(json.dumps(out), flush=True)
+    sys.exit(1)
 out["first_step_s"] = round(time.monotonic() - t, 1)
 out["loss_eager"], out["loss_compiled"] = float(eager.detach()), float(got.detach())
 # the backward pass is compiled too (AOTAutograd): its gradients must be eager's
