@@ -54,6 +54,14 @@ def _git(repo: Path, *args: str) -> str:
     return r.stdout
 
 
+def _remove_stand_ins(docker: str) -> None:
+    """The stand-in images' local tags (week/...): bytes only, but no debris in the engine."""
+    refs = subprocess.run([docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "week/*"],
+                          capture_output=True, text=True, timeout=60).stdout.split()
+    if refs:
+        subprocess.run([docker, "image", "rm", *refs], capture_output=True, timeout=120)
+
+
 class Week:
     def __init__(self, main: Path, registry, docker: str, key: Path, tmp: Path):
         self.main, self.registry, self.docker, self.key, self.tmp = main, registry, docker, key, tmp
@@ -127,8 +135,9 @@ class Week:
 
 
 def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_revert(registry, docker, monkeypatch,
-                                                                                                tmp_path):
+                                                                                                tmp_path, request):
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
+    request.addfinalizer(lambda: _remove_stand_ins(docker))
     (tmp_path / "main").mkdir()
     main = copy_inputs(tmp_path / "main")
     _git(main, "init", "-q", "-b", "main")
