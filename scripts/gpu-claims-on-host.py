@@ -30,8 +30,9 @@ from trainbase_conformance.plugin import PROBE_DIR               # noqa: E402
 
 
 def _no_compiler(scratch: Path) -> dict[str, str]:
-    """PATH holding only the interpreter's folder copy-free: a bin/ with python and the tools a
-    probe's shell needs, none of cc, gcc, clang, c++ (what no-c-compiler leaves in the image)."""
+    """The environment without a C compiler: PATH is a bin/ of links to the few tools a probe's
+    shell needs (the interpreter is called by its absolute path), none of cc, gcc, clang, c++,
+    and no CC/CXX -- what no-c-compiler leaves in the image."""
     bin_ = scratch / "bin"
     bin_.mkdir()
     for tool in ("sh", "env", "ls", "cat", "ldconfig"):
