@@ -92,3 +92,14 @@ def test_the_deepspeed_gpu_probe_fails_when_fused_adam_disagrees_with_adamw():
     t = FakeTarget({"deepspeed": "0.19.8", "pytorch": "2.15.0"}, stdout=json.dumps(out) + "\n", rc=1)
     with pytest.raises(AssertionError, match=r"DeepSpeed's fused optimizers on the GPU: \{.*'fused_adam_ok': False"):
         gp.test_deepspeed_fused_adam_steps_on_the_gpu(t)
+
+
+def test_tensorflow_that_registers_no_gpu_fails():
+    """A TensorFlow image missing a CUDA library it loads registers no GPU and runs on the CPU."""
+    t = FakeTarget({"tensorflow": "2.21.0"}, {"gpus": 0, "device": "/job:localhost/replica:0/task:0/device:CPU:0",
+                                               "max_err": 0.0, "tflops": 0.4, "replicas": 1, "sum": 1.0}, gpus=8)
+    with pytest.raises(AssertionError, match=r"TensorFlow registered 0 GPU\(s\), the host has 8"):
+        gp.test_tensorflow_registers_the_gpus_and_reduces_across_them(t)
+    gp.test_tensorflow_registers_the_gpus_and_reduces_across_them(FakeTarget(
+        {"tensorflow": "2.21.0"}, {"gpus": 8, "device": "/job:localhost/replica:0/task:0/device:GPU:0",
+                                   "max_err": 1e-4, "tflops": 50.0, "replicas": 8, "sum": 36.0}, gpus=8))

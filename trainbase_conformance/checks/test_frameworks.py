@@ -378,10 +378,16 @@ def test_deepspeed_init_distributed_under_mpirun(cluster, target):
 @pytest.mark.gpu
 @pytest.mark.evidence("run")
 def test_pytorch_nccl_allreduce_on_all_local_gpus(target):
+    """DDP over NCCL with one process per GPU the HOST lists (nvidia-smi -L): torch must see
+    every one of them, not just the count the container happens to see -- an image that pins
+    CUDA_VISIBLE_DEVICES, or a runtime that exposes one GPU, would otherwise pass on 1 of 8."""
     need(target, "pytorch")
     put_examples(target.container)
-    n = target.sh(f"{target.python} -c 'import torch; print(torch.cuda.device_count())'").stdout.strip()
-    r = target.sh(f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {n} {EX}/pytorch_ddp.py "
+    host = target.caps.gpu_count
+    seen = target.sh(f"{target.python} -c 'import torch; print(torch.cuda.device_count())'").stdout.strip()
+    assert seen == str(host), f"torch sees {seen or 'no'} GPU(s) in the container, the host lists {host}"
+    r = target.sh(f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {host} {EX}/pytorch_ddp.py "
                   f"--backend nccl", timeout=600)
-    assert r.rc == 0, r.stderr[-2000:]
-    assert len(ok_lines(r.stdout)) == int(n)
+    assert r.rc == 0, f"torchrun --nproc-per-node {host} over NCCL exited {r.rc}: {r.stderr[-2000:]}"
+    ok = ok_lines(r.stdout)
+    assert len(ok) == host, f"{len(ok)} of {host} ranks reported OK: {r.stdout[-1500:]}"
