@@ -205,10 +205,16 @@ def test_no_device_fails_cleanly(target):
 @pytest.mark.fabric
 @pytest.mark.evidence("load")
 def test_port_active(target):
-    """A device is listed with an ACTIVE port (sysfs, machine-readable)."""
-    r = target.sh("for f in /sys/class/infiniband/*/ports/*/state; do echo \"$f $(cat $f)\"; done")
-    states = dict(ln.split(" ", 1) for ln in r.stdout.splitlines() if ln.startswith("/sys/"))
-    assert any("ACTIVE" in s for s in states.values()), f"no ACTIVE port: {states or r.stderr.strip()}"
+    """The image's own verbs stack opens a device with an ACTIVE port: `ibv_devinfo` (the
+    image's libibverbs and provider) opens each device through its /dev/infiniband node in the
+    container. Sysfs alone would be the host's view: any container reads it, with or without
+    the device nodes or a provider that loads, so a job could still find no usable device."""
+    r = target.sh("ibv_devinfo", timeout=60)
+    hcas = re.findall(r"(?m)^hca_id:\s*(\S+)", r.stdout)
+    assert r.rc == 0 and hcas, \
+        f"the image's ibv_devinfo opened no device (exit {r.rc}): {(r.stderr or r.stdout).strip()[-600:]}"
+    ports = re.findall(r"(?m)^\s*port:\s*(\d+)\s*\n\s*state:\s*(\S+)", r.stdout)
+    assert any(state == "PORT_ACTIVE" for _, state in ports), f"no ACTIVE port on {hcas}: ports {ports}"
 
 
 @pytest.mark.fabric
