@@ -250,7 +250,7 @@ def test_a_cell_keeps_pipes_and_backticks_inside_its_code_span():
 def test_a_planted_way_changes_the_table(table):
     """The table is computed from the ways: one more unit entry is one more row and one check less
     without a failure."""
-    cid = next(c for c in sorted(table.nones) if c.startswith("test_ib.py::"))   # one still without a failure
+    cid = sorted(table.nones)[0]   # one still without a failure
     assert cid not in table.primary()
     more = replace(table, ways=table.ways + [failures.Way(cid, "unit", "tests/unit/x.py::test_y", "kernel check failed")],
                    nones={k: v for k, v in table.nones.items() if k != cid})

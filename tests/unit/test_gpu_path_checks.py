@@ -103,3 +103,15 @@ def test_tensorflow_that_registers_no_gpu_fails():
     gp.test_tensorflow_registers_the_gpus_and_reduces_across_them(FakeTarget(
         {"tensorflow": "2.21.0"}, {"gpus": 8, "device": "/job:localhost/replica:0/task:0/device:GPU:0",
                                    "max_err": 1e-4, "tflops": 50.0, "replicas": 8, "sum": 36.0}, gpus=8))
+
+
+def test_a_cpu_adam_that_computes_another_update_fails():
+    """A prebuilt cpu_adam that loads and steps, but drifts from torch's AdamW (an op built from
+    a wrong source, or for another instruction set than it runs on)."""
+    ds = {"deepspeed": "0.19.8", "pytorch": "2.9.1"}
+    t = FakeTarget(ds, {"max_err": 0.0314})
+    t.manifest["prebuilt_ops"] = {"deepspeed": ["cpu_adam", "fused_adam"]}
+    with pytest.raises(AssertionError, match=r"DeepSpeedCPUAdam differs from torch's AdamW by 0\.0314 after 10 steps"):
+        gp.test_deepspeed_cpu_adam_steps_match_torch_adamw(t)
+    t.answer = {"max_err": 2.4e-7}
+    gp.test_deepspeed_cpu_adam_steps_match_torch_adamw(t)
