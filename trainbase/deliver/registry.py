@@ -153,8 +153,8 @@ INDEX_MEDIA_TYPE = "application/vnd.oci.image.index.v1+json"
 
 def push_index(host: str, target: str, images: dict[str, str]) -> str:
     """Push one multi-arch image index under ``target`` (HOST/REPO:TAG) holding ``images``
-    (OCI platform -> a local engine image, or ``docker://HOST/REPO:TAG`` of a platform image
-    staged in the registry by its own runner), and return its digest. Every platform's image is
+    (OCI platform -> a local engine image: a run that built every platform; CI's staged
+    images are merged registry side instead, platforms._index_of_staged), and return its digest. Every platform's image is
     copied into one local OCI layout, the index is written there over their manifests, and
     the layout is pushed once with ``--all --preserve-digests``: the registry receives the
     platforms' manifests untagged and one tag, the index -- never a per-platform tag, never a
@@ -167,10 +167,9 @@ def push_index(host: str, target: str, images: dict[str, str]) -> str:
         manifests = []
         for plat, image in sorted(images.items()):
             ref = "p-" + plat.replace("/", "-")
-            source = image if image.startswith("docker://") else f"docker-daemon:{image}"
+            source = f"docker-daemon:{image}"
             # skopeo's docker-daemon transport asks the default socket, whatever DOCKER_HOST says
-            daemon = (["--src-daemon-host", os.environ["DOCKER_HOST"]]
-                      if source.startswith("docker-daemon:") and os.environ.get("DOCKER_HOST") else [])
+            daemon = ["--src-daemon-host", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
             _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci", *daemon,
                          source=source, dest=f"oci:{d}:{ref}")
             layout = json.loads(Path(d, "index.json").read_text())
