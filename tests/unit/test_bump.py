@@ -76,9 +76,25 @@ def test_a_bump_that_makes_a_cell_impossible_is_refused_and_writes_nothing(workd
     code = bump.command(path, [nccl["package"]], False, out,
                         releases=lambda name: [nccl["version"], "2.27.7"] if name == nccl["package"] else [])
     text = out.getvalue()
-    assert code == 1 and f"REFUSED {nccl['package']} {nccl['version']} -> 2.27.7: matrix.yaml: cuda.12.8: nccl" \
-        in text and "differs from the NCCL wheel 2.27.7" in text, text
+    # the row's `nccl:` moves with its wheel; PyTorch 2.9.1's own NCCL pin then refuses it
+    assert code == 1 and f"REFUSED {nccl['package']} {nccl['version']} -> 2.27.7:" in text \
+        and f"pins NCCL {nccl['version']} but CUDA 12.8 rows ship NCCL 2.27.7" in text, text
     assert path.read_text() == before
+
+
+def test_an_nccl_wheel_bump_moves_its_row_s_nccl_where_no_framework_pins_it(tmp_path):
+    """The 12.9 row has no PyTorch release: its NCCL wheel and its `nccl:` are one fact, bumped
+    together (only that row's; another row pinning the same version keeps it)."""
+    text = ('cuda:\n  "12.8":\n    nccl: 2.27.7  # why\n'
+            '    wheels:\n      nccl: {package: nvidia-nccl-cu12, version: 2.27.7}\n'
+            '  "12.9":\n    toolkit: 12.9.1\n    nccl: 2.27.7\n'
+            '    wheels:\n      nccl: {package: nvidia-nccl-cu12, version: 2.27.7}\n'
+            'frameworks: {}\n')
+    edit = bump.Edit("nvidia-nccl-cu12", "2.27.7", "2.32.3", ["cuda.12.9.wheels.nccl"])
+    after = yaml.safe_load(bump._with_row_nccl(text, "12.9", "2.27.7", "2.32.3"))
+    assert after["cuda"]["12.9"]["nccl"] == "2.32.3" and after["cuda"]["12.8"]["nccl"] == "2.27.7"
+    assert "nccl: 2.27.7  # why" in bump.apply(text, [edit]).split('"12.9"')[0]
+    assert yaml.safe_load(bump.apply(text, [edit]))["cuda"]["12.9"]["nccl"] == "2.32.3"
 
 
 def test_a_bump_pip_cannot_resolve_restores_matrix_yaml_and_every_lock(workdir, monkeypatch):

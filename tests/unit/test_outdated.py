@@ -123,3 +123,22 @@ def test_a_series_hold_and_a_scoped_hold(tmp_path):
     assert row_129.newest == row_129.newest_in_series == "12.9.3.13" and not row_129.held
     from trainbase.define.schema import Hold
     assert Hold(package=["a", "b"], series=True, reason="x").package == ["a", "b"]
+
+
+def test_one_version_pinned_by_a_held_row_and_a_free_row_is_behind_on_the_free_row(tmp_path):
+    """Two CUDA rows pin the same cuDNN; a hold scoped to the first row (its PyTorch requires
+    exactly that version) must not hide that the second row, which no hold covers, is behind."""
+    m = tmp_path / "matrix.yaml"
+    m.write_text("cuda:\n"
+                 "  '12.8':\n    wheels:\n      cudnn: {package: nvidia-cudnn-cu12, version: 9.10.2.21}\n"
+                 "  '12.9':\n    wheels:\n      cudnn: {package: nvidia-cudnn-cu12, version: 9.10.2.21}\n"
+                 "holds:\n"
+                 "  - {package: nvidia-cudnn-cu12, where: cuda.12.8, reason: torch requires exactly this}\n")
+    findings = outdated.check(m, {"nvidia-cudnn-cu12": ["9.10.2.21", "9.28.0.42"]}.__getitem__)
+    by_where = {tuple(f.pin.where): f for f in findings}
+    assert set(by_where) == {("cuda.12.8.wheels.cudnn",), ("cuda.12.9.wheels.cudnn",)}
+    assert by_where[("cuda.12.8.wheels.cudnn",)].newest is None
+    assert by_where[("cuda.12.8.wheels.cudnn",)].held.startswith("9.28.0.42 held: torch requires")
+    assert by_where[("cuda.12.9.wheels.cudnn",)].newest == "9.28.0.42"
+    assert not by_where[("cuda.12.9.wheels.cudnn",)].held
+    assert outdated.report(findings).startswith("1 of 2 pins have newer releases")

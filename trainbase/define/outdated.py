@@ -11,6 +11,7 @@ and a person decides.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -139,10 +140,21 @@ def _version_or_none(v: str) -> Version | None:
         return None
 
 
+def _split_by_holds(pin: Pin, package_holds: list[dict[str, Any]]) -> list[Pin]:
+    """One pin per set of holds that apply: a version two rows pin, one of them held (its
+    PyTorch requires exactly it), is behind on the row no hold covers, and says so."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for w in pin.where:
+        applying = tuple(i for i, h in enumerate(package_holds) if _applies(h, Pin(pin.package, pin.version, [w])))
+        groups.setdefault(applying, []).append(w)
+    return [Pin(pin.package, pin.version, where) for where in groups.values()]
+
+
 def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releases) -> list[Finding]:
     out = []
     held = holds(matrix_file)
-    for pin in pins(matrix_file):
+    releases = functools.cache(releases)   # a package split by its holds is asked for once
+    for pin in (p for found in pins(matrix_file) for p in _split_by_holds(found, held.get(found.package, []))):
         if not _ok(pin.version):
             continue
         try:

@@ -66,7 +66,24 @@ def apply(text: str, edits: list[Edit]) -> str:
         if n1 + n2 == 0:
             raise TrainbaseError(f"--bump: {e.package}=={e.old} is pinned at {', '.join(e.where)} in a form this "
                                  f"command does not rewrite; edit it by hand")
+        for where in e.where:
+            if m := re.fullmatch(r"cuda\.(.+)\.wheels\.nccl", where):
+                text = _with_row_nccl(text, m.group(1), e.old, e.new)
     return text
+
+
+def _with_row_nccl(text: str, row: str, old: str, new: str) -> str:
+    """A CUDA row's ``nccl:`` moved with its NCCL wheel: the two state one fact (the image's
+    NCCL), so a wheel bump is the row's bump. Whether a framework release of the row still
+    agrees is then the matrix's own rule, which refuses the bump naming that release."""
+    header = re.search(rf"(?m)^(\s+)['\"]?{re.escape(row)}['\"]?:\s*(#.*)?$", text)
+    if not header:
+        return text
+    indent = len(header.group(1))
+    end = re.compile(rf"(?m)^\s{{0,{indent}}}\S").search(text, header.end() + 1)
+    body = text[header.end():end.start() if end else len(text)]
+    moved, n = re.subn(rf"(?m)^(\s+nccl:\s*['\"]?){re.escape(old)}(?![\w.])", rf"\g<1>{new}", body, count=1)
+    return text[:header.end()] + moved + text[header.end() + len(body):] if n else text
 
 
 def refused(before, after) -> list[str]:
