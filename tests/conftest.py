@@ -27,3 +27,17 @@ def repo_root() -> Path:
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
     return copy_inputs(tmp_path)
+
+
+def cell(**axes: str) -> str:
+    """The name of the one cell of matrix.yaml with these axis values (platform linux/amd64
+    unless named): tests say which cell they mean by what it is, so a version bump renames
+    it here instead of in every test."""
+    from trainbase.define.matrix import load
+
+    axes.setdefault("platform", "linux/amd64")
+    found = [c.name for c in load(ROOT / "matrix.yaml").included
+             if all(getattr(c, a) == v for a, v in axes.items())]
+    if len(found) != 1:
+        raise LookupError(f"matrix.yaml has {len(found)} cells with {axes}: {found[:4]}")
+    return found[0]

@@ -146,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
         rendered = rendermod.render_all(m, root=root)
         sets = rendermod.lock_sets(rendered)
         written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))
-        print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current")
+        removed = lockmod.remove_orphans(root, sets)
+        print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current"
+              + (f", {len(removed)} no cell uses removed ({', '.join(removed)})" if removed else ""))
         return render(m, root)
     if args.lock_bases:
         from .build import bases

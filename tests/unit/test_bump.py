@@ -91,10 +91,25 @@ def test_an_nccl_wheel_bump_moves_its_row_s_nccl_where_no_framework_pins_it(tmp_
             '    wheels:\n      nccl: {package: nvidia-nccl-cu12, version: 2.27.7}\n'
             'frameworks: {}\n')
     edit = bump.Edit("nvidia-nccl-cu12", "2.27.7", "2.32.3", ["cuda.12.9.wheels.nccl"])
-    after = yaml.safe_load(bump._with_row_nccl(text, "12.9", "2.27.7", "2.32.3"))
-    assert after["cuda"]["12.9"]["nccl"] == "2.32.3" and after["cuda"]["12.8"]["nccl"] == "2.27.7"
-    assert "nccl: 2.27.7  # why" in bump.apply(text, [edit]).split('"12.9"')[0]
-    assert yaml.safe_load(bump.apply(text, [edit]))["cuda"]["12.9"]["nccl"] == "2.32.3"
+    after = bump.apply(text, [edit])
+    row_128, row_129 = after.split('"12.9"')
+    assert row_128 == text.split('"12.9"')[0]                  # comment, wheel and nccl: untouched
+    assert yaml.safe_load(after)["cuda"]["12.9"]["nccl"] == "2.32.3"
+    assert yaml.safe_load(after)["cuda"]["12.9"]["wheels"]["nccl"]["version"] == "2.32.3"
+
+
+def test_a_pin_is_rewritten_only_where_it_is_pinned():
+    """The same cuDNN on two rows, the first held: bumping the second leaves the first alone
+    (it once rewrote both, and torch's exact pin on the held row then failed to resolve)."""
+    text = ('cuda:\n  "12.8":\n    wheels: {cudnn: {package: nvidia-cudnn-cu12, version: 9.10.2.21}}\n'
+            '  "12.9":\n    wheels: {cudnn: {package: nvidia-cudnn-cu12, version: 9.10.2.21}}\n'
+            'x: [psutil==7.2.2]\ny: [psutil==7.2.2]\n')
+    after = yaml.safe_load(bump.apply(text, [bump.Edit("nvidia-cudnn-cu12", "9.10.2.21", "9.28.0.42",
+                                                       ["cuda.12.9.wheels.cudnn"]),
+                                            bump.Edit("psutil", "7.2.2", "7.2.3", ["y[0]"])]))
+    assert after["cuda"]["12.8"]["wheels"]["cudnn"]["version"] == "9.10.2.21"
+    assert after["cuda"]["12.9"]["wheels"]["cudnn"]["version"] == "9.28.0.42"
+    assert (after["x"], after["y"]) == (["psutil==7.2.2"], ["psutil==7.2.3"])
 
 
 def test_a_bump_pip_cannot_resolve_restores_matrix_yaml_and_every_lock(workdir, monkeypatch):

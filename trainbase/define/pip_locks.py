@@ -172,3 +172,17 @@ def write(root: Path, sets: list[LockSet], *, only_stale: bool = True, log=print
         (root / ls.path).write_text(resolve(ls, log=log))
         written.append(ls.path)
     return written
+
+
+def orphans(root: Path, sets: list[LockSet]) -> list[Path]:
+    """Lock files no set of the matrix uses any more (a release replaced by a newer one)."""
+    used = {ls.path for ls in sets}
+    return sorted(p for p in (root / LOCK_DIR).glob("*.txt") if f"{LOCK_DIR}/{p.name}" not in used)
+
+
+def remove_orphans(root: Path, sets: list[LockSet]) -> list[str]:
+    """Delete the locks no cell reads: left behind, a renamed release's old lock looks current."""
+    gone = orphans(root, sets)
+    for p in gone:
+        p.unlink()
+    return [f"{LOCK_DIR}/{p.name}" for p in gone]

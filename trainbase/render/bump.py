@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import yaml
+
 from ..errors import MatrixError, TrainbaseError
 from ..define import outdated
 
@@ -55,35 +57,57 @@ def plan(findings: list[outdated.Finding], packages: list[str]) -> tuple[list[Ed
 
 
 def apply(text: str, edits: list[Edit]) -> str:
-    """matrix.yaml's text with each pin rewritten where it is written: ``NAME==OLD`` in a
-    package list, ``{package: NAME, version: OLD}`` in a wheel table."""
+    """matrix.yaml's text with each pin rewritten where it is written, and only there (two CUDA
+    rows may pin the same cuDNN, one of them held): ``NAME==OLD`` in a package list,
+    ``{package: NAME, version: OLD}`` in a wheel table."""
     for e in edits:
         name = re.escape(e.package).replace(r"\-", "[-_.]")
         pin = re.compile(rf"(?i)(?<![\w.-])({name}==){re.escape(e.old)}(?![\w.])")
         table = re.compile(rf"(?i)(package:\s*['\"]?{name}['\"]?\s*,\s*version:\s*['\"]?){re.escape(e.old)}(?![\w.])")
-        text, n1 = pin.subn(rf"\g<1>{e.new}", text)
-        text, n2 = table.subn(rf"\g<1>{e.new}", text)
-        if n1 + n2 == 0:
-            raise TrainbaseError(f"--bump: {e.package}=={e.old} is pinned at {', '.join(e.where)} in a form this "
-                                 f"command does not rewrite; edit it by hand")
         for where in e.where:
+            text, n = _sub_at(text, where, (pin, table), e.new)
+            if n == 0:
+                raise TrainbaseError(f"--bump: {e.package}=={e.old} is pinned at {where} in a form this "
+                                     f"command does not rewrite; edit it by hand")
             if m := re.fullmatch(r"cuda\.(.+)\.wheels\.nccl", where):
-                text = _with_row_nccl(text, m.group(1), e.old, e.new)
+                # a CUDA row's `nccl:` moves with its NCCL wheel: the two state one fact (the
+                # image's NCCL), so a wheel bump is the row's bump. Whether a framework release
+                # of the row still agrees is then the matrix's own rule, which names it.
+                scalar = re.compile(rf"^(['\"]?){re.escape(e.old)}(?![\w.])")
+                text, _ = _sub_at(text, f"cuda.{m.group(1)}.nccl", (scalar,), e.new)
     return text
 
 
-def _with_row_nccl(text: str, row: str, old: str, new: str) -> str:
-    """A CUDA row's ``nccl:`` moved with its NCCL wheel: the two state one fact (the image's
-    NCCL), so a wheel bump is the row's bump. Whether a framework release of the row still
-    agrees is then the matrix's own rule, which refuses the bump naming that release."""
-    header = re.search(rf"(?m)^(\s+)['\"]?{re.escape(row)}['\"]?:\s*(#.*)?$", text)
-    if not header:
-        return text
-    indent = len(header.group(1))
-    end = re.compile(rf"(?m)^\s{{0,{indent}}}\S").search(text, header.end() + 1)
-    body = text[header.end():end.start() if end else len(text)]
-    moved, n = re.subn(rf"(?m)^(\s+nccl:\s*['\"]?){re.escape(old)}(?![\w.])", rf"\g<1>{new}", body, count=1)
-    return text[:header.end()] + moved + text[header.end() + len(body):] if n else text
+def _sub_at(text: str, where: str, patterns, new: str) -> tuple[str, int]:
+    """``text`` with ``patterns`` replaced only inside the node at ``where`` (a path as
+    ``--outdated`` prints it: ``cuda.12.9.wheels.cudnn``, ``python.packages[0]``)."""
+    node = _node_at(yaml.compose(text), where)
+    if node is None:
+        return text, 0
+    a, b = node.start_mark.index, node.end_mark.index
+    span, count = text[a:b], 0
+    for p in patterns:
+        span, n = p.subn(rf"\g<1>{new}", span)
+        count += n
+    return text[:a] + span + text[b:], count
+
+
+def _node_at(node, where: str):
+    """The composed YAML node at ``where``; mapping keys may hold dots ("12.9"), so the
+    longest key that fits the rest of the path is taken."""
+    rest = where
+    while rest:
+        if isinstance(node, yaml.SequenceNode) and (m := re.match(r"\[(\d+)\]\.?", rest)):
+            node, rest = node.value[int(m.group(1))], rest[m.end():]
+        elif isinstance(node, yaml.MappingNode):
+            fits = [(k, v) for k, v in node.value if rest == k.value or rest.startswith((k.value + ".", k.value + "["))]
+            if not fits:
+                return None
+            k, node = max(fits, key=lambda kv: len(kv[0].value))
+            rest = rest[len(k.value):].lstrip(".")
+        else:
+            return None
+    return node
 
 
 def refused(before, after) -> list[str]:
@@ -172,4 +196,5 @@ def _lock(root: Path, sets, out: TextIO) -> None:
     from ..define import pip_locks
 
     written = pip_locks.write(root, sets, log=lambda s: out.write(f"  {s}\n"))
-    out.write(f"bump: {len(written)} lock file(s) re-resolved\n")
+    removed = pip_locks.remove_orphans(root, sets)
+    out.write(f"bump: {len(written)} lock file(s) re-resolved" + (f", {len(removed)} no cell uses removed" if removed else "") + "\n")
