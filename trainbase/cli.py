@@ -143,12 +143,10 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         return check(m, root)
     if args.lock:
-        rendered = rendermod.render_all(m, root=root)
-        sets = rendermod.lock_sets(rendered)
+        sets = rendermod.lock_sets(rendermod.render_all(m, root=root))
         written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))
-        removed = lockmod.remove_orphans(root, sets)
-        print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current"
-              + (f", {len(removed)} no cell uses removed ({', '.join(removed)})" if removed else ""))
+        gone = lockmod.remove_orphans(root, sets)
+        print(f"{len(written)} lock file(s) written, {len(sets) - len(written)} current, {len(gone)} no cell uses removed")
         return render(m, root)
     if args.lock_bases:
         from .build import bases
@@ -297,8 +295,8 @@ def explain(m: Matrix, name: str) -> int:
 
 
 def find(m: Matrix, name: str) -> Cell | None:
-    """A cell by exact name, or an excluded combination by any name it could have had
-    (each declared release of its frameworks, e.g. pytorch2.9.1-...-cuda12.9-...)."""
+    """A cell by exact name, or an excluded combination by any name it could have had (each
+    declared release of its frameworks: the 12.8 row's pytorch2.10.0-... named on cuda12.9)."""
     by = m.by_name()
     if name in by:
         return by[name]

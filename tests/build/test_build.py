@@ -16,6 +16,7 @@ import yaml
 from trainbase_common import engine
 
 from .conftest import ROOT
+from ..conftest import cell
 
 pytestmark = pytest.mark.engine
 PY = sys.executable
@@ -105,9 +106,9 @@ def _break_openmpi(scratch):
 
 def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docker, build_report):
     cells = _break_openmpi(scratch)
-    bad = "openmpi4.1.4-cuda12.8-cudnn9-debian12"
-    child = "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"
-    good = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
+    bad = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="none")
+    child = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch")
+    good = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="none")
     report = scratch / "report.json"
     r = _build(scratch, "--select", f"name={bad},{child},{good}", "--report", str(report),
                "--push", "--registry", f"{registry.host}/trainbase", env=registry.env())
@@ -272,7 +273,8 @@ def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_
     r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    parent, child = "intelmpi2021.18-cuda12.8-cudnn9-debian12", "pytorch2.9.1-intelmpi2021.18-cuda12.8-cudnn9-debian12"
+    parent = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="none")
+    child = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="pytorch")
     report = scratch / "reports" / "build.json"
     r = _build(scratch, "--select", f"name={child}", "--no-supply", "--report", str(report), "-j", "1")
     out = r.stdout + r.stderr

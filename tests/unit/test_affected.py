@@ -14,6 +14,7 @@ from trainbase.deliver import affected
 from trainbase.render import recipes
 
 from .conftest import run_cli
+from ..conftest import cell
 
 
 def tags(root: Path) -> dict[str, str]:
@@ -126,7 +127,7 @@ def test_a_suite_change_retests_every_cell_and_rebuilds_none(workdir):
 
 def test_a_hand_edit_under_images_names_that_cell_and_its_children(workdir):
     base = tags(workdir)
-    name = "pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    name = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch")
     a = after(workdir, base, [f"images/{name}/Dockerfile"])
     m = load(workdir / "matrix.yaml")
     assert set(a.build) == descendants(m, {name})

@@ -17,6 +17,10 @@ from trainbase.run.report import build_report
 from trainbase_common.states import JobState
 
 from .conftest import ROOT
+from ..conftest import cell
+
+# the 12.8 row's PyTorch on Ubuntu 24.04 over Open MPI 4.1.8 (its base uses the pending artifact)
+PYTORCH_UBUNTU_128 = cell(os="ubuntu24.04", cuda="12.8", mpi="openmpi4.1.8", ib="inbox", framework="pytorch")
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +105,11 @@ def m_pending(tmp_path_factory):
 
 
 def test_pending_artifact_refuses_the_cell_before_building(m_pending, monkeypatch):
-    b, log = make(m_pending, ["pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"], monkeypatch=monkeypatch)
+    b, log = make(m_pending, [PYTORCH_UBUNTU_128], monkeypatch=monkeypatch)
     assert b.run() == 1
     base = b.jobs["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
     assert base.status == "refused" and "openmpi-4.1.8 has no verified sha256 (not yet verified)" in base.reason
-    assert b.jobs["pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"].status == "skipped"
+    assert b.jobs[PYTORCH_UBUNTU_128].status == "skipped"
     assert log == []
 
 
@@ -124,7 +128,7 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
     cells share (built once), and each refused cell with its reason; nothing is built."""
     cells = m_pending.select(parse_selects(["os=debian12", "cuda=12.8,13.2", "mpi=openmpi4.1.4"]))
     names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12",
-                                       "pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
+                                       PYTORCH_UBUNTU_128]
     b, log = make(m_pending, names, dry_run=True, monkeypatch=monkeypatch)
     monkeypatch.setattr(engine, "available", lambda: False)
     assert b.run() == 0 and log == []          # a plan builds nothing, refused cells included
@@ -137,7 +141,7 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
         and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in shared[0], out
     assert re.search(r"REFUSED\s+\S+openmpi4\.1\.8-cuda12\.8-cudnn9-ubuntu24\.04:\S+[^\n]*\n\s+artifact openmpi-4\.1\.8 "
                      r"has no verified sha256", out), out
-    assert re.search(r"skip\s+\S+pytorch2\.9\.1-openmpi4\.1\.8-cuda12\.8\S+[^\n]*\n\s+its parent openmpi4\.1\.8-\S+ refused",
+    assert re.search(rf"skip\s+\S+{re.escape(PYTORCH_UBUNTU_128)}\S+[^\n]*\n\s+its parent openmpi4\.1\.8-\S+ refused",
                      out), out
 
 

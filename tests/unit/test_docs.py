@@ -50,6 +50,7 @@ from unittest import mock
 import pytest
 
 from .conftest import ROOT
+from ..conftest import cell
 
 # --------------------------------------------------------------------------- the documents
 
@@ -824,7 +825,7 @@ HONEST_COMMANDS = """
 ```sh
 python build.py --matrix --profile local --dry-run -j 2
 python build.py --list --all --select os=debian12 --select framework=pytorch,deepspeed
-python build.py --explain pytorch2.9.1-openmpi4.1.4-cuda12.9-cudnn9-debian12    # an excluded combination
+python build.py --explain {PYTORCH_128}-openmpi4.1.4-cuda12.9-cudnn9-debian12    # an excluded combination
 python build.py --ci-matrix --profile production \\
     --registry ghcr.io/OWNER/trainbase --only published
 mpirun -np 4 tb-launch tb-doctor --cluster --allreduce
@@ -836,6 +837,9 @@ docker run --rm --gpus all --shm-size=16g IMAGE tb-doctor --json | jq .summary
 Options: `--select KEY=VALUE`, `--promote --registry R [--gate DIR]`, `--ulimit memlock=-1`,
 `openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64`, and `build.py --affected origin/main`.
 """
+# the 12.8 row's PyTorch (its version read from matrix.yaml, so a bump does not touch this test)
+HONEST_COMMANDS = HONEST_COMMANDS.replace("{PYTORCH_128}", cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4",
+                                                                 framework="pytorch").split("-")[0])
 
 
 def test_commands_honest_lines_pass():
@@ -876,7 +880,7 @@ See [the matrix](docs/matrix.md), [its section](docs/matrix.md#add-a-cuda-versio
 `trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest`, `REGISTRY/trainbase/CELL@sha256:...`.
 ```sh
 .venv/bin/python -m pytest tests/conformance/test_broken_variants.py --report reports/build.json
-srun --container-image=registry.example.com#trainbase/pytorch2.9.1-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04:rTAG true
+srun --container-image=registry.example.com#trainbase/{PYTORCH_128}-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04:rTAG true
 ```
 """
 

@@ -1,10 +1,12 @@
 """Rendering: golden Dockerfiles for a few cells, determinism, and the drift check.
 
-Update the golden files after an intended template change with
+The golden cells are rendered from golden/matrix.yaml (a frozen copy of the matrix), so only a
+template change moves them. Update the golden files after an intended template change with
     TRAINBASE_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py
 """
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from trainbase.define.matrix import load
 from trainbase.render import recipes
 
 from .conftest import ROOT, run_cli
+from ..conftest import cell
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_CELLS = [
@@ -39,9 +42,21 @@ def rendered():
     return recipes.render_all(m, root=ROOT)
 
 
+@pytest.fixture(scope="module")
+def golden_rendered(tmp_path_factory):
+    """The golden cells rendered from golden/matrix.yaml, a frozen copy of the matrix: the golden
+    files test the templates, so a version bump of matrix.yaml leaves them alone (the drift
+    check and the manifests test the versions)."""
+    d = tmp_path_factory.mktemp("golden")
+    shutil.copy2(GOLDEN / "matrix.yaml", d / "matrix.yaml")
+    (d / "patches").symlink_to(ROOT / "patches")
+    m = load(d / "matrix.yaml")
+    return recipes.render_all(m, [m.cell(n) for n in GOLDEN_CELLS], root=ROOT)
+
+
 @pytest.mark.parametrize("name", GOLDEN_CELLS)
-def test_golden_dockerfile(rendered, name):
-    text = _mask(rendered[name].files[f"images/{name}/Dockerfile"])
+def test_golden_dockerfile(golden_rendered, name):
+    text = _mask(golden_rendered[name].files[f"images/{name}/Dockerfile"])
     golden = GOLDEN / f"{name}.Dockerfile"
     if os.environ.get("TRAINBASE_UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -80,13 +95,13 @@ def test_framework_cells_build_from_their_parents_immutable_tag(rendered):
 
 def test_manifest_names_what_the_name_claims(rendered):
     import json
-    r = rendered["pytorch2.9.1-intelmpi2021.18-cuda12.8-cudnn9-debian12"]
+    r = rendered[cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="pytorch")]
     man = json.loads(r.files[f"images/{r.cell.name}/manifest.json"])
     c = man["components"]
     assert c["mpi"]["kind"] == "intelmpi" and c["mpi"]["version"].startswith("2021.18")
     assert c["cuda"]["version"] == "12.8" and c["cudnn"]["version"].startswith("9.")
-    assert man["frameworks"] == {"pytorch": "2.9.1"}
-    assert c["nccl"]["version"] == "2.27.5"
+    assert man["frameworks"] == {"pytorch": r.cell.release.version}
+    assert c["nccl"]["version"] == r.cell.release.nccl == "2.27.5"
 
 
 def test_render_is_deterministic(rendered):
@@ -172,3 +187,20 @@ def test_arm64_pytorch_images_compile_inductor_kernels_without_the_precompiled_h
     assert arm and amd
     assert [r.cell.name for r in arm if pch_off not in r.files[r.dockerfile]] == []
     assert [r.cell.name for r in amd if pch_off in r.files[r.dockerfile]] == []
+
+
+def test_a_lock_no_cell_uses_is_named_by_the_drift_check_and_removed_by_lock(workdir):
+    """A replaced release leaves its lock behind (pytorch2.9.1-cuda12.8-py3.11.txt after
+    2.10.0): the drift check names it, and `--lock` (or `--bump`) removes it, nothing else."""
+    from trainbase.define import pip_locks
+
+    m = load(workdir / "matrix.yaml")
+    rendered = recipes.render_all(m, root=workdir)
+    stray = workdir / "locks" / "pytorch0.0.1-cuda12.8-py3.11.txt"
+    stray.write_text("torch==0.0.1\n")
+    assert any("locks/pytorch0.0.1-cuda12.8-py3.11.txt belongs to no cell" in p
+               for p in recipes.check(m, rendered, workdir))
+    before = {p.name for p in (workdir / "locks").iterdir()}
+    assert pip_locks.remove_orphans(workdir, recipes.lock_sets(rendered)) == ["locks/pytorch0.0.1-cuda12.8-py3.11.txt"]
+    assert {p.name for p in (workdir / "locks").iterdir()} == before - {stray.name}
+    assert recipes.check(m, rendered, workdir) == []

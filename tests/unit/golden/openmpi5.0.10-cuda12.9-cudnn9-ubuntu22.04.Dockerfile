@@ -107,7 +107,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_REQUIRE_CUDA="cuda>=12.9" \
     TRAINBASE_CUDA_VERSION=12.9.1
 
-# --- block: nccl (2.27.7, the image's ONE NCCL: the same wheel the framework pins) ---
+# --- block: nccl (2.32.3, the image's ONE NCCL: the same wheel the framework pins) ---
 # The CUDA base ships its own libnccl2; it is removed so that exactly one NCCL remains.
 # The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
 # (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
@@ -118,7 +118,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=locks,target=/tmp/locks \
     apt-mark unhold libnccl2 libnccl-dev >/dev/null 2>&1 || true; \
     apt-get purge -y --allow-change-held-packages libnccl2 libnccl-dev \
- && tb-pip-install /tmp/locks/nccl2.27.7-cuda12.9-py3.12.txt \
+ && tb-pip-install /tmp/locks/nccl2.32.3-cuda12.9-py3.12.txt \
  && tb-register-nvidia-libs \
  && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
@@ -178,7 +178,7 @@ LABEL org.opencontainers.image.title="openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04"
       io.trainbase.platform="linux/amd64" \
       io.trainbase.cuda="12.9" \
       io.trainbase.cudnn="9.10.2.21" \
-      io.trainbase.nccl="2.27.7" \
+      io.trainbase.nccl="2.32.3" \
       io.trainbase.mpi="openmpi-5.0.10" \
       io.trainbase.ucx="1.20.1" \
       io.trainbase.ib="rdma-core" \
