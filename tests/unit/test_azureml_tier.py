@@ -4,21 +4,25 @@ contract, to the real 2 x 2 topology; the guides' Open MPI helper (examples/azur
 works under Open MPI and stops naming the fix everywhere else, never with a KeyError. And the
 tier's judgement of what the processes saw (azureml.topology_problems): every launch as the
 image's tb-launch performs it passes, and one that leaves out a NODE_RANK or LOCAL_WORLD_SIZE
-its mode sets, or sets a wrong one, fails."""
+its mode sets, or sets a wrong one, fails. The framework modes' checks (DDP, torchrun, Lightning,
+DeepSpeed, TF multi-worker, Horovod, the teardown) run unchanged on fake containers and fail
+on what a given defect prints."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from trainbase_conformance import azureml
+from trainbase_conformance.checks import test_azureml as aml
 
 from .conftest import ROOT
+from .framework_fakes import HOSTS, IPS, FakeTarget, cluster, ddp, deepspeed, horovod, lightning, tf_worker
 from .test_launch_contract import ompi, tl
 
 HELPER = ROOT / "examples" / "azureml_env_helper.py"
-IPS = ["172.30.0.2", "172.30.0.3"]
 
 
 @pytest.fixture(autouse=True)
@@ -85,9 +89,6 @@ def test_guides_helper_elsewhere_names_the_fix(env, launcher):
 
 
 # ----------------------------------------------------------------------------- the topology judgement
-
-HOSTS = ["a", "b"]      # container i is node i, as in the tier
-
 
 def launch_envs(mode: str, wrapper: str) -> list[tuple[int, dict]]:
     """(node, the environment the rendezvous probe runs with) per process of a 2 x 2 launch:
@@ -158,3 +159,154 @@ def test_a_wrong_node_rank_a_world_of_one_and_missing_processes_fail():
     assert "got {'world_size': 1, " in problems[0] and problems[-1].startswith("processes gathered different tables")
     missing = azureml.topology_problems(probe_lines(procs)[:3], HOSTS, 2, frozenset())
     assert missing[0].startswith("3 of 4 processes reported")
+
+
+# ----------------------------------------------------------------------------- the framework modes
+# The tier's framework checks run unchanged on two fake containers (tests/unit/framework_fakes.py):
+# the suite's own Job starts every process as Azure ML does; each fake process answers with the
+# example's line for the world its environment gives it (healthy), or what a given defect prints.
+
+def azure_job(answer, frameworks, packages=None):
+    target = FakeTarget(frameworks, packages=packages)
+    return target, aml.Job(cluster(answer), target)
+
+
+def from_env(line):
+    """A process that prints ``line(rank, world, node)`` for the world its environment names."""
+    return lambda node, cmd, env: (0, line(int(env["RANK"]), int(env["WORLD_SIZE"]), node))
+
+
+def mpi_world(text_of_rank, n=4):
+    """A `type: mpi` launch (one mpirun on node 0) whose ranks print ``text_of_rank(rank)``."""
+    return lambda node, cmd, env: (0, "".join(text_of_rank(r) for r in range(n)))
+
+
+def ddp_of(rank, world, node):
+    return ddp(rank, world=world, node_rank=node)
+
+
+def test_type_mpi_ddp_fails_when_each_node_is_a_world_of_two():
+    """tb-launch taking Open MPI's local size for the world: ranks 0-1 twice, a world of 2 each."""
+    target, job = azure_job(mpi_world(lambda r: ddp(r)), {"pytorch": "2.10.0"})
+    aml.test_type_mpi_pytorch_ddp(target, job, "tb-launch")
+    target, job = azure_job(mpi_world(lambda r: ddp(r % 2, world=2)), {"pytorch": "2.10.0"})
+    with pytest.raises(AssertionError, match=re.escape("type: mpi, tb-launch, pytorch_ddp.py: ranks that finished: "
+                                                       "['0', '0', '1', '1'], want 0..3")):
+        aml.test_type_mpi_pytorch_ddp(target, job, "tb-launch")
+
+
+def test_type_pytorch_ddp_fails_when_a_process_exits_non_zero():
+    target, job = azure_job(from_env(ddp_of), {"pytorch": "2.10.0"})
+    aml.test_type_pytorch_ddp(target, job, "plain")
+
+    def rank_3_times_out(node, cmd, env):
+        if env["RANK"] == "3":
+            return 1, "", "torch.distributed.DistStoreError: Timed out after 300 seconds waiting for clients. 3/4 clients joined."
+        return 0, ddp_of(int(env["RANK"]), 4, node)
+    target, job = azure_job(rank_3_times_out, {"pytorch": "2.10.0"})
+    with pytest.raises(AssertionError, match=r"type: pytorch, plain, pytorch_ddp\.py: node 1 rank 3: exit 1: "
+                                             r"torch\.distributed\.DistStoreError: Timed out"):
+        aml.test_type_pytorch_ddp(target, job, "plain")
+
+
+def test_type_pytorch_per_node_torchrun_fails_when_torchrun_loses_the_node_variables():
+    """tb-launch dropping Azure's NODE_RANK / MASTER_* before torchrun: each node a standalone world of 2."""
+    whole = lambda node, cmd, env: (0, ddp(2 * node) + ddp(2 * node + 1))  # noqa: E731
+    target, job = azure_job(whole, {"pytorch": "2.10.0"})
+    aml.test_type_pytorch_per_node_torchrun(target, job, "tb-launch")
+    alone = lambda node, cmd, env: (0, ddp(0, world=2, host="ab"[node]) + ddp(1, world=2, host="ab"[node]))  # noqa: E731
+    target, job = azure_job(alone, {"pytorch": "2.10.0"})
+    with pytest.raises(AssertionError, match=re.escape("type: pytorch per node, tb-launch torchrun, pytorch_ddp.py: "
+                                                       "ranks that finished: ['0', '0', '1', '1']")):
+        aml.test_type_pytorch_per_node_torchrun(target, job, "tb-launch")
+
+
+LIGHTNING = {"pytorch": {"lightning": "2.6.0"}}
+
+
+def test_type_pytorch_lightning_fails_when_lightning_ignores_the_node_rank():
+    """Lightning that trains a world of 2 on each node (no num_nodes from Azure's variables)."""
+    target, job = azure_job(from_env(lambda r, w, n: lightning(r, w, "LightningEnvironment")),
+                            {"pytorch": "2.10.0"}, LIGHTNING)
+    aml.test_type_pytorch_lightning(target, job, "plain")
+    target, job = azure_job(from_env(lambda r, w, n: lightning(r % 2, 2, "LightningEnvironment")),
+                            {"pytorch": "2.10.0"}, LIGHTNING)
+    with pytest.raises(AssertionError, match=re.escape("type: pytorch, plain, lightning_ddp.py: ranks that finished: "
+                                                       "['0', '0', '1', '1']")):
+        aml.test_type_pytorch_lightning(target, job, "plain")
+
+
+def test_type_mpi_lightning_fails_when_every_rank_trains_alone():
+    """The contract's Lightning patch removed: under `type: mpi` each rank a world of 1."""
+    target, job = azure_job(mpi_world(lambda r: lightning(r, 4, "TorchElasticEnvironment")), {"pytorch": "2.10.0"},
+                            LIGHTNING)
+    aml.test_type_mpi_lightning(target, job, "tb-launch lightning_ddp.py")
+    target, job = azure_job(mpi_world(lambda r: lightning(0, 1, "LightningEnvironment")), {"pytorch": "2.10.0"},
+                            LIGHTNING)
+    with pytest.raises(AssertionError, match=re.escape("type: mpi, tb-launch lightning_ddp.py: ranks that finished: "
+                                                       "['0', '0', '0', '0'], want 0..3")):
+        aml.test_type_mpi_lightning(target, job, "tb-launch lightning_ddp.py")
+
+
+def test_deepspeed_init_fails_without_its_azure_ml_branch():
+    """DeepSpeed that does not read Open MPI's variables under AZUREML_EXPERIMENT_ID: a world of 1 per rank."""
+    target, job = azure_job(mpi_world(lambda r: deepspeed(r, 4, r % 2)), {"deepspeed": "0.18.2"})
+    aml.test_deepspeed_init(target, job, "type: mpi", "plain")
+    target, job = azure_job(mpi_world(lambda r: deepspeed(0, 1)), {"deepspeed": "0.18.2"})
+    with pytest.raises(AssertionError, match=re.escape("type: mpi, plain, deepspeed_init.py: ranks that finished: "
+                                                       "['0', '0', '0', '0'], want 0..3")):
+        aml.test_deepspeed_init(target, job, "type: mpi", "plain")
+
+
+def test_type_tensorflow_fails_when_tb_launch_rewrites_tf_config():
+    """tb-launch --tf writing a one-worker TF_CONFIG over Azure's: every worker 0 of 1."""
+
+    def azure_s(node, cmd, env):
+        task = json.loads(env["TF_CONFIG"])["task"]["index"]
+        return 0, tf_worker(task, 4)
+    target, job = azure_job(azure_s, {"tensorflow": "2.20.0"})
+    aml.test_type_tensorflow_multiworker(target, job, "tb-launch")
+    target, job = azure_job(lambda node, cmd, env: (0, tf_worker(0, 1)), {"tensorflow": "2.20.0"})
+    with pytest.raises(AssertionError, match=re.escape("type: tensorflow, tb-launch, tf_multiworker.py: workers that "
+                                                       "finished: ['0', '0', '0', '0'], want 0..3")):
+        aml.test_type_tensorflow_multiworker(target, job, "tb-launch")
+
+
+def test_type_mpi_tensorflow_fails_when_the_workers_never_meet():
+    """tb-launch --tf ignoring AZ_BATCH_HOST_LIST: the workers wait for addresses nobody serves
+    until `timeout` ends the job (exit 124)."""
+    target, job = azure_job(mpi_world(lambda r: tf_worker(r, 4)), {"tensorflow": "2.20.0"})
+    aml.test_type_mpi_tensorflow_multiworker(target, job)
+    target, job = azure_job(lambda node, cmd, env: (124, "", "grpc: failed to connect to all addresses"),
+                            {"tensorflow": "2.20.0"})
+    with pytest.raises(AssertionError, match=r"type: mpi, tb-launch --tf, tf_multiworker\.py: node 0 rank \*: exit 124: "
+                                             r"grpc: failed to connect"):
+        aml.test_type_mpi_tensorflow_multiworker(target, job)
+
+
+def test_teardown_check_fails_on_one_aborted_process_in_many_jobs(monkeypatch):
+    """gloo's abort at interpreter exit (exit 134), in 1 process of 1 job: rare, and a failure."""
+    monkeypatch.setattr(aml, "TEARDOWN_RUNS", 20)
+    target, job = azure_job(from_env(ddp_of), {"pytorch": "2.10.0"})
+    aml.test_pytorch_teardown_never_aborts_a_finished_job(target, job)
+    rank_2_runs = []
+
+    def one_abort(node, cmd, env):
+        if env["RANK"] == "2":
+            rank_2_runs.append(cmd)
+            if len(rank_2_runs) == 8:    # rank 2 of the 8th job (run 7)
+                return 134, "", "terminate called without an active exception"
+        return 0, ddp_of(int(env["RANK"]), 4, 0)
+    target, job = azure_job(one_abort, {"pytorch": "2.10.0"})
+    with pytest.raises(AssertionError, match=r"1 of 80 processes in 20 finished jobs did not exit 0 \(exit codes "
+                                             r"\{0: 79, 134: 1\}\): run 7 rank 2: exit 134: terminate called"):
+        aml.test_pytorch_teardown_never_aborts_a_finished_job(target, job)
+
+
+def test_type_mpi_horovod_fails_when_every_rank_is_a_world_of_one():
+    target, job = azure_job(mpi_world(lambda r: horovod(r, 4, r % 2)), {"horovod": "0.28.1"})
+    aml.test_type_mpi_horovod(target, job)
+    target, job = azure_job(mpi_world(lambda r: horovod(0, 1)), {"horovod": "0.28.1"})
+    with pytest.raises(AssertionError, match=re.escape("type: mpi, plain, horovod_allreduce.py: ranks that finished: "
+                                                       "['0', '0', '0', '0'], want 0..3")):
+        aml.test_type_mpi_horovod(target, job)

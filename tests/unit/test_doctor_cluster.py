@@ -1,9 +1,17 @@
 """tb-doctor --cluster on synthetic rank reports: the node x check table, the odd node out,
-and both JSON documents against the published schema (docs/doctor.schema.json)."""
+and both JSON documents against the published schema (docs/doctor.schema.json). And the suite's
+two cluster checks on that same gathering: each fails on a doctor that skips the comparison or
+on an all-reduce with wrong values."""
 import json
+import sys
+from contextlib import contextmanager
+from dataclasses import replace
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
+
+from trainbase_conformance.checks import test_doctor as checks
 
 from .conftest import ROOT
 from .doctor_fakes import FakeNode, core
@@ -119,3 +127,80 @@ def test_a_singleton_world_under_srun_fails_the_cluster_verdict(tmp_path):
     assert text.splitlines()[0] == "tb-doctor: 1 node(s), 1 rank(s), expected 2 (SLURM_NTASKS)"
     assert "cluster.world: MPI's world has 1 rank" in text and "--mpi=pmix" in text
     assert "world" in text.splitlines()[1].split()
+
+
+# ----------------------------------------------------------------------------- the suite's cluster checks
+# The two multinode doctor checks of the suite (trainbase_conformance/checks/test_doctor.py) run
+# unchanged against this doctor's own gathering, table and collective verdict (cluster.run on 4
+# rank reports of 2 fake nodes, one MPI process standing in for rank 0), with the cluster the
+# suite would start replaced by one whose launcher prints what cluster.run returns.
+
+class FourRanks:
+    """mpi4py's COMM_WORLD seen from rank 0 of 4: gather hands rank 0 every rank's report (or
+    4 copies of a collective's result)."""
+
+    def __init__(self, reports):
+        self.reports = reports
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 4
+
+    def gather(self, obj, root=0):
+        return self.reports if obj is self.reports[0] else [obj] * 4
+
+    def bcast(self, obj, root=0):
+        return obj
+
+
+def doctor_cluster(monkeypatch, reports, allreduce_ok=True):
+    """A start_cluster for the suite's check: its launcher runs this doctor's cluster.run on
+    ``reports`` and prints the table or the JSON, as rank 0 does, with its exit code."""
+    mpi = type("MPI", (), {})
+    monkeypatch.setitem(sys.modules, "mpi4py", type("m", (), {"MPI": mpi}))
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", mpi)
+    transport = lambda *a, **k: (allreduce_ok, 0.004)  # noqa: E731 -- every element checked, or not
+    monkeypatch.setattr(cluster, "mpi_allreduce", transport)
+    monkeypatch.setattr(cluster, "torch_allreduce", transport)
+
+    def launch(per_host, cmd, timeout=180):
+        backend = next((b for b in ("mpi", "gloo") if f"--allreduce {b}" in cmd), None)
+        mpi.COMM_WORLD = FourRanks(json.loads(json.dumps(reports)))     # each launch: fresh ranks
+        result, text, code = cluster.run(mpi.COMM_WORLD.reports[0], backend, 8, env={})
+        return SimpleNamespace(returncode=code, stdout=json.dumps(result) if "--json" in cmd else text + "\n", stderr="")
+
+    @contextmanager
+    def start_cluster(target, caps, extra=None):
+        yield SimpleNamespace(hosts=["a", "b"], launch=launch)
+    monkeypatch.setattr(checks, "start_cluster", start_cluster)
+
+
+def four_ranks(tmp_path, b_mounts=("/dev/shm",)):
+    return [rank_report(tmp_path, "a", 0), rank_report(tmp_path, "a", 1),
+            rank_report(tmp_path, "b", 2, mounts=b_mounts), rank_report(tmp_path, "b", 3, mounts=b_mounts)]
+
+
+def test_the_suite_s_mount_check_fails_on_a_doctor_that_does_not_compare_mounts(tmp_path, monkeypatch):
+    doctor_cluster(monkeypatch, four_ranks(tmp_path))
+    checks.test_doctor_cluster_names_the_node_without_the_mount(None, None)
+    # the defect: node.mounts no longer compared across nodes (its compare facts dropped)
+    monkeypatch.setitem(core.CHECKS, "node.mounts", replace(core.CHECKS["node.mounts"], compare=()))
+    with pytest.raises(AssertionError, match=r"the table does not name b's missing /data:\n\s*tb-doctor: 2 node\(s\), 4 rank"):
+        checks.test_doctor_cluster_names_the_node_without_the_mount(None, None)
+
+
+def test_the_suite_s_torch_allreduce_check_fails_on_wrong_values(tmp_path, monkeypatch):
+    """The doctor's own checks limited to image and launch (as the check runs it: --only)."""
+    only = [core.CHECKS["image.manifest"], core.CHECKS["launch.contract"]]
+    monkeypatch.setattr(core, "CHECKS", {c.id: c for c in only})
+    target = type("T", (), {"manifest": {"frameworks": {"pytorch": "2.10.0"}}, "name": "fake"})()
+    reports = four_ranks(tmp_path, b_mounts=("/data", "/dev/shm"))
+    assert all(r["exit_code"] == 0 for r in reports), [c for r in reports for c in r["checks"] if c["status"] == "fail"]
+    doctor_cluster(monkeypatch, reports)
+    checks.test_doctor_cluster_allreduce_through_torch(target, None)
+    doctor_cluster(monkeypatch, reports, allreduce_ok=False)
+    with pytest.raises(AssertionError, match=r"the gloo all-reduce of 4 ranks: \{'backend': 'gloo', 'ranks': 4, .*"
+                                             r"'ok': False, 'error': 'rank 0: wrong values; rank 1: wrong values"):
+        checks.test_doctor_cluster_allreduce_through_torch(target, None)

@@ -52,7 +52,8 @@ def test_doctor_gpu_checks_are_honest(target):
         assert gpu["nccl.network"]["status"] in want, gpu["nccl.network"]
         return
     for c in gpu.values():
-        assert c["status"] == "skip" and "no GPU" in c["summary"], c
+        assert c["status"] == "skip" and "no GPU" in c["summary"], \
+            f"no GPU in this container, but {c['id']} says {c['status']}: {c['summary']}"
     rc, expecting = target.doctor("--expect gpu --only gpu")
     assert rc == 1 and {c["status"] for c in expecting["checks"]} == {"fail"}, expecting["checks"]
 
@@ -131,12 +132,13 @@ def test_doctor_cluster_names_the_node_without_the_mount(target, host_caps):
     out = text.stdout
     # every rank exits 1; Open MPI's mpirun passes that on, Intel MPI's Hydra may answer 255
     # once it tears the other ranks down: the launcher's code is non-zero, the JSON's is 1
-    assert text.returncode != 0, f"exit {text.returncode}: {out[-1500:]}{text.stderr[-1500:]}"
+    assert text.returncode != 0, \
+        f"the job exited {text.returncode} though b lacks the /data a has: {out[-1500:]}{text.stderr[-1500:]}"
     assert out.count("tb-doctor: 2 node(s), 4 rank(s)") == 1, f"the table must be printed once (rank 0):\n{out}"
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["a"], ["b"])]
     assert [r[:2] for r in rows] == [["a", "0-1"], ["b", "2-3"]], out
-    assert "node.mounts: mounts /data missing on b (present on a)" in out, out
-    assert "all-reduce (mpi, 4 ranks, 8 MiB): values correct" in out, out
+    assert "node.mounts: mounts /data missing on b (present on a)" in out, f"the table does not name b's missing /data:\n{out}"
+    assert "all-reduce (mpi, 4 ranks, 8 MiB): values correct" in out, f"no checked MPI all-reduce of 4 ranks:\n{out}"
     assert js.stdout.count('"mode": "cluster"') == 1, f"one JSON document (rank 0):\n{js.stdout[-2000:]}"
     report = json.loads(js.stdout[js.stdout.index("{"):])
     jsonschema.validate(report, DOCTOR_SCHEMA)
@@ -158,8 +160,9 @@ def test_doctor_cluster_allreduce_through_torch(target, host_caps):
     report = json.loads(r.stdout[r.stdout.index("{"):])
     jsonschema.validate(report, DOCTOR_SCHEMA)
     coll = report["allreduce"]
-    assert coll["backend"] == "gloo" and coll["ranks"] == 4 and coll["ok"], coll
-    assert coll["busbw_GBps"] > 0 and report["exit_code"] == 0 and r.returncode == 0, report["differences"]
+    assert coll["backend"] == "gloo" and coll["ranks"] == 4 and coll["ok"], f"the gloo all-reduce of 4 ranks: {coll}"
+    assert coll["busbw_GBps"] > 0 and report["exit_code"] == 0 and r.returncode == 0, \
+        f"exit {r.returncode} (report: {report['exit_code']}), busbw {coll['busbw_GBps']} GB/s: {report['differences']}"
 
 
 @pytest.mark.gpu

@@ -106,7 +106,7 @@ def test_docker_doctor_passes(target, docker_way):
     way, c = docker_way
     r = c.exec("cd /tmp && tb-doctor --json", timeout=180)
     assert r.returncode in (0, 1), f"docker {way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
-    failed = [f"{x['id']}: {x.get('detail', '')}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
+    failed = [f"{x['id']}: {x['summary']}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
     assert not failed, f"docker {way}: tb-doctor fails: {failed}"
 
 
@@ -209,7 +209,7 @@ def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir,
         f"{way}: python3 is not the image's: {[x['python'] for x in ranks]}"
     r = runtimes.podman_run(runtime_user, podman_image, PODMAN_WAYS[way], "cd /tmp && tb-doctor --json", timeout=180)
     assert r.returncode in (0, 1), f"{way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
-    failed = [f"{x['id']}: {x.get('detail', '')}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
+    failed = [f"{x['id']}: {x['summary']}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
     assert not failed, f"{way}: tb-doctor fails: {failed}"
 
 
