@@ -44,17 +44,21 @@ class FakeNode:
         pass
 
 
+def mpi_flavor(kind: str) -> MpiFlavor:
+    version = "4.1.4" if kind == "openmpi" else "2021.18.1"
+    return MpiFlavor.from_manifest({"components": {"mpi": {"kind": kind, "version": version}}})
+
+
 def cluster(answer: Answer, kind: str = "openmpi") -> Cluster:
-    manifest = {"components": {"mpi": {"kind": kind, "version": "4.1.4" if kind == "openmpi" else "2021.18.1"}}}
     return Cluster(nodes=[FakeNode(0, answer), FakeNode(1, answer)], network="tbconf-fake",
-                   mpi=MpiFlavor.from_manifest(manifest), python=PYTHON)
+                   mpi=mpi_flavor(kind), python=PYTHON)
 
 
 class FakeTarget:
     """A framework image: its manifest, and ``sh`` answered by ``answer(0, cmd, {})``."""
 
     def __init__(self, frameworks: dict[str, str], answer: Answer | None = None, packages: dict | None = None,
-                 prebuilt_ops: dict | None = None):
+                 prebuilt_ops: dict | None = None, mpi: str = "openmpi"):
         self.name = "trainbase/fake:r1"
         self.ref = self.name
         self.python = PYTHON
@@ -63,10 +67,11 @@ class FakeTarget:
         self.components = {"python": {"prefix": PREFIX}, "cuda": {"version": "12.8.1"},
                            "cudnn": {"version": "9.10.2.21"}, "nccl": {"version": "2.27.5"}}
         self.answer = answer or (lambda node, cmd, env: (0, ""))
+        self.mpi_kind = mpi
         self.container = FakeNode(0, self.answer)
 
     def need_mpi(self) -> MpiFlavor:
-        return MpiFlavor.from_manifest({"components": {"mpi": {"kind": "openmpi", "version": "4.1.4"}}})
+        return mpi_flavor(self.mpi_kind)
 
     def sh(self, cmd: str, timeout: int | None = None):
         r = self.container.exec(cmd, timeout=timeout)

@@ -1,6 +1,8 @@
 """Multi-node: two containers on a private docker network, sshd started at test time with
 host keys and a client key made for this test (no key comes from the image); the image's
-launcher runs the value-checked allreduce across both, 2 ranks each."""
+launcher runs the value-checked allreduce across both, 2 ranks each. On an RDMA runner (the fabric
+tier) the same allreduce must cross between the containers over InfiniBand/RoCE, with TCP taken
+away from the MPI."""
 import pytest
 
 from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
@@ -68,3 +70,30 @@ def test_bare_python_on_every_rank_is_the_images_python(target, cluster, python)
         f"{(r.stderr or r.stdout).strip()[-1500:]}"
     wrong = sorted({f"{host}: {pfx}" for host, pfx in seen if pfx != prefix})
     assert not wrong, f"bare `{python}` is not the image's Python ({prefix}) on: {', '.join(wrong)}"
+
+
+# TCP taken away from each MPI kind, so that ranks on two nodes can only meet over the fabric.
+# Open MPI: UCX as its only point-to-point layer, every UCX transport but TCP (shared memory and
+# self stay, for ranks on one node; between nodes only rc/ud/dc over a verbs device remain).
+# Intel MPI: libfabric's verbs provider only, and its startup line that names the provider.
+OFF_TCP = {
+    "openmpi": "--mca pml ucx -x UCX_TLS=^tcp",
+    "intelmpi": "-genv I_MPI_OFI_PROVIDER verbs -genv I_MPI_DEBUG 1",
+}
+
+
+@pytest.mark.fabric
+@pytest.mark.evidence("run")
+def test_multinode_mpi_crosses_nodes_over_the_fabric(target, cluster):
+    """The mpi4py allreduce across 2 containers x 2 ranks with TCP taken away from the MPI
+    (OFF_TCP): the job must still run with every value right, so the bytes between the
+    containers crossed over InfiniBand/RoCE. The ordinary run may fall back to TCP silently
+    (UCX and libfabric both do when a device does not open): only this shows which one moved
+    them. Intel MPI must also name verbs as its libfabric provider."""
+    mpi = target.need_mpi()
+    r = cluster.launch(PER_HOST, f"{OFF_TCP[mpi.kind]} {cluster.python} {PROBE_DIR}/allreduce_mpi4py.py")
+    _check(cluster, r, f"mpi4py allreduce without TCP ({OFF_TCP[mpi.kind]})")
+    if mpi.kind == "intelmpi":
+        said = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if "libfabric provider:" in ln]
+        assert said and all("verbs" in ln for ln in said), \
+            f"Intel MPI does not name verbs as its libfabric provider: {said or (r.stdout + r.stderr).strip()[-800:]}"
