@@ -133,10 +133,11 @@ def variant_ways(checks: dict[str, Check], broken: Path = BROKEN) -> tuple[list[
 
 def foreign_ways(checks: dict[str, Check], foreign: Path = FOREIGN) -> tuple[list[Way], list[str]]:
     """The recorded failures of the images trainbase did not build (outcomes.json's must_fail:
-    ``module::check`` -> the reason)."""
+    ``module::check`` -> the pattern its message must match, and why it fails)."""
     ways, problems = [], []
     for path in sorted(foreign.glob("*/outcomes.json")):
-        for name, why in (json.loads(path.read_text()).get("must_fail") or {}).items():
+        for name, spec in (json.loads(path.read_text()).get("must_fail") or {}).items():
+            why = spec if isinstance(spec, str) else spec.get("message", "")
             module, _, fn = name.partition("::")
             cid = f"{module}.py::{fn}"
             if cid not in checks:
@@ -287,7 +288,7 @@ def how(w: Way) -> str:
 
 
 def said(w: Way) -> str:
-    return f"recorded: {cell(w.message)}" if w.kind == "foreign" else code(w.message)
+    return code(w.message)
 
 
 def render(t: Table) -> str:

@@ -16,6 +16,10 @@ it when it fails), this prints each test case's state and message, and with --va
 verdict against that variant's expect.json:
 
     .venv/bin/python -m tests.conformance.verdict JUNIT.xml [--variant NAME [--gpu]]
+    .venv/bin/python -m tests.conformance.verdict JUNIT.xml --foreign tests/foreign/IMAGE/outcomes.json
+
+--foreign judges a run on an image trainbase did not build against its recorded verdict: each
+check's state, and a pattern for each failure's message (judge_recorded).
 
 ``gpu_must_fail`` (same format) holds claims on checks of the gpu tier: a GPU runner builds the
 variant FROM the digest it tests and judges them (scripts/gpu-variants.sh, in gpu.yml's gpu job).
@@ -46,6 +50,12 @@ class Case:
     check: str
     state: str      # passed | failed | error | skipped
     message: str
+    module: str = ""    # the check's module (test_mpi), from the case's classname
+
+    @property
+    def key(self) -> str:
+        """``module::check``, as the foreign images' outcomes.json names checks."""
+        return f"{self.module}::{self.check}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,8 @@ def cases_from_junit(xml: str | bytes) -> list[Case]:
         state = next((s for tag, s in (("error", "error"), ("failure", "failed"), ("skipped", "skipped"))
                       if tag in found), "passed")
         el = found.get({"error": "error", "failed": "failure", "skipped": "skipped"}.get(state, ""))
-        out.append(Case(name, name.split("[", 1)[0], state, el.get("message", "") if el is not None else ""))
+        out.append(Case(name, name.split("[", 1)[0], state, el.get("message", "") if el is not None else "",
+                        case.get("classname", "").rsplit(".", 1)[-1]))
     return out
 
 
@@ -137,6 +148,43 @@ def judge(expected: dict[str, Expected], cases: list[Case]) -> list[str]:
     return problems
 
 
+def judge_recorded(outcomes: dict, cases: list[Case]) -> list[str]:
+    """Why this run of an image trainbase did not build is not the verdict its outcomes.json
+    records; empty when it is. Every check the run holds has a recorded state: the ones in
+    ``must_fail`` fail, each with a message matching its pattern (as a variant's, ``judge``), and
+    every other check has exactly its state in ``states`` (passed or skipped) -- so a check that
+    drifts from passed to skipped, or one that is new or gone, is named, not only a change in the
+    set of failures."""
+    keyed = [Case(c.name, c.key, c.state, c.message, c.module) for c in cases]
+    must = expectations(outcomes)
+    problems = judge(must, keyed)
+    recorded = outcomes.get("states") or {}
+    both = sorted(set(must) & set(recorded))
+    if both:
+        problems.append(f"recorded as failing and in states too: {', '.join(both)}")
+    for key, state in sorted(worst_states(keyed).items()):
+        if key in must or state == "error":      # judged above (an error is named there)
+            continue
+        want = recorded.get(key)
+        failure = next((c.message for c in keyed if c.check == key and c.state == state and c.message), "")
+        why = f": {one_line(failure, 300)}" if failure else ""
+        if want is None:
+            problems.append(f"{key} {state}, and outcomes.json records no state for it (a new check: record it){why}")
+        elif state != want:
+            problems.append(f"{key} {state}, recorded {want}{why}")
+    ran = {c.check for c in keyed}
+    problems += [f"{key} is recorded {want} but did not run (renamed or removed?)"
+                 for key, want in sorted(recorded.items()) if key not in ran]
+    return problems
+
+
+def recorded_states(outcomes: dict, cases: list[Case]) -> dict[str, str]:
+    """``states`` for outcomes.json from a run whose failures are the recorded ones: every
+    check's worst state, but the must_fail ones."""
+    keyed = [Case(c.name, c.key, c.state, c.message, c.module) for c in cases]
+    return {k: v for k, v in sorted(worst_states(keyed).items()) if k not in (outcomes.get("must_fail") or {})}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.conformance.verdict", description=__doc__.split("\n\n")[0])
     ap.add_argument("junit", help="a pytest --junitxml file of a conformance run")
@@ -145,11 +193,18 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"judge the variant's {GPU_CLAIMS} (a run of the gpu tier on a GPU runner)")
     ap.add_argument("--width", type=int, default=600,
                     help="characters of each message shown on one line (0: all of it, its lines as they are)")
+    ap.add_argument("--foreign", metavar="OUTCOMES",
+                    help="judge it against an image's recorded verdict (tests/foreign/*/outcomes.json)")
+    ap.add_argument("--record", action="store_true",
+                    help="with --foreign: write this run's states into OUTCOMES (after a reviewed change)")
+    ap.add_argument("--verdict-only", action="store_true", help="print the verdict, not every case")
     a = ap.parse_args(argv)
     cases = cases_from_junit(Path(a.junit).read_bytes())
-    for c in cases:
+    for c in [] if a.verdict_only else cases:
         msg = c.message if a.width == 0 else one_line(c.message, a.width)
         print(f"{c.state:8} {c.name}" + (f"\n         {msg}" if msg else ""))
+    if a.foreign:
+        return foreign_main(Path(a.foreign), cases, a.record)
     if not a.variant:
         return 0
     expected = expectations(json.loads((BROKEN / a.variant / "expect.json").read_text()),
@@ -160,6 +215,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  - {p}")
     for e in expected.values():
         print(f"  {e.check}: /{e.pattern}/" + (f"  ({e.why})" if e.why else ""))
+    return 1 if problems else 0
+
+
+def foreign_main(path: Path, cases: list[Case], record: bool) -> int:
+    outcomes = json.loads(path.read_text())
+    if record:
+        outcomes["states"] = recorded_states(outcomes, cases)
+        path.write_text(json.dumps(outcomes, indent=2) + "\n")
+        print(f"\nrecorded {len(outcomes['states'])} states in {path}")
+    problems = judge_recorded(outcomes, cases)
+    name = path.parent.name
+    print(f"\n{name}: " + (f"the recorded verdict: {len(outcomes['must_fail'])} checks fail, each for its reason, "
+                            f"{len(outcomes.get('states') or {})} pass or skip as recorded"
+                            if not problems else "NOT the recorded verdict:"))
+    for p in problems:
+        print(f"  - {p}")
     return 1 if problems else 0
 
 

@@ -226,3 +226,73 @@ def test_a_variant_that_rebuilds_a_framework_uses_the_sdist_and_patch_the_matrix
     locked = [f for f in glob.glob(str(ROOT / "locks" / f"*deepspeed{pin[1]}*.txt"))
               if f"--hash=sha256:{pin[2]}" in Path(f).read_text()]
     assert pin and locked, "deepspeed-ops-for-one-gpu: its sdist pin is in no DeepSpeed lock of locks/"
+
+
+# ----------------------------------------------------------------------------- foreign images
+# The recorded verdict of an image trainbase did not build (tests/foreign/*/outcomes.json): every
+# check's state, and a pattern for each failure's message.
+
+ROOT_REFUSAL = "AssertionError: mpirun as root exited 1: mpirun has detected an attempt to run as root."
+OUTCOMES = {"tiers": "static,cpu",
+            "must_fail": {"test_mpi::test_root_without_flags": {"message": r"mpirun has detected an attempt to run as root",
+                                                               "why": "Open MPI refuses root"}},
+            "states": {"test_mpi::test_ompi_info_version": "passed", "test_cuda::test_cudnn_version": "skipped"}}
+
+
+def foreign_run(*cases: tuple[str, str, str, str]) -> list[verdict.Case]:
+    """(module, name, state, message) per case, with the classname the installed suite writes."""
+    body = ""
+    for module, name, state, message in cases:
+        tag = {"failed": "failure", "error": "error", "skipped": "skipped"}.get(state)
+        child = f"<{tag} message={quoteattr(message)}>details</{tag}>" if tag else ""
+        body += (f'<testcase classname="trainbase_conformance.checks.{module}" name={quoteattr(name)} time="0.1">'
+                 f"{child}</testcase>")
+    return verdict.cases_from_junit(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+
+
+AS_RECORDED = [("test_mpi", "test_root_without_flags[img]", "failed", ROOT_REFUSAL),
+               ("test_mpi", "test_ompi_info_version[img]", "passed", ""),
+               ("test_cuda", "test_cudnn_version[img]", "skipped", "n/a: the expectations declare no cuDNN")]
+
+
+def test_the_recorded_verdict_is_accepted():
+    assert verdict.judge_recorded(OUTCOMES, foreign_run(*AS_RECORDED)) == []
+
+
+def test_a_check_drifting_from_passed_to_skipped_is_named():
+    """Only the set of failures was compared before: this drift went unnoticed."""
+    run = [AS_RECORDED[0], ("test_mpi", "test_ompi_info_version[img]", "skipped", "n/a: no ompi_info on PATH"),
+           AS_RECORDED[2]]
+    assert verdict.judge_recorded(OUTCOMES, foreign_run(*run)) == [
+        "test_mpi::test_ompi_info_version skipped, recorded passed: n/a: no ompi_info on PATH"]
+
+
+def test_a_recorded_failure_for_another_reason_is_named():
+    other = "AssertionError: mpirun as root exited 1: mpirun was unable to launch the specified application"
+    [problem] = verdict.judge_recorded(OUTCOMES, foreign_run(("test_mpi", "test_root_without_flags[img]", "failed", other),
+                                                             *AS_RECORDED[1:]))
+    assert "failed for another reason" in problem and "unable to launch" in problem
+
+
+def test_a_new_check_and_a_gone_one_are_named():
+    run = [*AS_RECORDED[:2], ("test_cuda", "test_cublas_version[img]", "skipped", "n/a: no CUDA")]
+    assert verdict.judge_recorded(OUTCOMES, foreign_run(*run)) == [
+        "test_cuda::test_cublas_version skipped, and outcomes.json records no state for it (a new check: record it): "
+        "n/a: no CUDA",
+        "test_cuda::test_cudnn_version is recorded skipped but did not run (renamed or removed?)"]
+
+
+def test_record_writes_every_state_but_the_failures(tmp_path, capsys):
+    path = tmp_path / "img" / "outcomes.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**OUTCOMES, "states": {}}))
+    junit_file = tmp_path / "junit.xml"
+    cases = AS_RECORDED
+    body = "".join(f'<testcase classname="trainbase_conformance.checks.{m}" name={quoteattr(n)}>'
+                   + (f'<{ {"failed": "failure", "skipped": "skipped"}[s] } message={quoteattr(msg)}/>' if s != "passed" else "")
+                   + "</testcase>" for m, n, s, msg in cases)
+    junit_file.write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
+    assert verdict.main([str(junit_file), "--foreign", str(path), "--verdict-only"]) == 1
+    assert "NOT the recorded verdict" in capsys.readouterr().out
+    assert verdict.main([str(junit_file), "--foreign", str(path), "--record", "--verdict-only"]) == 0
+    assert json.loads(path.read_text())["states"] == OUTCOMES["states"]

@@ -43,6 +43,38 @@ def test_launcher_runs_from_path(target, shell):
     assert c["facts"]["version"] == target.components["mpi"]["version"], c["facts"]
 
 
+# What each launcher prints for --version, by MPI kind (group 1: the version). The suite's own
+# reading, independent of the image's tb-doctor: an old image is not judged by its old doctor.
+LAUNCHER_VERSION = {
+    "openmpi": r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)",          # mpirun (Open MPI) 4.1.4
+    "intelmpi": r"Intel\(R\) MPI Library.*?Version\s+(\d[\w.]*)",  # ..., Version 2021.18 Build 2025...
+}
+
+
+@pytest.mark.static
+@pytest.mark.parametrize("shell", ["non-login", "login"])
+@pytest.mark.evidence("run")
+def test_launchers_on_path_are_the_manifests_mpi(target, shell):
+    """Beside the doctor's mpi.launcher, asked of the shell itself: in `sh -c` and in `bash -lc`
+    every launcher of the manifest's MPI resolves by name under the manifest's prefix and its
+    `--version` names the manifest's version (Intel MPI's launcher prints the release without
+    its update digit: 2021.18 for 2021.18.1)."""
+    mpi = target.need_mpi()
+    run = target.login if shell == "login" else target.sh
+    for name in mpi.launchers:
+        r = run(f'p=$(command -v {name}) && readlink -f "$p" && "$p" --version 2>&1')
+        out = (r.stdout + r.stderr).strip()
+        assert r.rc == 0, f"in a {shell} shell, `{name}` does not resolve or run (exit {r.rc}): {out[-500:]}"
+        real, _, said = out.partition("\n")
+        assert not mpi.prefix or real.startswith(mpi.prefix.rstrip("/") + "/"), \
+            f"in a {shell} shell, `{name}` is {real}, not under the manifest's MPI prefix {mpi.prefix}"
+        m = re.search(LAUNCHER_VERSION[mpi.kind], said, re.S)
+        assert m, f"in a {shell} shell, `{name} --version` names no version: {said[-500:]}"
+        version = m.group(1)
+        same = version == mpi.version or (mpi.kind == "intelmpi" and mpi.version.startswith(version + "."))
+        assert same, f"in a {shell} shell, `{name}` ({real}) reports {version}, the manifest says {mpi.kind} {mpi.version}"
+
+
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_ompi_info_version(target):
