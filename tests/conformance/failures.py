@@ -308,7 +308,8 @@ def render(t: Table) -> str:
              f"Each check counted once, by the strongest way it has: {by['variant']} by a broken variant, "
              f"{by['unit']} by a unit test (and no variant), {by['foreign']} by the foreign image only; {also} of "
              f"the {len(primary)} are shown in more than one way.", "",
-             f"{len(primary)} of {len(t.checks)} checks are shown failing; {len(nones)} have no failure yet:", ""]
+             f"{len(primary)} of {len(t.checks)} checks are shown failing; {len(nones)} have no failure yet"
+             + (":" if nones else "."), ""]
     for tier in TIERS:
         mine = sorted((c for c in nones if c.tier == tier), key=lambda c: (c.file, c.line))
         if not mine:

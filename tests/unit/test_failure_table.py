@@ -235,7 +235,7 @@ def test_the_table_lists_every_check_with_its_tier_and_the_counts(table):
     for c in table.checks.values():
         assert f"| `{c.id}` | {c.tier} |" in block, c.id
     shown = len(table.primary())
-    m = re.search(r"\n(\d+) of (\d+) checks are shown failing; (\d+) have no failure yet:\n", block)
+    m = re.search(r"\n(\d+) of (\d+) checks are shown failing; (\d+) have no failure yet[:.]\n", block)
     assert m and (int(m[1]), int(m[2]), int(m[3])) == (shown, len(table.checks), len(table.checks) - shown)
     for cid, why in table.nones.items():
         assert f"  - `{cid}`: {' '.join(why.split())}" in block
