@@ -127,16 +127,22 @@ def test_require_hardware_turns_the_gpu_tiers_skip_into_a_failure(tmp_path):
 
 def test_the_foreign_images_recorded_verdict_names_real_checks():
     """outcomes.json (what scripts/foreign-image.sh requires of Azure ML's rebuilt image) names
-    checks that exist, each with its reason: a renamed check cannot leave the verdict stale."""
+    checks that exist: each failure with a pattern and its reason, every other check with its
+    state. A renamed check cannot leave the verdict stale."""
     import ast
+    import re
 
     outcomes = json.loads((AZUREML.parent / "outcomes.json").read_text())
-    assert outcomes["tiers"] == "static,cpu" and outcomes["must_fail"]
-    for name, why in outcomes["must_fail"].items():
+    assert outcomes["tiers"] == "static,cpu" and outcomes["must_fail"] and outcomes["states"]
+    assert not set(outcomes["must_fail"]) & set(outcomes["states"])
+    for name in [*outcomes["must_fail"], *outcomes["states"]]:
         module, check = name.split("::")
         tree = ast.parse((CHECKS / f"{module}.py").read_text())
         assert check in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, name
-        assert len(why) > 20, f"{name}: say why it fails"
+    for name, spec in outcomes["must_fail"].items():
+        re.compile(spec["message"])
+        assert len(spec["why"]) > 20, f"{name}: say why it fails"
+    assert set(outcomes["states"].values()) <= {"passed", "skipped"}
 
 
 def test_the_expectations_example_in_the_docs_is_valid(tmp_path):
