@@ -12,6 +12,18 @@ import pytest
 from trainbase_conformance.checks.test_frameworks import EX, need, ok_lines, pinned, put_examples, trained
 
 
+def one_world(ranks: list[dict[str, str]], n: int, what: str = "") -> None:
+    """Ranks 0..n-1 trained, each in the same world of n, with one set of parameters."""
+    trained(ranks, n)
+    assert {x["world"] for x in ranks} == {str(n)} and len({x["params"] for x in ranks}) == 1, \
+        f"want one world of {n} {what}with one set of parameters: {ranks}"
+
+
+def took_the_world_from(ranks: list[dict[str, str]], env: str, why: str) -> None:
+    """Every rank's Trainer took its world from Lightning's ``env`` cluster environment."""
+    assert {x["env"] for x in ranks} == {env}, f"{why} ({env}): {ranks}"
+
+
 def need_lightning(target) -> str:
     need(target, "pytorch")
     version = pinned(target, "pytorch").get("lightning")
@@ -47,13 +59,10 @@ def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
                        timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ranks = ok_lines(r.stdout)
-    trained(ranks, 2)
-    assert {x["world"] for x in ranks} == {"2"} and len({x["params"] for x in ranks}) == 1, \
-        f"want one world of 2 with one set of parameters: {ranks}"
+    one_world(ranks, 2)
     assert {(x["rank"], x["node_rank"]) for x in ranks} == {("0", "0"), ("1", "1")}, \
         f"want rank 0 on node 0 and rank 1 on node 1: {ranks}"
-    assert {x["env"] for x in ranks} == {"TorchElasticEnvironment"}, \
-        f"Lightning must take the world from the contract's variables (TorchElasticEnvironment): {ranks}"
+    took_the_world_from(ranks, "TorchElasticEnvironment", "Lightning must take the world from the contract's variables")
 
 
 @pytest.mark.multinode
@@ -92,9 +101,7 @@ def test_lightning_azureml_per_node_recipe_trains_the_full_world(cluster, target
     need_lightning(target)
     r, ranks, fails = _azureml_recipe(cluster, 1, "per-node --devices 2 --num-nodes 2", 29516)
     assert r.returncode == 0 and not fails, f"exit {r.returncode}, {fails}\n" + r.stdout[-2000:] + r.stderr[-1500:]
-    trained(ranks, 4)
-    assert {x["world"] for x in ranks} == {"4"} and len({x["params"] for x in ranks}) == 1, \
-        f"want one world of 4 (devices x num_nodes) with one set of parameters: {ranks}"
+    one_world(ranks, 4, "(devices x num_nodes) ")
     places = sorted((x["node_rank"], x["local_rank"]) for x in ranks)
     assert places == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")], \
         f"(node rank, local rank) {places}: want 2 processes on each of the 2 nodes"
@@ -109,11 +116,8 @@ def test_lightning_azureml_per_process_recipe_without_tb_launch(cluster, target)
     need_lightning(target)
     r, ranks, fails = _azureml_recipe(cluster, 2, "per-process --devices 2 --num-nodes 2", 29517)
     assert r.returncode == 0 and not fails, f"exit {r.returncode}, {fails}\n" + r.stdout[-2000:] + r.stderr[-1500:]
-    trained(ranks, 4)
-    assert {x["world"] for x in ranks} == {"4"} and len({x["params"] for x in ranks}) == 1, \
-        f"want one world of 4 with one set of parameters: {ranks}"
-    assert {x["env"] for x in ranks} == {"MPIEnvironment"}, \
-        f"without tb-launch Lightning must take the launcher's world from MPI (MPIEnvironment): {ranks}"
+    one_world(ranks, 4)
+    took_the_world_from(ranks, "MPIEnvironment", "without tb-launch Lightning must take the launcher's world from MPI")
 
 
 @pytest.mark.multinode
