@@ -52,6 +52,7 @@ class LayerScan:
     created_by: list[str]  # the Dockerfile instruction of each layer (from the image history)
     files: list[LayerFile]
     seconds: float = 0.0
+    source: str = "docker save"  # or the engine's overlay2 layer folders (trainbase_common.overlay_layers)
 
     def layer_label(self, layer: int) -> str:
         """``layer 3/12: RUN apt-get ...`` (numbered from 1, bottom first)."""
@@ -115,7 +116,15 @@ def scan_layers(image: str, want_content: Callable[[str, int], bool], max_conten
     as the ``.wh.`` names they are). ``want_content(path, size)`` says which regular files'
     bytes to keep (at most ``max_content`` bytes each). Works with the classic save layout
     (``<id>/layer.tar``, a layer saved twice being a symlink to the first) and the OCI one
-    (``blobs/sha256/<digest>``, where a layer of a few bytes is as small as a config)."""
+    (``blobs/sha256/<digest>``, where a layer of a few bytes is as small as a config).
+
+    Where the engine is local and keeps its layers in overlay2 folders this machine may read,
+    those folders are read instead: the same entries, without the export (overlay_layers)."""
+    from trainbase_common import overlay_layers
+
+    direct = overlay_layers.scan_dirs(image, want_content, max_content)
+    if direct is not None:
+        return direct
     with _EXPORT_LOCK:
         engine.check_export_space(image)
         return _scan_saved(image, engine.save(image), want_content, max_content)

@@ -113,7 +113,11 @@ def oci_save() -> bytes:
 
 @pytest.fixture
 def saved(monkeypatch):
-    """Point engine.save at a save built here; returns a setter."""
+    """Point engine.save at a save built here (and not at the engine's layer folders); returns a setter."""
+    from trainbase_common import overlay_layers
+
+    monkeypatch.setattr(overlay_layers, "layer_dirs", lambda ref: None)
+
     def use(data: bytes):
         monkeypatch.setattr(engine, "save", lambda ref: io.BufferedReader(io.BytesIO(data)))
         monkeypatch.setattr(engine, "check_export_space", lambda ref: None)
