@@ -91,7 +91,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 None, v, marks=pytest.mark.skip(reason="no base image: pass --image REF")) for v in VARIANTS],
                 ids=[f"no-image-{v}" for v in VARIANTS], scope="session")
             return
-        bases = plan(refs)
+        # the variants of one base next to each other: pytest keeps this order, and the session
+        # fixture `control` (the base's own run) is made again whenever the base changes
+        bases = dict(sorted(plan(refs).items(), key=lambda vb: (vb[1] is None, refs.index(vb[1]) if vb[1] else 0)))
         params = [pytest.param(b, v) if b else pytest.param(None, v, marks=pytest.mark.skip(
                   reason=f"{v} needs {_needs(v)} and none was given (--image/--report)"))
                   for v, b in bases.items()]
