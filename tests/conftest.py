@@ -19,6 +19,12 @@ def copy_inputs(dest: Path) -> Path:
     return dest
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--control-junit", default=None, metavar="JUNIT.xml",
+                     help="the self-test (tests/conformance/test_broken_variants.py) takes each base image's "
+                          "control from this JUnit of a conformance run on the same images, instead of running it")
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

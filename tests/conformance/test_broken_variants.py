@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,12 +101,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(("base", "variant"), params, ids=list(bases), scope="session")
 
 
+def control_from_junit(junit: bytes, base: str) -> dict[str, str]:
+    """The main conformance run's verdict on ``base`` (its JUnit): check -> the worst state over
+    the check's parametrizations on that image (none of the other images' cases)."""
+    image = re.compile(r"(?:^|[\[-])" + re.escape(short_name(base)) + r"(?:$|[\]-])")
+    modules = {p.stem for p in CHECKS.glob("test_*.py")}
+    mine = [c for c in verdict.cases_from_junit(junit)
+            if c.module in modules and "[" in c.name and image.search(c.name.split("[", 1)[1])]
+    return verdict.worst_states(mine)
+
+
 @pytest.fixture(scope="session")
 def control(base, request, tmp_path_factory) -> dict[str, str]:
     """Every selection of the variants built FROM ``base``, run once against that real image:
-    the checks must pass there, or their failure on a variant would prove nothing."""
+    the checks must pass there, or their failure on a variant would prove nothing. Where the
+    main conformance run already judged this very image (--control-junit, its JUnit: .ci/run
+    runs it first), its verdict is the control, if it ran every check the variants claim (a
+    framework image's deselected tiers did not run there: then the control runs here)."""
 
     mine = [v for v, b in plan(_image_refs(request.config)).items() if b == base]
+    junit = request.config.getoption("--control-junit")
+    if junit:
+        states = control_from_junit(Path(junit).read_bytes(), base)
+        missing = sorted({check for v in mine for check in verdict.expectations(_expect(v))} - states.keys())
+        if not missing:
+            return states
+        print(f"\nthe main run ({junit}) did not run {', '.join(missing)} on {base}: the control runs here")
     paths = sorted({p for v in mine for p in _expect(v)["paths"]})
     k = " or ".join(f"({_expect(v)['k']})" for v in mine)
     rc, cases, _, tail = run_suite(base, paths, k, tmp_path_factory.mktemp("control"))

@@ -205,6 +205,23 @@ def test_a_variant_is_built_only_from_an_image_of_its_mpi_and_framework(expect, 
     assert fits_(expect, kind, fws) is fits
 
 
+def test_the_control_from_the_main_run_is_that_images_own_cases_only():
+    """--control-junit: a check's control state is its worst over its cases on the base image,
+    not on a framework image whose name holds the base's, nor a case of the repository's tests."""
+    from tests.conformance.test_broken_variants import control_from_junit
+    base = "trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba0"
+    framework = "pytorch2.10.0-openmpi4.1.4-cuda12.8-cudnn9-debian12:r90dd0408c7af"
+    doc = junit(("test_nccl_loads[openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba0]", "passed", ""),
+                (f"test_nccl_loads[{framework}]", "failed", "no NCCL"),
+                ("test_nccl_loads[openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba01]", "failed", "another tag"),
+                ("test_nccl_version[openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba0-login]", "passed", ""),
+                ("test_nccl_version[openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba0-non-login]", "failed", "x"),
+                ("test_nccl_skip[openmpi4.1.4-cuda12.8-cudnn9-debian12:rbc5c25e13ba01]", "failed", "another tag"))
+    doc = doc.replace('<testcase classname="test_nccl" name="test_nccl_skip',
+                      '<testcase classname="tests.build.test_build" name="test_nccl_skip')
+    assert control_from_junit(doc.encode(), base) == {"test_nccl_loads": "passed", "test_nccl_version": "failed"}
+
+
 def test_a_variant_that_rebuilds_a_framework_uses_the_sdist_and_patch_the_matrix_pins():
     """The rebuild variants pin their sdist in their Dockerfile (a variant's context is its own
     folder): they must be the very artifacts the images are built from, so a version bump fails
