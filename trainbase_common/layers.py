@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainbase_common import engine
+from trainbase_common import engine, overlay_layers
 
 WHITEOUT = ".wh."  # `.wh.NAME` in a layer deletes NAME (and all below it) of the layers beneath
 OPAQUE = ".wh..wh..opq"  # in a directory: nothing of that directory from the layers beneath shows
@@ -120,11 +120,13 @@ def scan_layers(image: str, want_content: Callable[[str, int], bool], max_conten
 
     Where the engine is local and keeps its layers in overlay2 folders this machine may read,
     those folders are read instead: the same entries, without the export (overlay_layers)."""
-    from trainbase_common import overlay_layers
-
-    direct = overlay_layers.scan_dirs(image, want_content, max_content)
+    direct = overlay_layers.read_image(image, want_content, max_content)
     if direct is not None:
-        return direct
+        diff_ids, created, per_layer, seconds = direct
+        return LayerScan(image=image, layers=diff_ids, created_by=created, seconds=seconds,
+                         source="engine's overlay2 layer folders",
+                         files=[LayerFile(layer=i, path=p, kind=k, size=s, content=c, link=ln)
+                                for i, entries in enumerate(per_layer) for p, k, s, c, ln in entries])
     with _EXPORT_LOCK:
         engine.check_export_space(image)
         return _scan_saved(image, engine.save(image), want_content, max_content)

@@ -125,19 +125,16 @@ def read_layer_dir(top: str, want_content: Callable[[str, int], bool], max_conte
     return out
 
 
-def scan_dirs(image: str, want_content: Callable[[str, int], bool], max_content: int):
-    """The LayerScan of IMAGE from its diff folders, or None (then the caller uses `docker save`)."""
-    from trainbase_common.layers import LayerFile, LayerScan
-
+def read_image(image: str, want_content: Callable[[str, int], bool], max_content: int) -> \
+        tuple[list[str], list[str], list[list[tuple]], float] | None:
+    """(the layers' diff IDs, each layer's Dockerfile instruction, each layer's entries as
+    read_layer_dir lists them, seconds) of IMAGE from its diff folders, or None (then
+    trainbase_common.layers streams `docker save`)."""
     found = layer_dirs(image)
     if found is None:
         return None
     t0 = time.monotonic()
     dirs, config, diff_ids = found
-    files: list[LayerFile] = []
-    for i, d in enumerate(dirs):
-        files += [LayerFile(layer=i, path=p, kind=k, size=s, content=c, link=ln)
-                  for p, k, s, c, ln in read_layer_dir(d, want_content, max_content)]
+    entries = [read_layer_dir(d, want_content, max_content) for d in dirs]
     created = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
-    return LayerScan(image=image, layers=list(diff_ids), created_by=created, files=files,
-                     seconds=time.monotonic() - t0, source="engine's overlay2 layer folders")
+    return list(diff_ids), created, entries, time.monotonic() - t0
