@@ -1,5 +1,5 @@
-"""Hygiene: nothing of the build machine is published. Every layer is inspected (streamed
-from `docker save`), not just the final filesystem: a file deleted by a later layer still
+"""Hygiene: nothing of the build machine is published. Every layer is inspected (the local
+engine's layer folders, or `docker save`: trainbase_common.layers), not just the final filesystem: a file deleted by a later layer still
 ships in the earlier one; and for private keys the content of every small file of the final
 filesystem too, whatever its name or folder. Also: labels equal the manifest, size within its
 budget."""
