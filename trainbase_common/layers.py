@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainbase_common import engine, overlay_layers
-
-WHITEOUT = ".wh."  # `.wh.NAME` in a layer deletes NAME (and all below it) of the layers beneath
-OPAQUE = ".wh..wh..opq"  # in a directory: nothing of that directory from the layers beneath shows
+from trainbase_common.overlay_layers import OPAQUE, WHITEOUT, layer_instructions
 
 
 @dataclass
@@ -164,7 +162,7 @@ def _scan_saved(image: str, stream, want_content: Callable[[str, int], bool], ma
     manifest = json.loads(jsons["manifest.json"])[0]
     order: list[str] = manifest["Layers"]
     config = json.loads(jsons[aliases.get(manifest["Config"], manifest["Config"])])
-    created = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
+    created = layer_instructions(config)
     files: list[LayerFile] = []
     for i, name in enumerate(order):
         # a copy per position: one blob may be two layers of the image

@@ -33,8 +33,15 @@ from pathlib import Path
 from trainbase_common import engine
 
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
+# the layer tar's own markers (OCI image spec), which trainbase_common.layers reads
+WHITEOUT = ".wh."  # `.wh.NAME` in a layer deletes NAME (and all below it) of the layers beneath
+OPAQUE = ".wh..wh..opq"  # in a directory: nothing of that directory from the layers beneath shows
+
+
+def layer_instructions(config: dict) -> list[str]:
+    """Each layer's Dockerfile instruction, bottom first, from the image config's history (an
+    entry marked empty_layer, an ENV or LABEL, has no layer)."""
+    return [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
 
 
 def layer_dirs(image: str) -> tuple[list[str], dict, list[str]] | None:
@@ -136,5 +143,4 @@ def read_image(image: str, want_content: Callable[[str, int], bool], max_content
     t0 = time.monotonic()
     dirs, config, diff_ids = found
     entries = [read_layer_dir(d, want_content, max_content) for d in dirs]
-    created = [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
-    return list(diff_ids), created, entries, time.monotonic() - t0
+    return list(diff_ids), layer_instructions(config), entries, time.monotonic() - t0
