@@ -65,7 +65,7 @@ want+=(openmpi-bin python3-mpi4py)
 # tier itself) whose srun offers --mpi=pmi2 and, with libpmix-dev, --mpi=pmix
 want+=(charliecloud podman uidmap slurmctld slurmd slurm-client munge libpmix-dev)
 # arm64 cells on an x86_64 host: qemu's user-mode emulator. Installed here, but the handler is
-# registered by the build only when an arm64 cell is selected (trainbase/build/emulation.py: from
+# registered by the build only when an arm64 cell is selected (trainbase_common/emulation.py: from
 # qemu's binfmt.d rule, or binfmt-support's database where an older qemu put it there).
 # Debian 12's own qemu (7.2) segfaults in `import torch` of PyTorch's aarch64 wheel on recent
 # kernels (measured here: kernel 6.18, the PyTorch 2.15 arm64 cell's build died in its import
@@ -114,7 +114,7 @@ if [ "$codename" = bookworm ]; then
     # A handler registered with the F flag keeps the old emulator open: remove it, and the next
     # build that selects an arm64 cell registers qemu 10's. (qemu 10 ships its rules as systemd
     # binfmt.d files, not in binfmt-support's database: `update-binfmts --enable` cannot do it;
-    # trainbase/build/emulation.py reads the binfmt.d file.)
+    # trainbase_common/emulation.py reads the binfmt.d file.)
     if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
       echo -1 | as_root tee /proc/sys/fs/binfmt_misc/qemu-aarch64 >/dev/null
       info "removed the old qemu-aarch64 binfmt handler: the next arm64 build registers qemu 10's"

@@ -4,10 +4,12 @@ transparently -- provided the handler is registered with the F (fix-binary) flag
 the interpreter once at registration so it works inside containers whose root filesystem has no
 qemu of its own.
 
-The handler is registered only when a build selects a cell of a foreign platform (and the log
-says how); a host where it cannot be registered skips those cells before anything starts,
-naming the cause and a fix that fits it, instead of an "exec format error" in the first RUN
-line an hour in.
+The handler is registered only when something is about to execute a foreign image's binaries:
+a build of such a cell, the supply documents of a cached one (made in a container of it), or a
+tier of the suite run on it -- the handlers live in the kernel and are gone after every reboot,
+while the images stay in the engine. A host where it cannot be registered skips those cells or
+checks before anything starts, naming the cause and a fix that fits it, instead of an "exec
+format error" in the first RUN line an hour in or an engine error at a container's first exec.
 
 Where the handler's rule comes from depends on how qemu was packaged:
 - qemu >= 9 on Debian (bookworm-backports' qemu 10, trixie) ships systemd ``binfmt.d`` files
@@ -28,9 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainbase_common.platforms import host_arch
-
-from ..errors import TrainbaseError
+from .platforms import host_arch
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # systemd's binfmt.d search path, highest precedence first (binfmt.d(5)): a file of the same
@@ -43,9 +43,11 @@ QEMU = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin:" + os.environ.get("PATH", "")
 
 
-class EmulationError(TrainbaseError):
+class EmulationError(RuntimeError):
     """A foreign-architecture cell cannot run on this host. ``cause`` says why, ``fix`` what
-    to do about it -- chosen for that cause, never a step the user has already taken."""
+    to do about it -- chosen for that cause, never a step the user has already taken. Shared by
+    the build (a cell to build, or a cached one whose documents are made in a container) and the
+    suite (a tier run on such an image), so both register the handler the same way."""
 
     def __init__(self, arch: str, cause: str, fix: str):
         self.arch, self.cause, self.fix = arch, cause, fix

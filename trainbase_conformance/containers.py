@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from trainbase_common import engine
+from trainbase_common.emulation import EmulationError
 
 from . import LABEL
-from .emulation import emulated_cpus
+from .emulation import emulated_cpus, ensure_emulator
 
 
 def short_name(ref: str) -> str:
@@ -46,7 +47,12 @@ class Container:
         image of another architecture runs as the first CPU of emulation.emulated_cpus (a CPU
         its users have) unless ``opts`` names one."""
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        cpus = emulated_cpus(inspect_image(image))
+        inspect = inspect_image(image)
+        try:
+            ensure_emulator(inspect)
+        except EmulationError as e:
+            raise RuntimeError(f"cannot start {image}: {e}") from None
+        cpus = emulated_cpus(inspect)
         if cpus and "QEMU_CPU" not in dict(opts.env):
             opts = dataclasses.replace(opts, env=(*opts.env, ("QEMU_CPU", cpus[0][1])))
         try:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from trainbase_common import emulation as binfmt
 from trainbase_common.platforms import EMULATED_CPUS
 from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
 from trainbase_common.platforms import host_arch
@@ -32,6 +33,20 @@ def emulated(inspect: dict[str, Any]) -> str | None:
     if arch == host_arch():
         return None
     return f"{inspect.get('Os', 'linux')}/{arch} under qemu user-mode emulation on an {host_arch()} host"
+
+
+def ensure_emulator(inspect: dict[str, Any]) -> str | None:
+    """An image of another architecture runs only while qemu's binfmt handler is registered,
+    and a reboot removes it while the image stays: registered here, through the build's own
+    ``emulation.ensure``, before any container of it starts. How it runs ("emulated (qemu-aarch64
+    via ...)"), None for a native image; raises ``binfmt.EmulationError`` (its cause and its fix)
+    when this host cannot run it, so the caller skips with that fix instead of an engine error at
+    the container's first exec."""
+    arch = image_arch(inspect)
+    if arch == host_arch():
+        return None
+    logged: list[str] = []
+    return binfmt.ensure({arch}, log=logged.append)[arch] + (f" ({logged[0]})" if logged else "")
 
 
 def emulated_cpus(inspect: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -27,12 +27,13 @@ from typing import Any
 import jsonschema
 import pytest
 
+from trainbase_common.emulation import EmulationError
 from trainbase_common.states import usable_images
 
 from . import EVIDENCE, MARKERS, TIERS, expectations
 from .collection import DERIVED_NOTE, deselect_derived_tiers, group_by_image, pytest_ignore_collect  # noqa: F401
 from .containers import Container, inspect_image, short_name, ssh_cluster
-from .emulation import _native_only, emulated  # noqa: F401  (an autouse fixture, registered here)
+from .emulation import _native_only, emulated, ensure_emulator  # noqa: F401  (an autouse fixture, registered here)
 from .flavors import MpiFlavor
 from .host import HostCaps, probe_host
 from .resources import DOCTOR_SCHEMA as DOCTOR_SCHEMA_PATH
@@ -257,6 +258,12 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_
 
     t0 = time.monotonic()
     inspect = inspect_image(image)
+    try:
+        emulator = ensure_emulator(inspect)
+    except EmulationError as e:
+        # every check of this image is skipped with the emulator's own cause and fix (never an
+        # engine error at the first exec); the image and its tag are left as they are
+        pytest.skip(f"this host cannot run {inspect.get('Os', 'linux')}/{e.arch} images now: {e.cause}. Fix: {e.fix}")
     container = _start(image, host_caps)
     try:
         manifest = expectations.image_manifest(image, container, pytestconfig.getoption("--expect"))
@@ -272,6 +279,8 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_
             "start_s": f"{time.monotonic() - t0:.1f}",
             "platform": emulated(inspect) or f"{inspect.get('Os', 'linux')}/{inspect.get('Architecture', '?')} (native)",
         }
+        if emulator:
+            facts["emulator"] = emulator
         pytestconfig.stash[_IMAGE_FACTS][short_name(image)] = facts
         for k, v in facts.items():
             record_testsuite_property(f"image[{short_name(image)}].{k}", v)

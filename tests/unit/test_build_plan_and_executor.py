@@ -274,7 +274,7 @@ def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skippe
     ("make: *** [Makefile:1] Error 2", [], "unknown"),
 ])
 def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
-    from trainbase.run.report import failure_kind
+    from trainbase.run.failures import failure_kind
 
     assert failure_kind(reason, tail) == kind
 
@@ -320,7 +320,7 @@ def test_failure_reason_ignores_an_earlier_steps_tool_output():
 # -- issue 37: a host that cannot run arm64 builds every amd64 cell and says the profile is incomplete
 def test_a_platform_the_host_cannot_run_is_skipped_with_its_fix_and_the_run_is_incomplete(m, monkeypatch, tmp_path):
     from trainbase import cli
-    from trainbase.build import emulation
+    from trainbase_common import emulation
     from trainbase.run import report
 
     monkeypatch.setattr(emulation, "host_arch", lambda: "amd64")

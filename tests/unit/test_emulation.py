@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.build import bootstrap, emulation
+from trainbase.build import bootstrap
+from trainbase_common import emulation
 from trainbase.define import pip_locks
 
 

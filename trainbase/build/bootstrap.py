@@ -30,7 +30,7 @@ from pathlib import Path
 
 from trainbase_common import engine
 
-from . import emulation
+from trainbase_common import emulation
 from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
 Log = Callable[[str], None]

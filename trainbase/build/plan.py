@@ -40,7 +40,8 @@ class Job:
     present: list[str] = field(default_factory=list)   # tags this run found already published
     repo_digest: str | None = None
     supply_s: float | None = None       # seconds of the supply-chain step (SBOM, audits, budgets)
-    failure_kind: str | None = None     # report.failure_kind: transient | environment | recipe | unknown
+    failure_kind: str | None = None     # run/failures.py: transient | environment | recipe | unknown
+    fix: str | None = None              # the fix for this failure's very cause, where one is known
 
     @property
     def cell(self) -> Cell:

@@ -21,10 +21,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainbase_common import engine
+from trainbase_common import emulation, engine
 from trainbase_common.states import JobState
 
-from ..build import bases, bootstrap, docker_build, emulation
+from ..build import bases, bootstrap, docker_build
 from ..build.plan import Job, Plan
 from ..define import base_lock
 from ..define.matrix import Cell, Matrix
@@ -33,7 +33,7 @@ from ..deliver.publish import ALIAS
 from ..errors import TrainbaseError
 from ..render.recipes import Rendered
 from ..supply.chain import SupplyChain, SupplyOptions
-from . import report
+from . import failures, report
 from .progress import Progress
 
 # The exit code of a run whose every buildable cell is usable but which skipped the cells of a
@@ -115,11 +115,20 @@ class Executor:
         j.status, j.reason = JobState.CACHED, f"pulled {remote} (same recipe)"
 
     # -- base images --------------------------------------------------------------------------
+    def _starts_a_container(self, j: Job) -> bool:
+        """Whether this run executes the image's binaries: a build (every RUN line), or a cached
+        tag whose supply documents are made now (the inventory runs inside a container of it)."""
+        if j.status == JobState.QUEUED:
+            return True
+        return j.status == JobState.CACHED and self.supply is not None and not self.supply.has_documents(j)
+
     def ensure_emulation(self) -> None:
         """Cells of another architecture than the host's run under qemu: its handler is
-        registered now, only because such a cell is to be built; a host that cannot run them
-        fails those cells before any build starts (the others go on)."""
-        arches = {j.cell.arch for j in self.jobs.values() if j.status == JobState.QUEUED}
+        registered now, because such a cell is to be built or a cached one's documents are to be
+        made in a container of it (binfmt handlers are gone after a reboot; the images are not).
+        A host that cannot run them skips those cells before anything starts, their cached tags
+        kept, and the others go on."""
+        arches = {j.cell.arch for j in self.jobs.values() if self._starts_a_container(j)}
         try:
             self.emulated = emulation.ensure(arches, log=lambda s: self.out.write(s + "\n"))
         except emulation.EmulationError as e:
@@ -127,13 +136,16 @@ class Executor:
             # native cells still build; the run ends "incomplete" (exit 3), the summary says why.
             self.out.write(f"emulation: {e.arch} cells skipped: {e}\n")
             for j in self.jobs.values():
-                if j.status == JobState.QUEUED and j.cell.arch == e.arch:
-                    j.status, j.reason = JobState.SKIPPED, f"this host cannot run {j.cell.platform}: {e.cause}. Fix: {e.fix}"
+                if j.cell.arch == e.arch and self._starts_a_container(j):
+                    cached = j.status == JobState.CACHED
+                    j.status, j.reason = JobState.SKIPPED, (
+                        f"this host cannot run {j.cell.platform}: {e.cause}. Fix: {e.fix}"
+                        + (" (its cached tag is kept: only its supply documents could not be made)" if cached else ""))
                     j.ended = time.monotonic()
                     self.platform_skipped[j.name] = j.cell.platform
             self.plan.propagate()
             # another foreign architecture in the same run gets its own chance and its own reason
-            if any(j.status == JobState.QUEUED and not emulation.is_native(j.cell.arch) for j in self.jobs.values()):
+            if any(self._starts_a_container(j) and not emulation.is_native(j.cell.arch) for j in self.jobs.values()):
                 self.ensure_emulation()
 
     def ensure_bases(self) -> None:
@@ -210,7 +222,8 @@ class Executor:
                 j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
             elif rc != 0:
                 j.status, j.reason = JobState.FAILED, docker_build.failure_reason(tail, rc)
-                j.failure_kind = report.failure_kind(j.reason, tail)
+                found = failures.classify_build(j.reason, tail, arch=j.cell.arch)
+                j.failure_kind, j.fix = found.kind, found.fix
         if rc == 0 and not self.interrupted:
             # BUILT only after the supply chain: children start FROM this tag, SBOM included
             self._inspect(j)
@@ -231,26 +244,35 @@ class Executor:
         if self.supply is None or self.supply.has_documents(j):
             return
         self.out.write(f"supply: {j.name}:{j.tag}: cached without supply-chain documents: making them\n")
-        why = self._supply_chain(j)
+        # the tag stays whatever the step says: the image is the one its recipe built, and
+        # removing it would only make the next run rebuild what it already has
+        why = self._supply_chain(j, remove_on_failure=False)
         if why:
             j.status, j.reason = JobState.FAILED, why
+            j.ended = time.monotonic()
         else:
             self._inspect(j)
             engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
 
-    def _supply_chain(self, j: Job) -> str | None:
-        """Documents, gates and the SBOM layer; on a failed gate the tag is removed (a cell that
-        failed keeps no name). The failure reason, or None."""
+    def _supply_chain(self, j: Job, *, remove_on_failure: bool = True) -> str | None:
+        """Documents, gates and the SBOM layer. The failure reason, or None; the failure's class
+        (failures.py) is set on the job from what failed. A freshly built image that fails is
+        untagged (a cell that failed keeps no name); a cached one keeps its tag."""
         if self.supply is None:
             return None
         j.last_line = "supply chain: inventory, SBOM, audits, size budget"
         t0 = time.monotonic()
         try:
             why = self.supply.after_build(j, j.size or 0)
-        except Exception as e:  # noqa: BLE001 -- any failure of the step fails the cell, named
-            why = f"supply-chain step failed: {type(e).__name__}: {str(e)[:400]}"
+            if why:
+                j.failure_kind, j.fix = "recipe", None   # a gate's verdict on what the recipe made
+        except Exception as e:  # noqa: BLE001 -- any failure of the step fails the cell, named and classed
+            found = failures.classify_exception(e, arch=j.cell.arch)
+            j.failure_kind, j.fix = found.kind, found.fix
+            why = f"supply-chain step failed: {type(e).__name__}: {str(e)[:400]}" + (
+                f" ({found.cause})" if found.cause else "")
         j.supply_s = time.monotonic() - t0
-        if why:
+        if why and remove_on_failure:
             engine.remove_image(j.image, force=True)
         return why
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from trainbase_common import engine
 from trainbase_common.states import JobState
 
 from ..deliver.publish import ALIAS
+from . import failures
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -51,7 +51,8 @@ def build_report(x) -> dict:
                 "built": getattr(x, "emulated", {}).get(j.cell.arch, "native"),
                 "status": j.status,
                 "reason": j.reason,
-                "failure_kind": getattr(j, "failure_kind", None) if j.status.bad else None,
+                "failure_kind": j.failure_kind if j.status.bad else None,
+                "fix": j.fix if j.status.bad else None,
                 "skipped_because_of_this": skipped_because_of(x, j) if j.status.bad else [],
                 "duration_s": round(j.duration, 1) if j.duration is not None else None,
                 "size_bytes": j.size,
@@ -152,52 +153,15 @@ def next_steps(b) -> list[str]:
     for j in b.jobs.values():
         if j.status not in (JobState.FAILED, JobState.REFUSED):
             continue
-        kind = getattr(j, "failure_kind", None) or failure_kind(j.reason or "", [])
+        kind = j.failure_kind or failures.failure_kind(j.reason or "", [])
         lines.append(f"{j.name}: {j.status}: {j.reason}")
-        lines.append(f"  next: {NEXT_STEP[kind]}")
+        lines.append(f"  next: {failures.next_step(kind, j.fix)}")
         if j.log:
             lines.append(f"  log:  {j.log}")
         skipped = skipped_because_of(b, j)
         if skipped:
             lines.append(f"  skipped because of it ({len(skipped)}): {', '.join(skipped)}")
     return lines
-
-
-# What a failure most likely is, read from the end of its log: a rerun fixes a transient one
-# (every cell that completed is reused from cache), not a recipe error.
-_TRANSIENT = re.compile(
-    r"(?i)exit code: (141|137)\b|\bSIGPIPE\b|Temporary failure (in name resolution|resolving)|Could not resolve|"
-    r"Connection (reset|refused|timed out)|timed out|Read timed out|\b50[234]\b.*(Server|Gateway|Unavailable)|"
-    r"Hash Sum mismatch|File has unexpected size|TLS handshake timeout|unexpected EOF|IncompleteRead|"
-    r"ProtocolError|Network is unreachable|Failed to fetch")
-_ENVIRONMENT = re.compile(r"(?i)no space left on device|Cannot connect to the Docker daemon|permission denied while trying "
-                          r"to connect|only [\d.]+ GB free")
-_RECIPE = re.compile(r"(?i)sha256 mismatch|checksum|THESE PACKAGES DO NOT MATCH THE HASHES|No matching distribution|"
-                     r"Unable to locate package|error: |\bSyntaxError\b|not found")
-
-NEXT_STEP = {
-    "transient": "this looks transient (network, package mirror, a process killed by a signal): run the same "
-                 "command again -- every cell that completed is reused from cache, only this one and the cells "
-                 "skipped because of it are built",
-    "environment": "this is the machine, not the recipe: fix it (free disk space with `build.py --prune` / "
-                   "`docker builder prune`, start the engine with scripts/setup.sh), then run the same command again",
-    "recipe": "this is the recipe (a pinned input, a package name, a command in a block): rerunning will fail "
-              "the same way; read the log, fix matrix.yaml or the block, `build.py --render`, and build again",
-    "unknown": "read the log; if the failing step does not fail when run again (a race, a flaky mirror) it is "
-               "transient and a rerun reuses every cell that completed",
-}
-
-
-def failure_kind(reason: str, tail: list[str]) -> str:
-    """transient | environment | recipe | unknown, from the reason and the end of the log."""
-    text = "\n".join([reason, *tail[-60:]])
-    if _ENVIRONMENT.search(text):
-        return "environment"
-    if _TRANSIENT.search(text):
-        return "transient"
-    if _RECIPE.search(text):
-        return "recipe"
-    return "unknown"
 
 
 def write_report(b, path: str) -> None:
