@@ -109,6 +109,10 @@ def parser() -> argparse.ArgumentParser:
                    help="with --registry: only cells whose immutable tag is (published: with its digest) or is "
                         "not in the registry, or is published but not yet what `latest` points at (unpromoted)")
     d.add_argument("--gate", metavar="DIR", type=Path, help="with --promote: only digests DIR's gate records (*.json) passed")
+    d.add_argument("--head-sha", default="", metavar="SHA",
+                   help="with --promote: main's head commit; a run whose recipe commit is another one promotes nothing")
+    d.add_argument("--recipe-sha", default="", metavar="SHA",
+                   help="with --promote --head-sha: the commit whose recipes this run tested (default: the checkout's HEAD)")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set; with --lock-bases: every selected base")
     return p
@@ -191,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
         from .deliver import platforms, promote
         if args.merge_platforms:
             return platforms.merge_command(m, root, selected, args.registry, zstd_twin=args.zstd_twin)
-        return promote.command(m, root, selected, args.registry, args.gate)
+        return promote.command(m, root, selected, args.registry, args.gate, head_sha=args.head_sha,
+                               recipe_sha=args.recipe_sha, public_key=args.public_key)
     return 0
 
 

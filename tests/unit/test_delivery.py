@@ -311,7 +311,8 @@ def test_promotion_retags_the_alias_by_digest_and_follows_a_revert(reg):
 
 
 def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
-    """Every candidate passes every required check, or no alias moves (test_promotion_gate.py)."""
+    """A candidate moves only on a pass from every required check; a held one holds only its own
+    repository (issue 52: one red cell no longer stalls the others; test_promotion_gate.py)."""
     from trainbase.deliver import promote
     from trainbase.supply import vulnscan
 
@@ -327,14 +328,13 @@ def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
     record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=False)
     cells = [("base", a), ("torch", b), ("tf", "r" + "c" * 12)]
     (n, held), out = promote_run(reg, cells, promote.read_gate(tmp_path))
-    assert (n, held) == (0, 2)
+    assert (n, held) == (1, 1)
     assert "torch: NOT promoted: the gate has no pass for reg.example:5000/tb/torch@sha256:" in out
     assert "failed gpu[linux/amd64]" in out and "tf: reg.example:5000/tb/tf:r" in out
-    assert "base: passed the gate, NOT promoted: no alias moves while torch is held" in out
-    assert not [ref for ref in reg.manifests if ref.endswith(":latest")]
+    assert [ref for ref in reg.manifests if ref.endswith(":latest")] == ["reg.example:5000/tb/base:latest"]
     record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=True)   # a rerun passes
     (n, held), out = promote_run(reg, cells, promote.read_gate(tmp_path))
-    assert (n, held) == (2, 0) and reg.manifests["reg.example:5000/tb/torch:latest"] == "sha256:" + "b" * 64
+    assert (n, held) == (1, 0) and reg.manifests["reg.example:5000/tb/torch:latest"] == "sha256:" + "b" * 64
 
 
 def test_promotion_stops_on_a_registry_that_refuses(reg):
@@ -403,3 +403,175 @@ def test_ci_runners_stage_their_platform_and_merge_publishes_the_index_only_when
     assert target.endswith(f"/tb/{cells[0].name}:" + publish.release_tag([rendered[c.name].tag for c in cells]))
     assert srcs["linux/arm64"] == (f"tb/staging/{cells[1].name}", rendered[cells[1].name].tag)
     assert platforms.expected(m, ROOT)[cells[0].name] == {"linux/amd64", "linux/arm64"}
+
+
+# -- issue 52: what `latest` can point at ------------------------------------------------------------
+def gate_records(tmp_path, records):
+    """Gate records as gpu.yml's jobs write them: (repository, digest, check, platform, passed)."""
+    from trainbase.deliver import promote
+
+    gate = tmp_path / "gate"
+    gate.mkdir(exist_ok=True)
+    for i, (name, d, check, platform, passed) in enumerate(records):
+        doc = {"ref": f"reg.example:5000/tb/{name}@{d}", "check": check, "passed": passed}
+        if platform:
+            doc["platform"] = platform
+        (gate / f"r{i}.json").write_text(json.dumps(doc))
+    return promote.read_gate(gate)
+
+
+def passes(name, d, platforms=("linux/amd64",)):
+    from trainbase.supply import vulnscan
+
+    return [r for p in platforms for r in ((name, d, "gpu", p, True), (name, d, vulnscan.CHECK, p, True))]
+
+
+def test_a_red_cell_holds_its_own_repository_named_and_the_others_move(reg, tmp_path):
+    """Issue 52 (10): one held candidate held every candidate, so a flaky cell, an offline pool
+    or a new critical CVE blocked every promotion, security rebuilds included."""
+    a, b = "r" + "a" * 12, "r" + "b" * 12
+    da, db = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{a}"] = da
+    reg.manifests[f"reg.example:5000/tb/torch:{b}"] = db
+    gate = gate_records(tmp_path, passes("base", da) + [("torch", db, "gpu", "linux/amd64", False)])
+    (n, held), out = promote_run(reg, [("base", a), ("torch", b)], gate)
+    assert (n, held) == (1, 1), out
+    assert reg.manifests["reg.example:5000/tb/base:latest"] == da
+    assert "reg.example:5000/tb/torch:latest" not in reg.manifests
+    assert "torch: NOT promoted: the gate has no pass for" in out and "failed gpu[linux/amd64]" in out
+
+
+def test_a_digest_whose_attestations_do_not_verify_is_not_promoted(reg, tmp_path):
+    """Issue 52 (7): promote read no referrers, so a digest whose attest step failed after the
+    push was promoted anyway."""
+    a = "r" + "a" * 12
+    da = "sha256:" + "a" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{a}"] = da
+    gate = gate_records(tmp_path, passes("base", da))
+    asked = []
+
+    def attested(ref):
+        asked.append(ref)
+        return ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: nothing attached"]
+
+    from trainbase.deliver import promote, registry as regmod
+    steps = promote.plan([("base", a)], "reg.example:5000/tb", regmod.digest, {"base": ["linux/amd64"]})
+    out = io.StringIO()
+    assert promote.promote(steps, gate, lambda s, d: pytest.fail("retagged"), regmod.digest, out,
+                           attested=attested) == (0, 1)
+    assert asked == [f"reg.example:5000/tb/base@{da}"]
+    assert "base: NOT promoted: reg.example:5000/tb/base@sha256:" in out.getvalue()
+    assert "is not attested: sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: nothing attached" in out.getvalue()
+
+
+def test_a_rerun_of_an_older_commit_promotes_nothing_and_says_so(reg, tmp_path):
+    """Issue 52 (9): re-running an old run's flaky GPU job re-promoted that commit's older
+    recipe, moving latest backwards: only main's head recipe may move it."""
+    from trainbase.deliver import promote, registry as regmod
+
+    old, new = "r" + "1" * 12, "r" + "2" * 12
+    reg.manifests[f"reg.example:5000/tb/base:{old}"] = "sha256:" + "1" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{new}"] = "sha256:" + "2" * 64
+    reg.manifests["reg.example:5000/tb/base:latest"] = "sha256:" + "2" * 64
+    gate = gate_records(tmp_path, passes("base", "sha256:" + "1" * 64))
+    steps = promote.plan([("base", old)], "reg.example:5000/tb", regmod.digest, {"base": ["linux/amd64"]})
+    out = io.StringIO()
+    assert promote.promote(steps, gate, lambda s, d: pytest.fail("moved backwards"), regmod.digest, out,
+                           recipe_sha="a" * 40, head_sha="b" * 40) == (0, 0)
+    assert reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "2" * 64
+    assert "NOTHING promoted" in out.getvalue() and "main's head is bbbbbbbbbbbb" in out.getvalue()
+    assert promote.stale("c" * 40, "c" * 40) == "" and promote.stale("", "") == ""
+
+
+def test_each_platform_of_an_index_needs_its_own_scan_record(reg, tmp_path):
+    """Issue 52 (8): Trivy scanned an index on an amd64 runner (amd64 only) and its record named
+    no platform; the arm64 manifest was never scanned, and nothing required it."""
+    from trainbase.deliver import promote, registry as regmod
+    from trainbase.supply import vulnscan
+
+    a, d = "r" + "a" * 12, "sha256:" + "a" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{a}"] = d
+    both = ["linux/amd64", "linux/arm64"]
+    assert promote.required_checks(both) == ("gpu[linux/amd64]", "gpu[linux/arm64]",
+                                             f"{vulnscan.CHECK}[linux/amd64]", f"{vulnscan.CHECK}[linux/arm64]")
+    records = [("base", d, "gpu", p, True) for p in both] + [("base", d, vulnscan.CHECK, "", True)]
+    steps = promote.plan([("base", a)], "reg.example:5000/tb", regmod.digest, {"base": both})
+    out = io.StringIO()
+    assert promote.promote(steps, gate_records(tmp_path, records), lambda s, d: None, regmod.digest, out) == (0, 1)
+    assert f"missing {vulnscan.CHECK}[linux/amd64], {vulnscan.CHECK}[linux/arm64]" in out.getvalue()
+    gate = gate_records(tmp_path, records + [("base", d, vulnscan.CHECK, p, True) for p in both])
+    (n, held), _ = promote_run_platforms(reg, [("base", a)], gate, both)
+    assert (n, held) == (1, 0)
+
+
+def promote_run_platforms(reg, cells, gate, platforms):
+    from trainbase.deliver import promote, registry
+
+    def retag(src, dst):
+        reg.manifests[dst] = src.split("@")[1]
+    out = io.StringIO()
+    steps = promote.plan(cells, "reg.example:5000/tb", registry.digest, {n: platforms for n, _ in cells})
+    return promote.promote(steps, gate, retag, registry.digest, out), out.getvalue()
+
+
+def test_the_scan_record_names_the_platform_it_scanned(tmp_path):
+    from trainbase.supply import vulnscan
+
+    report = tmp_path / "trivy.json"
+    report.write_text(json.dumps({"SchemaVersion": 2, "ArtifactName": "x", "Results": []}))
+    ref = "reg.example:5000/tb/base@sha256:" + "a" * 64
+    assert vulnscan.main([str(report), "--ref", ref, "--cell", "base-arm64", "--platform", "linux/arm64",
+                          "--gate-dir", str(tmp_path / "gate"), "--allowlist", str(ROOT / "audit-allowlist.yaml")]) == 0
+    record = json.loads((tmp_path / "gate" / "scan-base-arm64.json").read_text())
+    assert record["platform"] == "linux/arm64" and record["check"] == vulnscan.CHECK
+
+
+def test_latest_zstd_moves_only_on_records_for_the_twins_own_digest(reg, tmp_path):
+    """Issue 52 (8): latest-zstd followed latest to a digest that no record named."""
+    from trainbase.supply import vulnscan
+
+    a, d, twin = "r" + "a" * 12, "sha256:" + "a" * 64, "sha256:" + "7" * 64
+    reg.manifests[f"reg.example:5000/tb/base:{a}"] = d
+    reg.manifests[f"reg.example:5000/tb/base:{a}-zstd"] = twin
+    (n, held), out = promote_run(reg, [("base", a)], gate_records(tmp_path, passes("base", d)))
+    assert (n, held) == (1, 0) and reg.manifests["reg.example:5000/tb/base:latest"] == d
+    assert "reg.example:5000/tb/base:latest-zstd" not in reg.manifests
+    assert f"latest-zstd left at absent: its own digest reg.example:5000/tb/base@{twin}" in out
+    gate = gate_records(tmp_path, passes("base", d) + [("base", twin, vulnscan.CHECK, "linux/amd64", True)])
+    (n, held), out = promote_run(reg, [("base", a)], gate)
+    assert reg.manifests["reg.example:5000/tb/base:latest-zstd"] == twin, out
+
+
+def test_the_plan_of_unpublished_cells_keeps_a_published_digest_that_lacks_attestations():
+    """Issue 52 (7): the next build planned `--only unpublished`, so a digest whose attest step
+    failed after the push was never attested, and promotion (now) refuses it for ever."""
+    items = [{"name": "base", "tag": "r" + "a" * 12}, {"name": "torch", "tag": "r" + "b" * 12},
+             {"name": "tf", "tag": "r" + "c" * 12}]
+    digests = {"tb/base": "sha256:" + "a" * 64, "tb/torch": "sha256:" + "b" * 64}
+    lacking = {"sha256:" + "a" * 64: ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]}
+    kept, left = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpublished",
+                                               lambda h, repo, tag: digests.get(repo),
+                                               lambda h, repo, d: lacking.get(d, []))
+    assert [e["name"] for e in kept] == ["base", "tf"]
+    assert kept[0]["attest"] == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]
+    assert kept[0]["ref"] == "reg.example:5000/tb/base@sha256:" + "a" * 64 and "attest" not in kept[1]
+    assert left == {"torch": "published and attested"}
+
+
+def test_merge_carries_attestations_into_an_index_that_was_already_published(reg, monkeypatch):
+    """Issue 52 (7): the merge skipped attestations when the index tag existed, so a staged
+    image attested on a re-run never had them in the published repository."""
+    from trainbase.deliver import platforms
+    from trainbase.render import recipes
+
+    m = load(ROOT / "matrix.yaml")
+    cells = [m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12"), m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64")]
+    rendered = recipes.render_all(m, cells, root=ROOT)
+    tag = publish.release_tag([rendered[c.name].tag for c in cells])
+    reg.manifests[f"reg.example:5000/tb/{cells[0].name}:{tag}"] = "sha256:" + "8" * 64
+    carried = []
+    monkeypatch.setattr(platforms, "_carry_attestations", lambda host, ns, repo, cs, tags, out: carried.append(repo))
+    monkeypatch.setattr(platforms, "_index_of_staged", lambda *a: pytest.fail("the index was pushed again"))
+    out = io.StringIO()
+    assert platforms.merge_command(m, ROOT, cells, "reg.example:5000/tb", out=out) == 0
+    assert "already published" in out.getvalue() and carried == [cells[0].name]

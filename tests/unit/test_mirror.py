@@ -85,3 +85,80 @@ def test_a_mirror_gets_only_its_own_kind_s_secret():
         for t in terms[:-1]:
             assert t.startswith("matrix.mirror.kind == '") and "&& secrets.TRAINBASE_MIRROR_" in t, \
                 f"an unguarded secret in a mirror's password: {t!r} in {e}"
+
+
+# -- issue 52 (10): the mirror goes on, mirrors the zstd twin, and keeps each login --------------------
+def test_ecr_repositories_are_created_with_immutable_release_tags():
+    """Tags were created MUTABLE: a mirror key could overwrite a release tag. Only the aliases
+    promotion moves stay movable."""
+    run, calls = _runner([(254, "RepositoryNotFoundException"), (0, "")])
+    mirror.ensure_repository(ECR, "trainbase/cellx", io.StringIO(), run)
+    create = calls[1]
+    assert create[create.index("--image-tag-mutability") + 1] == "IMMUTABLE_WITH_EXCLUSION"
+    assert "MUTABLE" not in create
+    assert create[create.index("--image-tag-mutability-exclusion-filters") + 1] == "filterType=WILDCARD,filter=latest*"
+
+
+def test_the_mirror_goes_on_past_a_broken_repository_and_reports_each_one():
+    """mirror.py stopped at the first broken repository (one try around the whole loop)."""
+    done = []
+
+    def one(dst, repo, tag):
+        if repo in ("b", "d"):
+            raise TrainbaseError(f"registry refused {repo}")
+        done.append((dst, repo))
+        return "latest -> sha256:..."
+    out = io.StringIO()
+    failures = mirror.mirror_all("ghcr.io/o/tb", ["acr.azurecr.io/tb", "docker.io/o"],
+                                 {"a": "r1", "b": "r2", "c": "r3", "d": "r4", "e": None}, out, one)
+    assert done == [(m, r) for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("a", "c")]
+    assert failures == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("b", "d", "e")] or \
+        [f.split(":")[0] for f in failures] == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o")
+                                                for r in ("b", "d", "e")]
+    assert "acr.azurecr.io/tb/b: FAILED: registry refused b" in out.getvalue()
+
+
+class _Refs:
+    """A referrers client with nothing attached (the attestation copy is tested on the loopback registry)."""
+
+    def descriptor(self, repo, ref):
+        from trainbase.deliver import referrers
+        return referrers.Descriptor(referrers.OCI_MANIFEST, ref, 1)
+
+    def copy_referrers(self, *a, **kw):
+        return 0
+
+
+def test_the_zstd_twin_is_mirrored_with_its_own_alias_and_each_side_keeps_its_login(monkeypatch, tmp_path):
+    """`-zstd` tags were never mirrored; and a mirror on the primary's host (kind: ghcr) logged
+    in over the primary's credentials: each side now reads its own DOCKER_CONFIG."""
+    import os
+    from trainbase.deliver import registry
+
+    src_cfg, dst_cfg = tmp_path / "primary", tmp_path / "mirror"
+    tags = {"ghcr.io/o/tb/base:latest": "sha256:1", "ghcr.io/o/tb/base:r1": "sha256:1",
+            "ghcr.io/o/tb/base:latest-zstd": "sha256:2", "ghcr.io/o/tb/base:r1-zstd": "sha256:2"}
+    asked_with = []
+
+    def digest(host, repo, tag):
+        asked_with.append((host, os.environ.get("DOCKER_CONFIG")))
+        return tags.get(f"{host}/{repo}:{tag}")
+    copies = []
+
+    def retag(src, dst, src_config=None, dst_config=None):
+        copies.append((src, dst, src_config, dst_config))
+        tags[dst] = src.split("@")[1]
+    monkeypatch.setattr(registry, "digest", digest)
+    monkeypatch.setattr(registry, "retag", retag)
+    clients = {f"ghcr.io {src_cfg}": _Refs(), f"ghcr.io {dst_cfg}": _Refs()}
+    done = mirror.mirror_one("ghcr.io/o/tb", "ghcr.io/mirror/tb", "base", "r1", io.StringIO(), clients=clients,
+                             src_config=src_cfg, dst_config=dst_cfg)
+    assert tags["ghcr.io/mirror/tb/base:r1-zstd"] == "sha256:2" and tags["ghcr.io/mirror/tb/base:latest-zstd"] == "sha256:2"
+    assert tags["ghcr.io/mirror/tb/base:latest"] == "sha256:1" and "latest-zstd -> sha256:2" in done
+    assert copies[0] == ("ghcr.io/o/tb/base@sha256:1", "ghcr.io/mirror/tb/base:r1", src_cfg, dst_cfg)
+    # every question about the primary with the primary's login, about the mirror with the mirror's
+    assert {cfg for host, cfg in asked_with} == {str(src_cfg), str(dst_cfg)}
+    asked_with.clear()
+    mirror.mirror_one("ghcr.io/o/tb", "ghcr.io/mirror/tb", "base", "r1", io.StringIO(), clients=clients,
+                      src_config=src_cfg, dst_config=dst_cfg)
+    assert len(copies) == 4                                    # second run: already current

@@ -231,6 +231,81 @@ def keyless_attested(client: referrers.Client, repo: str, digest: str) -> bool:
     return set(att.PREDICATES) <= have
 
 
+def _statement_subjects(client: referrers.Client, repo: str, d: referrers.Descriptor) -> tuple[str, set[str]]:
+    """(predicate type, subject digests) of the in-toto statement a keyless bundle carries."""
+    import base64
+
+    data, _ = client.manifest(repo, d.digest) or (b"{}", "")
+    layers = json.loads(data).get("layers") or [{}]
+    doc = json.loads(client.blob(repo, layers[0]["digest"]))
+    stmt = json.loads(base64.b64decode((doc.get("dsseEnvelope") or doc)["payload"]))
+    return str(stmt.get("predicateType", "")), {f"sha256:{x.get('digest', {}).get('sha256', '')}"
+                                                 for x in stmt.get("subject") or []}
+
+
+def attestation_problems(client: referrers.Client, repo: str, digest: str, key=None) -> list[str]:
+    """What keeps REPO@DIGEST from being attested (empty: attested): on the manifest, or on
+    EVERY platform manifest of an index (what a pull on each architecture resolves to), both
+    predicates -- signed by KEY and verified (verify_ref); without a key, CI's keyless Sigstore
+    bundles, each a statement about exactly that digest (the bundle's signature and identity
+    are `gh attestation verify`'s to check: docs/supply-chain.md)."""
+    import io
+
+    problems = []
+    for subject in _subjects(client, repo, digest):
+        if key is not None:
+            log = io.StringIO()
+            if not _verify_subject(client, repo, subject, key, log):
+                where = f"{client.host}/{repo}@{subject.digest}: "
+                problems += [f"{subject.digest[:19]}: {line.split(where, 1)[-1]}"
+                             for line in log.getvalue().splitlines() if "NOT verified" in line]
+            continue
+        have = set()
+        for d in client.referrers(repo, subject.digest, KEYLESS_BUNDLE):
+            try:
+                ptype, about = _statement_subjects(client, repo, d)
+            except (ValueError, KeyError, TypeError) as e:
+                problems.append(f"{subject.digest[:19]}: bundle {d.digest[:19]} unreadable ({e})")
+                continue
+            if subject.digest in about:
+                have.add(ptype)
+        problems += [f"{subject.digest[:19]}: {p}: nothing attached" for p in att.PREDICATES if p not in have]
+    return problems
+
+
+def unattested(client: referrers.Client, repo: str, digest: str) -> list[str]:
+    """The manifests of REPO@DIGEST (every platform's, of an index) that lack a predicate --
+    key-signed or keyless, by the annotation each carries -- as ``sha256:...: PREDICATE``: what
+    the CI plan re-attests (ci_matrix.with_registry_state). Presence only, for planning; what
+    promotion requires is verified (attestation_problems)."""
+    lacking = []
+    for subject in _subjects(client, repo, digest):
+        have = set()
+        for d in client.referrers(repo, subject.digest):
+            ann = dict(d.annotations)
+            have |= {ann.get(att.PREDICATE_ANNOTATION), ann.get(SIGSTORE_PREDICATE_ANNOTATION)}
+        lacking += [f"{subject.digest[:19]}: {p}" for p in att.PREDICATES if p not in have]
+    return lacking
+
+
+def attestation_check(public_key: str | None):
+    """promote.py's ``attested``: HOST/REPO@DIGEST -> attestation_problems, one client per host."""
+    key = None
+    if public_key:
+        try:
+            key = att.load_public_key(Path(public_key))
+        except att.AttestationError as e:
+            raise TrainbaseError(str(e)) from None
+    clients: dict[str, referrers.Client] = {}
+
+    def problems(ref: str) -> list[str]:
+        host, _, rest = ref.partition("/")
+        repo, _, digest = rest.partition("@")
+        client = clients.setdefault(host, referrers.Client(host))
+        return attestation_problems(client, repo, digest, key)
+    return problems
+
+
 def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
                    client_for=referrers.Client) -> dict[str, str]:
     """For CI's keyless signing (actions/attest, build-cells.yml): the digests of the one cell of

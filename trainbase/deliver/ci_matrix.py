@@ -103,13 +103,20 @@ def cover(m: Matrix, cells: list[Cell]) -> list[Cell]:
 
 
 def with_registry_state(items: list[dict], registry_arg: str, only: str,
-                        digest: Callable[[str, str, str], str | None]) -> tuple[list[dict], dict[str, str]]:
+                        digest: Callable[[str, str, str], str | None],
+                        unattested: Callable[[str, str, str], list[str]] | None = None) -> tuple[list[dict], dict[str, str]]:
     """Keep the entries whose immutable tag is (``only="published"``) or is not
     (``"unpublished"``) in the registry, or is published while the alias points elsewhere
     (``"unpromoted"``: what the GPU tier must pass before promote.py moves the alias).
     Published entries get ``ref``: the pushed image by digest, which is what the GPU tier pulls
     and tests. ``digest(host, repo, tag)`` asks the registry (registry.digest: an error, never a
-    guess, when it cannot say)."""
+    guess, when it cannot say).
+
+    ``"unpublished"`` also keeps a published entry whose digest lacks its SBOM or provenance
+    (``unattested(host, repo, digest)``: what is missing, attest.unattested) with ``attest``
+    naming it: an attestation step that failed after the push left that digest unattested,
+    promotion refuses it, and only a build that finds it so attests it (build-cells' attest
+    steps take a digest found published without them: attest.github_subject)."""
     from .publish import ALIAS
 
     host, ns = split_registry(registry_arg)
@@ -117,16 +124,29 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
     for e in items:
         repo = f"{ns}/{e.get('repository', e['name'])}"
         d = digest(host, repo, e.get("release_tag", e["tag"]))
+        lacking: list[str] = []
         if only == "unpromoted":
             promoted = d is not None and digest(host, repo, ALIAS) == d
             wanted, why = d is not None and not promoted, "promoted" if promoted else "not published"
+        elif only == "unpublished" and d is not None and unattested is not None:
+            lacking = unattested(host, repo, d)
+            wanted, why = bool(lacking), "published and attested"
         else:
             wanted, why = (d is not None) == (only == "published"), "published" if d else "not published"
         if wanted:
-            kept.append(dict(e, ref=f"{host}/{repo}@{d}") if d else e)
+            e = dict(e, ref=f"{host}/{repo}@{d}") if d else e
+            kept.append(dict(e, attest=lacking) if lacking else e)
         else:
             left_out[e["name"]] = why
     return kept, left_out
+
+
+def _unattested() -> Callable[[str, str, str], list[str]]:
+    """attest.unattested through one referrers client per registry host."""
+    from . import attest, referrers
+
+    clients: dict[str, referrers.Client] = {}
+    return lambda host, repo, d: attest.unattested(clients.setdefault(host, referrers.Client(host)), repo, d)
 
 
 def github_outputs(items: list[dict], levels: list[list[dict]], left_out: dict[str, str]) -> list[str]:
@@ -157,7 +177,8 @@ def command(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespac
     if args.only:
         from . import registry     # the engine adapter, only when a registry is asked
 
-        items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest)
+        items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest,
+                                              _unattested() if args.only == "unpublished" else None)
         left_out.update(unwanted)
     try:
         # the build runners; for a pull request (GITHUB_EVENT_NAME, which GitHub sets in every

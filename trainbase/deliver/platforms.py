@@ -151,6 +151,10 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
         target = f"{host}/{ns}/{repo}:{release.tag}"
         if registry.tag_state(host, f"{ns}/{repo}", target.rsplit(":", 1)[1]) == "present":
             out.write(f"merge: {repo}: {target} already published\n")
+            # and attested? A build whose attestation step failed after the push left its
+            # platform manifests without them; its re-attested staged images' attestations are
+            # carried now (copy_referrers copies only what the index's repository lacks)
+            _carry_attestations(host, ns, repo, cells, tags, out)
             if zstd_twin:
                 index_twin(host, f"{ns}/{repo}", target.rsplit(":", 1)[1], out, repo)
             continue

@@ -98,16 +98,25 @@ def pull(host: str, ref: str) -> None:
         raise _classify(host, f"serve {ref}", str(e)) from None
 
 
-def _skopeo_copy(host: str, src: str, dst: str, what: str, *options: str, source: str = "", dest: str = "") -> None:
+def _skopeo_copy(host: str, src: str, dst: str, what: str, *options: str, source: str = "", dest: str = "",
+                 src_config: Path | None = None, dst_config: Path | None = None) -> None:
     """`skopeo copy` between two references of HOST (or a local ``source``/``dest`` transport
-    such as ``oci:DIR:TAG``) with `docker login`'s credentials."""
+    such as ``oci:DIR:TAG``) with `docker login`'s credentials: DOCKER_CONFIG's, or each side's
+    own DOCKER_CONFIG directory where given (two logins to one host cannot share a config.json)."""
     if shutil.which("skopeo") is None:
         raise RegistryError(f"to {what}, trainbase runs skopeo, which is not installed "
                             "(apt-get install skopeo; GitHub's ubuntu runners have it)")
     cmd = ["skopeo", "copy", "--retry-times", "2", "--quiet", *options]
     authfile = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-    if authfile.exists():
+    for flag, config in (("--src-authfile", src_config), ("--dest-authfile", dst_config)):
+        if config is not None and (config / "config.json").exists():
+            cmd += [flag, str(config / "config.json")]
+    if authfile.exists() and src_config is None and dst_config is None:
         cmd += ["--authfile", str(authfile)]
+    elif authfile.exists():
+        # the side without its own directory keeps DOCKER_CONFIG's logins
+        cmd += [f for flag, config in (("--src-authfile", src_config), ("--dest-authfile", dst_config))
+                if config is None for f in (flag, str(authfile))]
     if _loopback(host):
         cmd += ["--src-tls-verify=false", "--dest-tls-verify=false"]
     p = subprocess.run([*cmd, source or f"docker://{src}", dest or f"docker://{dst}"],
@@ -123,12 +132,13 @@ def _loopback(host: str) -> bool:
     return name == "localhost" or name.startswith("127.")
 
 
-def retag(src: str, dst: str) -> None:
+def retag(src: str, dst: str, src_config: Path | None = None, dst_config: Path | None = None) -> None:
     """Point DST (HOST/REPO:TAG) at the manifest SRC names (HOST/REPO@sha256:...), registry side:
     `skopeo copy --all --preserve-digests`, whose blobs are already there, so only the manifest
     (or the multi-arch index) is written and its digest cannot change. Credentials: what
     `docker login` stored (DOCKER_CONFIG honoured; credential helpers included)."""
-    _skopeo_copy(dst.partition("/")[0], src, dst, f"retag {dst} to {src}", "--all", "--preserve-digests")
+    _skopeo_copy(dst.partition("/")[0], src, dst, f"retag {dst} to {src}", "--all", "--preserve-digests",
+                 src_config=src_config, dst_config=dst_config)
 
 
 def zstd_twin(src: str, dst: str) -> None:

@@ -12,7 +12,7 @@ downloaded; neither Trivy's nor Grype's database is reachable from the build mac
 here the gate is tested on recorded reports (tests/unit/test_vulnscan.py).
 
     python -m trainbase.supply.vulnscan SCAN.json --ref HOST/REPO@sha256:... --cell NAME \\
-        [--allowlist audit-allowlist.yaml] [--gate-dir gate/] [--today YYYY-MM-DD]
+        [--platform OS/ARCH] [--allowlist audit-allowlist.yaml] [--gate-dir gate/] [--today YYYY-MM-DD]
 
 Exit 0 when nothing blocks, 1 when something does (named), 2 on a report it cannot read.
 """
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("report", type=Path)
     p.add_argument("--ref", required=True, help="the scanned image, by digest (HOST/REPO@sha256:...)")
     p.add_argument("--cell", required=True)
+    p.add_argument("--platform", default="",
+                   help="the platform whose manifest was scanned (OS/ARCH): a scanner given a multi-arch index "
+                        "scans one platform, and the gate requires a record for each (deliver/promote.py)")
     p.add_argument("--allowlist", type=Path, default=Path("audit-allowlist.yaml"))
     p.add_argument("--gate-dir", type=Path, help="write the gate record (pass or fail) here")
     p.add_argument("--today", type=date.fromisoformat, default=date.today())
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict.message().replace("audit passed", "scan gate passed").replace("audit FAILED", "scan gate FAILED"))
     if a.gate_dir:
         a.gate_dir.mkdir(parents=True, exist_ok=True)
-        record = {"ref": a.ref, "check": CHECK, "passed": verdict.ok, "scanner": scanner, "counts": dict(counts),
+        record = {"ref": a.ref, "check": CHECK, **({"platform": a.platform} if a.platform else {}),
+                  "passed": verdict.ok, "scanner": scanner, "counts": dict(counts),
                   "blocking": [f.describe() for f in verdict.blocked],
                   "allowed": [f"{f.describe()}: {e.reason}" for f, e in verdict.allowed]}
         (a.gate_dir / f"scan-{a.cell}.json").write_text(json.dumps(record, indent=2) + "\n")
