@@ -142,8 +142,8 @@ def ensure(arches: set[str], log: Callable[[str], None]) -> dict[str, str]:
             if not ok:
                 raise EmulationError(arch, f"{what}; registering it ({outcome}) left: {now}",
                                      f"check `cat {BINFMT / QEMU[arch]}` and the kernel log (dmesg)")
-            log(f"emulation: registered the {QEMU[arch]} binfmt handler ({outcome}), because {arch} cells "
-                f"are selected: {now}")
+            log(f"emulation: registered the {QEMU[arch]} binfmt handler ({outcome}), because {arch} binaries are "
+                f"about to run (a build, a cached image's supply documents, or the suite's checks): {now}")
             what = now
         else:
             log(f"emulation: {arch} cells run under {what}")
@@ -247,5 +247,5 @@ def _systemd_binfmt() -> str | None:
     return shutil.which("systemd-binfmt", path=SBIN)
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True)
