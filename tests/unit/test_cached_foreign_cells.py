@@ -100,6 +100,7 @@ def test_with_registration_impossible_the_cached_cell_is_skipped_with_the_fix_an
     out = io.StringIO()
     report.summary(b, out=out)
     assert "rerunning will fail the same way" not in out.getvalue() and FIX in out.getvalue()
+    assert "1 of 1 cells left out (1 cached: tag kept, supply documents not made)" in out.getvalue()
 
 
 def test_a_failed_supply_step_of_a_cached_image_keeps_its_tag_and_says_what_failed(cached, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from trainbase_common import engine
 from trainbase_common.states import JobState
@@ -22,7 +23,7 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
 
 
-def build_report(x) -> dict:
+def build_report(x) -> dict[str, Any]:
     """The JSON report of an executor's run (schema 1): one record per job, plan order."""
     engine_version = engine.server_version()
     return {
@@ -69,7 +70,7 @@ def build_report(x) -> dict:
     }
 
 
-def _supply(x, j) -> dict | None:
+def _supply(x, j) -> dict[str, Any] | None:
     """Where the cell's supply-chain documents are (inputs lock, inventory, SBOM, audit,
     budget, release notes), when this run wrote or has them."""
     sc = getattr(x, "supply", None)
@@ -122,8 +123,11 @@ def incomplete_lines(b) -> list[str]:
     cells = sorted(b.incomplete_cells())
     platforms = sorted(set(skipped.values()))
     first = b.jobs[next(iter(skipped))]
-    return [f"INCOMPLETE (exit 3): {len(cells)} of {len(b.jobs)} cells not built, because this host cannot run "
-            f"{', '.join(platforms)}: {', '.join(cells)}",
+    # a cached tag skipped here (its supply documents need a container of it) is kept, not lost
+    kept = [n for n in cells if "its cached tag is kept" in (b.jobs[n].reason or "")]
+    return [f"INCOMPLETE (exit 3): {len(cells)} of {len(b.jobs)} cells left out"
+            + (f" ({len(kept)} cached: tag kept, supply documents not made)" if kept else " (not built)")
+            + f", because this host cannot run {', '.join(platforms)}: {', '.join(cells)}",
             f"  why: {first.reason}"]
 
 
