@@ -218,6 +218,12 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
             out.write(f"promote: {s.name}: {s.immutable} is not published: {ALIAS} left as it is\n")
         elif s.state == "current":
             out.write(f"promote: {s.name}: {ALIAS} is already {s.digest}\n")
+            failed = verdict(gate, s)[1] if gate is not None else []
+            if failed:
+                # a promoted digest found wanting later (the nightly re-test: a new critical CVE):
+                # no older digest is better, so the alias stays; the security rebuild replaces it
+                out.write(f"promote: {s.name}: WARNING: the {ALIAS} digest now FAILS {', '.join(failed)}: it stays "
+                          "until a rebuild passes (the security rebuild of its OS row)\n")
         else:
             candidates.append(s)
     why_stale = stale(recipe_sha, head_sha)
