@@ -22,13 +22,13 @@ CLASSIC_BUILDKIT_MAX = (23, 0)  # exclusive
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def parse_version(text: str) -> tuple | None:
+def parse_version(text: str) -> tuple[int, ...] | None:
     """First ``X.Y[.Z]`` in ``text`` as a tuple of ints (``"Docker version 20.10.24+dfsg1"`` -> (20, 10, 24))."""
     m = _VERSION_RE.search(text or "")
     return tuple(int(g) for g in m.groups() if g is not None) if m else None
 
 
-def _run(cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -49,7 +49,7 @@ def candidate_clients(path_env: str) -> list[str]:
     return out
 
 
-def client_version(cli: str) -> tuple | None:
+def client_version(cli: str) -> tuple[int, ...] | None:
     """The client's own version (`docker --version`); never contacts the engine."""
     r = _run([cli, "--version"])
     return parse_version(r.stdout) if r.returncode == 0 else None

@@ -15,10 +15,13 @@ import os
 import re
 import tarfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import docker
 
 class EngineError(Exception):
     """The engine (or a docker client for builds) is not usable; the message says why."""
@@ -35,7 +38,7 @@ class EngineAPIError(EngineError):
 # --------------------------------------------------------------------------- the SDK client
 
 @functools.lru_cache(maxsize=4)
-def _sdk(host: str, config: str):
+def _sdk(host: str, config: str) -> docker.DockerClient:
     import docker
 
     try:
@@ -44,7 +47,7 @@ def _sdk(host: str, config: str):
         raise EngineError(f"no Docker engine answers{f' at DOCKER_HOST={host}' if host else ''}: {e}") from None
 
 
-def client():
+def client() -> docker.DockerClient:
     """The docker SDK client for this DOCKER_HOST / DOCKER_CONFIG (cached per pair)."""
     return _sdk(os.environ.get("DOCKER_HOST", ""), os.environ.get("DOCKER_CONFIG", ""))
 
@@ -55,7 +58,10 @@ def _api_error(e: Exception) -> EngineAPIError:
     return EngineAPIError(status, f"{status} {' '.join(str(text).split())}" if status else " ".join(str(text).split()))
 
 
-def _call(fn, *args, **kw):
+def _call(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    # Any, not fn's own return type: the SDK's overloads (containers.run, exec_start) pick their
+    # return type from keyword values this adapter passes in a dict; each caller below turns the
+    # answer into a typed value (ImageInfo, ExecResult, str).
     import docker
 
     try:
@@ -136,7 +142,7 @@ def tag(src: str, dst: str) -> None:
         raise EngineError(f"tagging {src} as {dst} failed")
 
 
-def _unless_absent(fn, *args, **kw) -> bool:
+def _unless_absent(fn: Callable[..., Any], *args: Any, **kw: Any) -> bool:
     """Call; False instead of the error when the engine says 404 (nothing of that name)."""
     try:
         _call(fn, *args, **kw)
@@ -194,7 +200,7 @@ def push(ref: str) -> str:
 def distribution_digest(ref: str) -> str:
     """The registry's digest for REF, asked through the engine with the stored credentials.
     Raises EngineAPIError: 404 when the tag does not exist, else what the registry said."""
-    return _call(client().api.inspect_distribution, ref)["Descriptor"]["digest"]
+    return str(_call(client().api.inspect_distribution, ref)["Descriptor"]["digest"])
 
 
 def import_rootfs(tar_path: str | Path, ref: str, changes: Iterable[str] = ()) -> str:
@@ -218,10 +224,10 @@ class _ChunkReader(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         while not self.buf:
-            self.buf = next(self.chunks, None)
-            if self.buf is None:
-                self.buf = b""
+            chunk = next(self.chunks, None)
+            if chunk is None:
                 return 0
+            self.buf = chunk
         n = min(len(b), len(self.buf))
         b[:n], self.buf = self.buf[:n], self.buf[n:]
         return n
@@ -315,7 +321,7 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
         net = _call(client().networks.get, network)
         _call(net.disconnect, c)
         _call(net.connect, c, aliases=[hostname])
-    return c.id
+    return str(c.id)
 
 
 def exec_in(cid: str, argv: list[str], env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:
@@ -336,7 +342,7 @@ def exec_in(cid: str, argv: list[str], env: dict[str, str] | None = None, stdin:
                       stderr=(err or b"").decode(errors="replace"))
 
 
-def _demux(sock) -> tuple[bytes, bytes]:
+def _demux(sock: Any) -> tuple[bytes, bytes]:
     """Read a multiplexed exec stream (8-byte frame headers: stream, 0, 0, 0, size) to its end."""
     data = b""
     while True:
@@ -370,7 +376,7 @@ def remove_container(cid: str) -> None:
     _unless_absent(client().api.remove_container, cid, force=True, v=True)
 
 
-def export_filesystem(image: str, out) -> None:
+def export_filesystem(image: str, out: IO[bytes]) -> None:
     """The image's flattened filesystem as a tar stream into the binary file ``out`` (create + export)."""
     cid = _call(client().api.create_container, image, command=["true"])["Id"]
     try:
@@ -393,7 +399,7 @@ def remove_network(name: str) -> None:
     _unless_absent(client().api.remove_network, name)
 
 
-def image_history(ref: str) -> list[dict]:
+def image_history(ref: str) -> list[dict[str, Any]]:
     """`docker history REF`, bottom layer first: [{"created_by": ..., "size": bytes}] (metadata steps: 0)."""
     image = _call(client().images.get, ref)
     steps = _call(image.history)               # the engine lists the newest step first

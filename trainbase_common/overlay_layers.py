@@ -29,6 +29,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainbase_common import engine
 
@@ -38,13 +39,13 @@ WHITEOUT = ".wh."  # `.wh.NAME` in a layer deletes NAME (and all below it) of th
 OPAQUE = ".wh..wh..opq"  # in a directory: nothing of that directory from the layers beneath shows
 
 
-def layer_instructions(config: dict) -> list[str]:
+def layer_instructions(config: dict[str, Any]) -> list[str]:
     """Each layer's Dockerfile instruction, bottom first, from the image config's history (an
     entry marked empty_layer, an ENV or LABEL, has no layer)."""
     return [h.get("created_by", "") for h in config.get("history", []) if not h.get("empty_layer")]
 
 
-def layer_dirs(image: str) -> tuple[list[str], dict, list[str]] | None:
+def layer_dirs(image: str) -> tuple[list[str], dict[str, Any], list[str]] | None:
     """(the image's diff folders bottom first, its config, its layers' diff IDs), or None where
     the engine's own copy cannot be read here (see the module's docstring)."""
     if os.environ.get("TRAINBASE_LAYER_SOURCE", "auto") == "save":
@@ -88,11 +89,15 @@ def _opaque(path: str) -> bool:
     return False
 
 
-def read_layer_dir(top: str, want_content: Callable[[str, int], bool], max_content: int) -> list[tuple]:
+# one entry of a layer: (path, kind, size, content or None, link target)
+Entry = tuple[str, str, int, bytes | None, str]
+
+
+def read_layer_dir(top: str, want_content: Callable[[str, int], bool], max_content: int) -> list[Entry]:
     """Every entry of one diff folder as the layer tar lists it: (path, kind, size, content, link),
     depth first in lexical order (the order the builders write a layer tar in, so that of a
     hard-linked group the same name is the file and the others are links to it)."""
-    out: list[tuple] = []
+    out: list[Entry] = []
     first_of_inode: dict[tuple[int, int], str] = {}
 
     def walk(folder: str, rel: str) -> None:
@@ -133,7 +138,7 @@ def read_layer_dir(top: str, want_content: Callable[[str, int], bool], max_conte
 
 
 def read_image(image: str, want_content: Callable[[str, int], bool], max_content: int) -> \
-        tuple[list[str], list[str], list[list[tuple]], float] | None:
+        tuple[list[str], list[str], list[list[Entry]], float] | None:
     """(the layers' diff IDs, each layer's Dockerfile instruction, each layer's entries as
     read_layer_dir lists them, seconds) of IMAGE from its diff folders, or None (then
     trainbase_common.layers streams `docker save`)."""

@@ -81,6 +81,7 @@ def unpack(image: str, dest: Path | None = None) -> Path:
     # GNU tar, not tarfile: it keeps device nodes, hard links and modes as root the way
     # ch-convert's unpacking does, at the speed of the disk
     tar = subprocess.Popen(["tar", "-x", "-C", str(tmp), "--numeric-owner", "-f", "-"], stdin=subprocess.PIPE)
+    assert tar.stdin is not None  # stdin=PIPE
     try:
         engine.export_filesystem(image, tar.stdin)
     finally:
@@ -150,6 +151,7 @@ def podman_load(user: str, image: str) -> str:
     load = subprocess.Popen([_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in pw_env.items()],
                              "podman", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, cwd="/")
+    assert load.stdin is not None and load.stdout is not None  # stdin=PIPE, stdout=PIPE
     try:
         shutil.copyfileobj(engine.save(image), load.stdin, 1 << 20)
     finally:

@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainbase_common import engine
 
@@ -121,7 +122,7 @@ def _label_safe(value: str, what: str) -> str:
     return value
 
 
-def _mounts_under(root: str) -> list:
+def _mounts_under(root: str) -> list[Any]:
     root = os.path.realpath(root)
     found = []
     try:
@@ -253,8 +254,9 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
     own = bootstrap_ref(ref, arch)
     if _is_our_bootstrap(own):
         info = engine.inspect_image(own)
+        labels = info.labels if info else {}
         log(f"{ref}: using trainbase's own bootstrap {own} (packages sha256 "
-            f"{info.labels.get('io.trainbase.base.packages-sha256', '?')[:12]})")
+            f"{labels.get('io.trainbase.base.packages-sha256', '?')[:12]})")
         return "bootstrap present", own
     check_debian_suite(suite, ref)
     _label_safe(suite, "suite")

@@ -92,10 +92,10 @@ class Plan:
                 todo.append(parent)
         rank: dict[str, int] = {}                     # the first selected cell that needs it
         for i, c in enumerate(selected):
-            name: str | None = c.name
-            while name:
-                rank[name] = min(rank.get(name, i), i)
-                name = rendered[name].cell.parent
+            up: str | None = c.name
+            while up:
+                rank[up] = min(rank.get(up, i), i)
+                up = rendered[up].cell.parent
         sorter = TopologicalSorter(graph)
         sorter.prepare()
         order: list[str] = []
@@ -136,7 +136,7 @@ class Plan:
             if pending and j.status == JobState.QUEUED:
                 a = self.m.spec.artifacts[pending[0]].file_for(plat)
                 j.status, j.reason = JobState.REFUSED, (f"artifact {pending[0]} has no verified sha256 "
-                                                        f"({' '.join(a.pending_reason.split())})")
+                                                        f"({' '.join((a.pending_reason or '').split())})")
 
     def mark_cached(self, exists: Callable[[str], bool]) -> None:
         """Jobs whose immutable tag ``exists`` (in the engine) need no build."""

@@ -177,7 +177,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             fail(f"frameworks.{k}: no releases")
         # A cell takes the first release that lists its CUDA (and matches its parent's): a
         # second one for the same CUDA would never be built, and say nothing about it.
-        claimed: dict[tuple, str] = {}
+        claimed: dict[tuple[str, ...], str] = {}
         for r in fw.releases:
             for c in r.cuda:
                 key = (c, tuple(sorted(r.requires.items())))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from ..errors import TrainbaseError
 
@@ -23,7 +24,7 @@ FILE = "locks/security-rebuilds.json"
 SCHEMA = 1
 
 
-def load(root: Path) -> dict[str, dict]:
+def load(root: Path) -> dict[str, dict[str, Any]]:
     """OS row -> {"epoch": "YYYY-MM-DD", "fixes": [...]}; {} when the file does not exist."""
     p = root / FILE
     if not p.exists():
@@ -40,10 +41,10 @@ def load(root: Path) -> dict[str, dict]:
     return rows
 
 
-def epoch(rows: dict[str, dict], os_row: str) -> str | None:
+def epoch(rows: dict[str, dict[str, Any]], os_row: str) -> str | None:
     entry = rows.get(os_row)
     return entry["epoch"] if entry else None
 
 
-def write(root: Path, rows: dict[str, dict]) -> None:
+def write(root: Path, rows: dict[str, dict[str, Any]]) -> None:
     (root / FILE).write_text(json.dumps({"schema": SCHEMA, "os": dict(sorted(rows.items()))}, indent=2) + "\n")

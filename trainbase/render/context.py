@@ -30,7 +30,7 @@ class CellContext:
     artifacts: list[str]             # artifact keys this cell's own Dockerfile downloads
 
 
-def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str] | None:
+def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str | None] | None:
     """The artifact's file for this platform (an architecture's own installer where it has one)."""
     if key is None:
         return None
@@ -103,7 +103,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     if cell.framework != "none":
         rel = cell.release
         assert rel is not None
-        parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]
+        parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]  # framework_chain: every cell has a release
         set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
         # the CUDA libraries the release loads beyond the image's, at this CUDA row's versions --
         # where CUDA comes from wheels: a CUDA devel base image has the whole toolkit already
@@ -261,11 +261,11 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         out["framework_packages"] = framework_packages
     # nvcc and the GPUs code is compiled for, where a release of the chain compiles CUDA: the
     # suite checks the compiled code's architectures and, where nvcc is kept, compiles with it
-    compiling = [c for c in chain if c.release is not None and c.release.cuda_compiler != "none"]
+    compiling = [c.release for c in chain if c.release is not None and c.release.cuda_compiler != "none"]
     if compiling:
-        comp = _compiler(m, cell, compiling[-1].release.cuda_compiler, d["python"]["prefix"], d["python"]["version"])
+        comp = _compiler(m, cell, compiling[-1].cuda_compiler, d["python"]["prefix"], d["python"]["version"])
         assert comp is not None
-        kept = any(c.release.cuda_compiler == "runtime" for c in compiling) or comp["from"] == "base"
+        kept = any(r.cuda_compiler == "runtime" for r in compiling) or comp["from"] == "base"
         out["cuda_compiler"] = {"nvcc": comp["nvcc"], "from": comp["from"], "home": comp["home"], "kept": kept,
                                 "cuobjdump": f"{comp['home']}/bin/cuobjdump",
                                 "architectures": comp["architectures"], "ptx": comp["architectures"][-1]}

@@ -27,7 +27,7 @@ def run(dockerfiles: list[str], root: Path) -> int:
     exe = hadolint_binary()
     config = root / ".hadolint.yaml"
 
-    def lint(df: str) -> subprocess.CompletedProcess:
+    def lint(df: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([exe, "--config", str(config), "--format", "json", "--no-fail", df],
                               cwd=root, capture_output=True, text=True)
 

@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..errors import TrainbaseError
 
@@ -128,7 +129,7 @@ def shfmt_binary() -> str:
 
 
 @lru_cache(maxsize=4096)
-def _parse(src: str) -> dict:
+def _parse(src: str) -> dict[str, Any]:
     proc = subprocess.run([shfmt_binary(), "-ln", "bash", "--to-json"], input=src.encode(),
                           capture_output=True)
     if proc.returncode != 0:
@@ -140,7 +141,7 @@ class ShellSyntaxError(ValueError):
     pass
 
 
-def _word(node: dict) -> str | None:
+def _word(node: dict[str, Any]) -> str | None:
     """A word's literal value (quotes removed), or None when any part of it is expanded."""
     out = []
     for part in node.get("Parts", []):
@@ -159,7 +160,7 @@ def _word(node: dict) -> str | None:
     return "".join(out)
 
 
-def _consumer_words(stmt: dict) -> list[str | None] | None:
+def _consumer_words(stmt: dict[str, Any]) -> list[str | None] | None:
     """The words of the command a pipeline stage runs, when it is a simple command."""
     cmd = (stmt or {}).get("Cmd") or {}
     if cmd.get("Type") == "CallExpr":
@@ -302,7 +303,7 @@ def repository_dockerfiles(root: Path) -> list[Path]:
     return sorted(p for d in ("tests", "bench") for p in (root / d).rglob("Dockerfile*") if p.is_file())
 
 
-def command(rendered: dict, root: Path) -> int:
+def command(rendered: dict[str, Any], root: Path) -> int:
     """`build.py --lint`'s second half: no pipeline that can die of SIGPIPE under pipefail, in
     the rendered RUN lines (``rendered``: cell -> Rendered) and in the repository's own shell."""
     findings = check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})

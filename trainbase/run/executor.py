@@ -65,7 +65,7 @@ class Executor:
         self.plan = Plan(m, rendered, selected)
         self.jobs: dict[str, Job] = self.plan.jobs
         self.lock = threading.Lock()
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[str]] = {}
         self.interrupted = False
         self.ca = docker_build.ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
@@ -311,7 +311,7 @@ class Executor:
         progress = Progress(self)
         progress.start()
         pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
-        running: dict[Future, Job] = {}
+        running: dict[Future[None], Job] = {}
         old = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         try:

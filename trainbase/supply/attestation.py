@@ -20,6 +20,10 @@ import json
 import os
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Key, Signer
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -38,13 +42,13 @@ class AttestationError(Exception):
     pass
 
 
-def statement(name: str, digest: str, predicate_type: str, predicate: dict) -> dict:
+def statement(name: str, digest: str, predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
     algo, _, hexpart = digest.partition(":")
     return {"_type": STATEMENT_TYPE, "subject": [{"name": name, "digest": {algo: hexpart}}],
             "predicateType": predicate_type, "predicate": predicate}
 
 
-def _builder() -> tuple[str, dict]:
+def _builder() -> tuple[str, dict[str, Any]]:
     """The builder's id and the run's metadata: the workflow run under GitHub Actions, else
     this machine (a local build is attested as exactly that)."""
     env = os.environ
@@ -61,11 +65,11 @@ def _identity_digest(identity: str) -> dict[str, str]:
     return {algo or "sha256": value}
 
 
-def provenance(cell: str, platform: str, lock: dict, labels: dict[str, str]) -> dict:
+def provenance(cell: str, platform: str, lock: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     """The SLSA v1 provenance predicate of one built tag, from its input lock and the image's
     OCI labels (source, revision, created)."""
     inputs = lock.get("inputs") or {}
-    deps: list[dict] = []
+    deps: list[dict[str, Any]] = []
     base = inputs.get("base") or {}
     if base.get("identity"):
         deps.append({"name": "base", "uri": f"docker://{base.get('ref', '')}", "digest": _identity_digest(base["identity"]),
@@ -98,7 +102,7 @@ def provenance(cell: str, platform: str, lock: dict, labels: dict[str, str]) -> 
 
 
 # -- keys and envelopes ------------------------------------------------------------------------
-def load_signer(path: Path):
+def load_signer(path: Path) -> Signer:
     """A signer from a PEM private key (unencrypted PKCS#8: `openssl genpkey -algorithm EC
     -pkeyopt ec_paramgen_curve:P-256`)."""
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -110,7 +114,7 @@ def load_signer(path: Path):
         raise AttestationError(f"--sign-key {path}: not a usable PEM private key ({e})") from None
 
 
-def load_public_key(path: Path):
+def load_public_key(path: Path) -> Key:
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
     from securesystemslib.signer import SSlibKey
 
@@ -120,7 +124,7 @@ def load_public_key(path: Path):
         raise AttestationError(f"--public-key {path}: not a usable PEM public key ({e})") from None
 
 
-def sign(stmt: dict, signer) -> bytes:
+def sign(stmt: dict[str, Any], signer: Signer) -> bytes:
     """The DSSE envelope (JSON bytes) of STMT signed by SIGNER."""
     from securesystemslib.dsse import Envelope
 
@@ -130,7 +134,7 @@ def sign(stmt: dict, signer) -> bytes:
     return json.dumps(env.to_dict(), separators=(",", ":")).encode()
 
 
-def verify(envelope: bytes, key, digest: str, predicate_type: str) -> dict:
+def verify(envelope: bytes, key: Key, digest: str, predicate_type: str) -> dict[str, Any]:
     """The statement of ENVELOPE after checking, in order: the signature is KEY's, the payload
     is an in-toto Statement, its subject is DIGEST and its predicate type is PREDICATE_TYPE.
     Raises AttestationError naming the first check that failed."""
@@ -148,7 +152,7 @@ def verify(envelope: bytes, key, digest: str, predicate_type: str) -> dict:
     except VerificationError as e:
         raise AttestationError(f"signature does not verify with key {key.keyid[:12]} ({e})") from None
     try:
-        stmt = json.loads(env.payload)
+        stmt: dict[str, Any] = json.loads(env.payload)
     except ValueError as e:
         raise AttestationError(f"signed payload is not JSON ({e})") from None
     if stmt.get("_type") != STATEMENT_TYPE:

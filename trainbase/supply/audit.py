@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -59,7 +59,11 @@ class _TextDatesLoader(yaml.SafeLoader):
     "day is out of range for month" for 2026-02-30, which names no entry."""
 
 
-_TextDatesLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_scalar)
+def _timestamp_as_text(loader: _TextDatesLoader, node: yaml.ScalarNode) -> str:
+    return str(loader.construct_scalar(node))
+
+
+_TextDatesLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
 
 
 class AllowEntry(BaseModel):
@@ -139,9 +143,9 @@ def load_allowlist(path: Path | None) -> Allowlist:
             item = raw[index] if isinstance(index, int) else None
             named = f" ({item.get('id')})" if isinstance(item, dict) and item.get("id") else ""
             fld = ".".join(str(p) for p in where) or "entry"
-            problems.append(f"entry {Allowlist.number(index)}{named}, field {fld!r}: {err['msg']}")
+            problems.append(f"entry {Allowlist.number(int(index))}{named}, field {fld!r}: {err['msg']}")
         raise AuditError(f"{path}: " + "; ".join(problems)) from None
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[Any, ...], int] = {}
     for i, entry in enumerate(entries):
         key = (entry.id.upper(), _canonical(entry.kind, entry.package), entry.kind, entry.cells)
         if key in seen:
@@ -261,10 +265,10 @@ def evaluate(findings: Iterable[Finding], allowlist: Allowlist, cell: str, today
 # package". With -s osv it crashed instead (exit 1, no JSON): api.osv.dev does not resolve.
 PIP_AUDIT_FLAGS = ("--no-deps", "--disable-pip", "--format", "json", "--progress-spinner", "off")
 
-Runner = Callable[[list[str]], subprocess.CompletedProcess]
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainbase_common.layers import Waste, WastedFile, instruction, waste_share
 
@@ -43,11 +44,11 @@ def largest_dirs(du_output: str, n: int = LARGEST_DIRS) -> list[tuple[str, int]]
     subdirectories or adds new ones, never fewer. Largest first."""
     sizes: dict[str, int] = {}
     for line in du_output.splitlines():
-        size, sep, path = line.partition("\t")
+        size_text, sep, path = line.partition("\t")
         if not sep:
-            size, _, path = line.strip().partition(" ")
+            size_text, _, path = line.strip().partition(" ")
         try:
-            sizes[path.strip()] = int(size)
+            sizes[path.strip()] = int(size_text)
         except ValueError:
             continue  # du's complaints that reached stdout
     largest_child: dict[str, int] = {}
@@ -110,7 +111,7 @@ class BudgetVerdict:
         return "\n".join(lines)
 
 
-def check_budget(cell: str, size_bytes: int, budget_gb: float, layers: list[dict],
+def check_budget(cell: str, size_bytes: int, budget_gb: float, layers: list[dict[str, Any]],
                  largest_dirs: list[tuple[str, int]], waste: Waste | None,
                  waste_budget_share: float = WASTE_BUDGET_SHARE) -> BudgetVerdict:
     """The verdict on one built cell. LAYERS: the image history ({"created_by", "size"}), any

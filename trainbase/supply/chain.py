@@ -24,6 +24,8 @@ from trainbase_common import engine
 
 from ..build import bases
 from ..build.plan import Job
+from ..errors import TrainbaseError
+from ..render.recipes import Rendered
 from . import audit, budget, inventory_reader, release_notes, sbom
 from .inventory import Inventory
 
@@ -65,7 +67,8 @@ class SupplyChain:
 
     def artifacts(self, j: Job) -> list[dict[str, Any]]:
         """Every pinned download of the cell and of the cells it is built FROM."""
-        out, r = [], j.rendered
+        out: list[dict[str, Any]] = []
+        r: Rendered | None = j.rendered
         while r is not None:
             for key in r.context.artifacts:
                 a = _artifact_by_key(r.context.data, key)
@@ -112,7 +115,7 @@ class SupplyChain:
         d = self.cell_dir(j)
         d.mkdir(parents=True, exist_ok=True)
         inputs = self.inputs(j)
-        recorded = bases.recorded_base(engine.inspect_image(j.image).labels)
+        recorded = bases.recorded_base(_labels(j.image))
         if recorded and not j.cell.parent:
             inputs["base"] = recorded   # what this image was built FROM, not what resolves today
         base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
@@ -131,7 +134,7 @@ class SupplyChain:
         (d / "budget.json").write_text(json.dumps(fits, indent=2, sort_keys=True) + "\n")
         if not fits["ok"]:
             failures.append(fits["message"])
-        lock = {"schema": LOCK_SCHEMA, "cell": j.name, "tag": j.tag, "recipe": j.rendered.recipe, "inputs": inputs,
+        lock: dict[str, Any] = {"schema": LOCK_SCHEMA, "cell": j.name, "tag": j.tag, "recipe": j.rendered.recipe, "inputs": inputs,
                 "outputs": {"deb": {p.name: p.version for p in inv.of_kind("deb")},
                             "pypi": {p.name: p.version for p in inv.of_kind("pypi")},
                             "manifest_sha256": _sha256_text(json.dumps(inv.manifest, sort_keys=True)),
@@ -149,7 +152,7 @@ class SupplyChain:
         (d / "release-notes.md").write_text(release_notes.release_notes(inv, previous, before + security))
         if failures:
             return f"{j.name}: " + " | ".join(failures)
-        if (engine.inspect_image(j.image).labels or {}).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
+        if _labels(j.image).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
             self._attach(j, text, base)   # not again on a tag that already carries this SBOM (pulled)
         return None
 
@@ -166,8 +169,9 @@ class SupplyChain:
         doc = self._previous_doc(j, "inventory.json")
         return Inventory.from_json(doc) if doc else None
 
-    def _audit(self, j: Job, inv: Inventory) -> tuple[dict[str, Any], list[dict]]:
-        findings, unaudited = [], []
+    def _audit(self, j: Job, inv: Inventory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        findings: list[audit.Finding] = []
+        unaudited: list[tuple[str, str]] = []
         if self.opts.python_audit != "off":
             py, unaudited = audit.pip_audit(inv.of_kind("pypi"))
             findings += py
@@ -177,7 +181,7 @@ class SupplyChain:
         if policy == "auto":  # require data where the vulnerability service answers, say so where it cannot
             policy = "warn" if unaudited and len(unaudited) >= len(inv.of_kind("pypi")) else "require"
         v = audit.evaluate(findings, self.allowlist, j.name, self.opts.today, unaudited=unaudited,
-                           policy="warn" if policy == "off" else policy)
+                           policy="require" if policy == "require" else "warn")   # off: warn, unaudited
         security = [{"package": f.package, "installed": f.installed, "fixed": f.fixed,
                      "advisory": ", ".join(f.ids) or f.summary} for f in findings]
         return {"ok": v.ok, "message": v.message(), "policy": policy, "findings": len(findings),
@@ -246,3 +250,12 @@ def _diff(what: str, locked: dict[str, Any], now: dict[str, Any], path: str = ""
         elif a != b:
             out.append(f"{what} {where}: locked {a!r}, now {b!r}")
     return "; ".join(out[:8]) + (f"; and {len(out) - 8} more" if len(out) > 8 else "") if out else None
+
+
+def _labels(image: str) -> dict[str, str]:
+    """The labels of IMAGE, which the step reads from the engine: a tag that left the engine
+    since the plan was made (pruned, removed by hand) is named, not an AttributeError."""
+    info = engine.inspect_image(image)
+    if info is None:
+        raise TrainbaseError(f"{image} is no longer in the engine (removed since this run began?)")
+    return info.labels

@@ -39,19 +39,29 @@ def _order(char: str) -> int:
     return ord(char) + 256
 
 
+def _lead(run: re.Pattern[str], s: str) -> tuple[str, str]:
+    """S cut after its leading RUN (a pattern that also matches the empty string)."""
+    m = run.match(s)
+    head = m.group() if m else ""
+    return head, s[len(head):]
+
+
+_TEXT, _DIGITS = re.compile(r"\D*"), re.compile(r"\d*")
+
+
 def _compare_part(a: str, b: str) -> int:
     """dpkg's verrevcmp: alternate runs of non-digits (compared by _order, shorter run padded with
     the end-of-string weight 0) and runs of digits (compared as numbers)."""
     while a or b:
-        a_text, a = re.match(r"(\D*)(.*)", a).groups()
-        b_text, b = re.match(r"(\D*)(.*)", b).groups()
+        a_text, a = _lead(_TEXT, a)
+        b_text, b = _lead(_TEXT, b)
         for i in range(max(len(a_text), len(b_text))):
             ac = _order(a_text[i]) if i < len(a_text) else 0
             bc = _order(b_text[i]) if i < len(b_text) else 0
             if ac != bc:
                 return -1 if ac < bc else 1
-        a_num, a = re.match(r"(\d*)(.*)", a).groups()
-        b_num, b = re.match(r"(\d*)(.*)", b).groups()
+        a_num, a = _lead(_DIGITS, a)
+        b_num, b = _lead(_DIGITS, b)
         if int(a_num or 0) != int(b_num or 0):
             return -1 if int(a_num or 0) < int(b_num or 0) else 1
     return 0
@@ -118,13 +128,13 @@ def package_changes(current: Inventory, previous: Inventory, kind: str) -> Packa
     out = PackageChanges()
     for key in sorted(new.keys() | old.keys()):
         before, after = old.get(key), new.get(key)
-        if before is None:
+        if after is not None and before is None:          # (the key is new's or old's: one of them)
             out.added.append((label(key), "", after.version))
-        elif after is None:
+        elif before is not None and after is None:
             out.removed.append((label(key), before.version, ""))
-        elif before.version != after.version:
+        elif before is not None and after is not None and before.version != after.version:
             order = compare_versions(kind, before.version, after.version)
-            bucket = {-1: out.upgraded, 1: out.downgraded}.get(order, out.changed)
+            bucket = {-1: out.upgraded, 1: out.downgraded}.get(order, out.changed) if order else out.changed
             bucket.append((label(key), before.version, after.version))
     for bucket in (out.added, out.removed, out.upgraded, out.downgraded, out.changed):
         bucket.sort()
@@ -217,7 +227,7 @@ def _change_lines(changes: PackageChanges) -> list[str]:
     return lines or ["No change.", ""]
 
 
-def release_notes(current: Inventory, previous: Inventory | None, security: list[dict] | None = None) -> str:
+def release_notes(current: Inventory, previous: Inventory | None, security: list[dict[str, Any]] | None = None) -> str:
     """Markdown release notes for ``current``'s tag, compared with ``previous`` (None: the cell's
     first build). ``security``: advisories (package, installed, fixed, advisory) that the audits
     found; None where no audit ran, and the section is left out."""

@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from ..errors import TrainbaseError
 
@@ -117,10 +118,10 @@ def pending(facts: ImageFacts, index: dict[str, str]) -> list[PendingFix]:
             if name in index and Version(index[name]) > Version(installed)]
 
 
-def check(sboms: list[Path], today: date, fetch=None) -> dict[str, dict]:
+def check(sboms: list[Path], today: date, fetch=None) -> dict[str, dict[str, Any]]:
     """OS row -> {"epoch": today, "fixes": [...]} for every row with a pending fix."""
     indexes: dict[tuple[str, str, str], dict[str, str]] = {}
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for path in sboms:
         f = read_sbom(path)
         key = (f.os_id, f.codename, f.arch)
