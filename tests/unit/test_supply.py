@@ -137,3 +137,20 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
     assert "io.trainbase.base.identity=packages-sha256:" + "cd" * 32 in root_cmd
     assert "io.trainbase.base.how=bootstrap" in root_cmd
     assert "io.trainbase.base." not in child_cmd
+
+
+def test_a_tag_gone_from_the_engine_is_named_not_an_attribute_error(monkeypatch, tmp_path):
+    """mypy: `engine.inspect_image(...)` is `ImageInfo | None`; the supply step read `.labels`
+    of it unguarded, so a cached tag pruned since the plan failed its cell with
+    "AttributeError: 'NoneType' object has no attribute 'labels'"."""
+    m = load(ROOT / "matrix.yaml")
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = recipes.render_all(m, [cell], root=ROOT)
+    b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+    b.supply = chain.SupplyChain(ROOT, chain.SupplyOptions(dir=tmp_path), {}, rendered)
+    monkeypatch.setattr(engine, "inspect_image", lambda ref: None)
+    monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: True)
+    j = b.jobs[cell.name]
+    why = b._supply_chain(j, remove_on_failure=False)
+    assert "AttributeError" not in why
+    assert f"{j.image} is no longer in the engine" in why
