@@ -2,8 +2,9 @@
 by version AND sha256, transitively.
 
 matrix.yaml names only top-level pins (torch==2.9.1). `build.py --lock` resolves each set
-with the target Python (pip's resolver, `--dry-run --report`, so no wheel is downloaded)
-and writes `locks/<set>.txt`, committed. Images install a set with
+with the target Python (pip's resolver, `--dry-run --report`, so no wheel is downloaded),
+from wheels wherever the target has them (a package without one is built from its sdist by
+name, and reported: the lock's header lists it), and writes `locks/<set>.txt`, committed. Images install a set with
 `pip install --no-deps --require-hashes -r locks/<set>.txt`, so nothing unpinned can enter.
 A lock records the hash of its inputs, so `--check` can tell a stale lock without network.
 """
@@ -121,37 +122,50 @@ def _target_options(major: str, minor: str) -> list[str]:
             "--abi", f"cp{major}{minor}"]
 
 
+# pip's answer when no file it may take exists for a requirement (with --only-binary: no wheel)
+_NO_DISTRIBUTION = re.compile(r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)")
+# at most this many packages may fall back to their sdist before the lock is refused
+MAX_SDISTS = 20
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def resolve(ls: LockSet, log=print) -> str:
-    """Resolve with pip's real resolver for the target Python; return the lock file text."""
+    """Resolve with pip's real resolver for the target Python; return the lock file text.
+
+    Wheels only, wherever the target has them: an sdist's metadata comes from running its
+    build backend (setup.py: third-party code, in the refresh's `propose` job). A package
+    with no wheel for the target is let through as an sdist by name (`--no-binary NAME`, one
+    at a time, as pip names it), and each is reported -- in the log and the lock's header.
+    Another Python or architecture than the host's is resolved from wheels alone (pip cannot
+    build for it)."""
     py, target = resolver_for(ls)
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--disable-pip-version-check", "--report", str(report), *ls.requirements, *ls.context]
-        if target:
-            cmd += [*target, "--target", str(Path(tmp) / "t")]
-        if ls.wheel_platform:
-            # Another architecture's wheels, chosen by pip's own tag logic (manylinux_2_36 also
-            # accepts every older manylinux tag). pip can only do this for wheels (--only-binary):
-            # an sdist's metadata would need that architecture's build. Markers
-            # (platform_machine) are still evaluated for the host: a package whose requirements
-            # differ by machine must be resolved on a native runner.
-            major, minor = ls.python.split(".")[:2]
-            for tag in platform_tags(ls.wheel_platform):
-                cmd += ["--platform", tag]
-            cmd += [*_target_options(major, minor), "--target", str(Path(tmp) / "t")]
-        env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # PyPI itself, not a host's local mirrors
-        log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
-            + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else ""))
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
+    sdists: list[str] = []
+    while True:
+        proc, data = _pip_report(ls, py, target, sdists, log)
+        if proc.returncode == 0:
+            break
+        missing = _NO_DISTRIBUTION.search(proc.stderr or proc.stdout or "")
+        wheels_only = bool(target or ls.wheel_platform)
+        name = _canonical(missing.group(1)) if missing else None
+        if wheels_only or name is None or name in sdists or len(sdists) >= MAX_SDISTS:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
             hint = (f"\n(resolved wheels-only, with no python{ls.python} on this machine: a package that "
                     f"publishes only an sdist needs that interpreter, e.g. `pyenv install {ls.python}`)"
                     if target else "")
             raise TrainbaseError(f"lock {ls.name}: pip could not resolve {' '.join(ls.requirements)}:\n{tail}{hint}")
-        data = json.loads(report.read_text())
+        log(f"lock {ls.name}: {name} has no wheel for Python {ls.python} here: its sdist is built "
+            "(its build backend runs to read the metadata)")
+        sdists.append(name)
+    assert data is not None
+    built = sorted({_canonical(i["metadata"]["name"]) for i in data["install"] if not _is_wheel(i)})
+    if built:
+        log(f"lock {ls.name}: resolved from sdists: {', '.join(built)}")
     lines = [header(ls)]
+    if built:
+        lines.append(f"# built from sdists (no wheel for the target): {' '.join(built)}\n")
     for item in sorted(data["install"], key=lambda i: i["metadata"]["name"].lower()):
         meta, info = item["metadata"], item["download_info"]
         hashes = info.get("archive_info", {}).get("hashes", {})
@@ -161,6 +175,42 @@ def resolve(ls: LockSet, log=print) -> str:
         name = meta["name"].lower().replace("_", "-")
         lines.append(f"{name}=={meta['version']} \\\n    --hash=sha256:{sha}\n")
     return "".join(lines)
+
+
+def _is_wheel(item: dict) -> bool:
+    return str(item.get("download_info", {}).get("url", "")).split("#", 1)[0].endswith(".whl")
+
+
+def _pip_report(ls: LockSet, py: str, target: list[str], sdists: list[str],
+                log) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """One `pip install --dry-run --report` of the set; (the process, the report when it ran)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+               "--disable-pip-version-check", "--report", str(report), *ls.requirements, *ls.context]
+        if target:
+            cmd += [*target, "--target", str(Path(tmp) / "t")]
+        elif ls.wheel_platform:
+            # Another architecture's wheels, chosen by pip's own tag logic (manylinux_2_36 also
+            # accepts every older manylinux tag). pip can only do this for wheels (--only-binary):
+            # an sdist's metadata would need that architecture's build. Markers
+            # (platform_machine) are still evaluated for the host: a package whose requirements
+            # differ by machine must be resolved on a native runner.
+            major, minor = ls.python.split(".")[:2]
+            for tag in platform_tags(ls.wheel_platform):
+                cmd += ["--platform", tag]
+            cmd += [*_target_options(major, minor), "--target", str(Path(tmp) / "t")]
+        else:
+            # the target's own interpreter: wheels, save the sdists already named (pip's format
+            # control: a name in --no-binary is taken from source, every other only as a wheel)
+            cmd += ["--only-binary=:all:", *[f"--no-binary={n}" for n in sdists]]
+        env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # PyPI itself, not a host's local mirrors
+        if not sdists:
+            log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
+                + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else " (wheels only)"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        data = json.loads(report.read_text()) if proc.returncode == 0 else None
+    return proc, data
 
 
 def write(root: Path, sets: list[LockSet], *, only_stale: bool = True, log=print) -> list[str]:
