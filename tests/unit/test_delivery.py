@@ -575,3 +575,28 @@ def test_merge_carries_attestations_into_an_index_that_was_already_published(reg
     out = io.StringIO()
     assert platforms.merge_command(m, ROOT, cells, "reg.example:5000/tb", out=out) == 0
     assert "already published" in out.getvalue() and carried == [cells[0].name]
+
+
+def test_the_gpu_plan_names_the_zstd_twin_by_its_own_digest_for_the_scan():
+    """Issue 52 (8): the twin's alias is gated by records for its own digest, so the plan the
+    scan job fans out over names that digest."""
+    items = [{"name": "a", "level": 0, "tag": "r000000000001"}, {"name": "b", "level": 0, "tag": "r000000000002"}]
+    have = {"tb/a:r000000000001": "sha256:" + "1" * 64, "tb/a:r000000000001-zstd": "sha256:" + "7" * 64,
+            "tb/b:r000000000002": "sha256:" + "2" * 64}
+    kept, _ = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpromoted",
+                                            lambda h, repo, tag: have.get(f"{repo}:{tag}"))
+    assert [e["twin_ref"] for e in kept] == ["reg.example:5000/tb/a@sha256:" + "7" * 64, ""]
+
+
+def test_gpu_yml_scans_each_platform_and_the_zstd_twin_as_its_own_digest():
+    """Issue 52 (8), in the workflow: Trivy is told the cell's platform (given an index it scans
+    one platform, the runner's unless told), the record names it, and the twin gets its own
+    scan and record."""
+    doc = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())
+    steps = doc["jobs"]["scan"]["steps"]
+    trivy = [s for s in steps if "trivy-action" in s.get("uses", "")]
+    assert len(trivy) == 2 and all(s["env"]["TRIVY_PLATFORM"] == "${{ matrix.cell.platform }}" for s in trivy)
+    assert [s["with"]["image-ref"] for s in trivy] == ["${{ matrix.cell.ref }}", "${{ matrix.cell.twin_ref }}"]
+    records = [s for s in steps if "trainbase.supply.vulnscan" in s.get("run", "")]
+    assert len(records) == 2 and all('--platform "$PLATFORM"' in s["run"] for s in records)
+    assert records[1]["env"]["REF"] == "${{ matrix.cell.twin_ref }}" and trivy[1]["if"] == records[1]["if"]

@@ -162,3 +162,16 @@ def test_the_zstd_twin_is_mirrored_with_its_own_alias_and_each_side_keeps_its_lo
     mirror.mirror_one("ghcr.io/o/tb", "ghcr.io/mirror/tb", "base", "r1", io.StringIO(), clients=clients,
                       src_config=src_cfg, dst_config=dst_cfg)
     assert len(copies) == 4                                    # second run: already current
+
+
+def test_the_mirror_job_logs_in_to_the_mirror_in_its_own_docker_config():
+    """`kind: ghcr`'s login overwrote the primary's (one config.json, one login per host)."""
+    import yaml
+    from .conftest import ROOT
+    steps = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]["steps"]
+    login = next(s for s in steps if s.get("id") == "mirror")
+    copy = steps[-1]
+    assert login["env"]["DOCKER_CONFIG"] == "${{ runner.temp }}/mirror-docker-config"
+    assert '--to-config "$RUNNER_TEMP/mirror-docker-config"' in copy["run"]
+    primary = next(s for s in steps if s.get("id") == "registry")
+    assert "DOCKER_CONFIG" not in (primary.get("env") or {})

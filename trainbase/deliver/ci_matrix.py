@@ -109,7 +109,8 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
     (``"unpublished"``) in the registry, or is published while the alias points elsewhere
     (``"unpromoted"``: what the GPU tier must pass before promote.py moves the alias).
     Published entries get ``ref``: the pushed image by digest, which is what the GPU tier pulls
-    and tests. ``digest(host, repo, tag)`` asks the registry (registry.digest: an error, never a
+    and tests, and ``twin_ref``: its zstd twin by digest ('' when none), which the scan job
+    scans too. ``digest(host, repo, tag)`` asks the registry (registry.digest: an error, never a
     guess, when it cannot say).
 
     ``"unpublished"`` also keeps a published entry whose digest lacks its SBOM or provenance
@@ -117,7 +118,7 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
     naming it: an attestation step that failed after the push left that digest unattested,
     promotion refuses it, and only a build that finds it so attests it (build-cells' attest
     steps take a digest found published without them: attest.github_subject)."""
-    from .publish import ALIAS
+    from .publish import ALIAS, ZSTD
 
     host, ns = split_registry(registry_arg)
     kept, left_out = [], {}
@@ -135,6 +136,11 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
             wanted, why = (d is not None) == (only == "published"), "published" if d else "not published"
         if wanted:
             e = dict(e, ref=f"{host}/{repo}@{d}") if d else e
+            if d and only != "unpublished":
+                # the zstd twin is another digest: gpu.yml's scan job scans it too, so that
+                # promote can move latest-zstd on records for its own digest
+                twin = digest(host, repo, f"{e.get('release_tag', e['tag'])}{ZSTD}")
+                e = dict(e, twin_ref=f"{host}/{repo}@{twin}" if twin else "")
             kept.append(dict(e, attest=lacking) if lacking else e)
         else:
             left_out[e["name"]] = why
