@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         for line in refused:
             print(f"refresh patch: refused {line}")
-        print(f"refresh patch: {len(refused)} path(s) refused; nothing of {patch_file} is applied "
+        print(f"refresh patch: {len(refused)} path(s) refused; nothing of the patch is applied "
               "(the refresh may change only matrix.yaml, locks/ and images/)")
         return 1
     paths = found.paths + [p for p in from_git if p not in found.paths]
