@@ -18,6 +18,9 @@ Takes the plan's ``Job``s (build/) whose build and supply chain completed, and t
   of every axis value, or what the registry has or lacks;
 - runners.py: the build runner of each planned cell (GitHub-hosted only for a pull request),
   and the check that no pull request reaches a self-hosted job in the workflows.
+- ci_gate.py: ``build.yml``'s first job: publish only a commit whose ci.yml push run passed;
+- refresh_patch.py: the refresh proposal's allow-list (matrix.yaml, locks/, images/): every
+  other path of the patch refused by name before the write job applies anything.
 
 Hands on published tags (with their digests) and ``KEY=JSON`` lines for GitHub Actions.
 """
