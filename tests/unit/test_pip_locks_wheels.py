@@ -19,7 +19,7 @@ LS = pip_locks.LockSet(name="py3.12", python="3.12", requirements=("wheelpkg==1.
 def fake_pip(no_wheel: set[str], calls: list[list[str]]):
     """pip install --dry-run --report, as far as format control goes: a package in `no_wheel`
     publishes only an sdist."""
-    def run(cmd, capture_output=True, text=True, env=None):
+    def run(cmd, check=False, capture_output=True, text=True, env=None):
         calls.append(cmd)
         binary_only = "--only-binary=:all:" in cmd
         allowed_source = {c.split("=", 1)[1] for c in cmd if c.startswith("--no-binary=")}
@@ -64,7 +64,7 @@ def test_a_package_without_a_wheel_is_built_from_its_sdist_by_name_and_reported(
 
 
 def test_a_requirement_pip_cannot_find_at_all_still_fails_naming_it(native, monkeypatch):
-    def run(cmd, capture_output=True, text=True, env=None):
+    def run(cmd, check=False, capture_output=True, text=True, env=None):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for nosuch==9\n")
     monkeypatch.setattr(pip_locks.subprocess, "run", run)
     with pytest.raises(TrainbaseError, match="No matching distribution found for nosuch"):

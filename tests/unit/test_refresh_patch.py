@@ -14,7 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainbase.deliver.refresh_patch import GIT_APPLY_INCLUDES, PatchError, refused_paths, touched_paths
+from trainbase.deliver.refresh_patch import (
+    GIT_APPLY_INCLUDES,
+    PatchError,
+    refused_paths,
+    touched_paths,
+)
 
 from .conftest import ROOT
 
@@ -140,7 +145,7 @@ def test_the_command_names_each_refused_path_and_exits_non_zero(tmp_path):
     patch = tmp_path / "refresh.patch"
     patch.write_text(planted_patch(base_repo(tmp_path / "repo")))
     proc = subprocess.run([sys.executable, "-m", "trainbase.deliver.refresh_patch", str(patch)],
-                          cwd=ROOT, capture_output=True, text=True)
+                          cwd=ROOT, check=False, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "refresh patch: refused scripts/refresh-pr.sh: outside the refresh's allow-list" in proc.stdout
     assert "refresh patch: refused .github/workflows/x.yml: outside the refresh's allow-list" in proc.stdout
@@ -186,7 +191,7 @@ def test_the_write_job_refuses_the_planted_patch_and_its_line_never_runs(tmp_pat
     apply = next(s for s in steps.values() if "git apply" in s.get("run", ""))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", check["run"]], cwd=tmp_path / check["working-directory"],
-                          env=env, capture_output=True, text=True)
+                          env=env, check=False, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "refused scripts/refresh-pr.sh" in proc.stdout and "refused .github/workflows/x.yml" in proc.stdout
     # and were the check skipped, the apply step alone still leaves scripts/ and .github/ alone

@@ -19,10 +19,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import TrainbaseError
+
+Log = Callable[[str], None]
 
 LOCK_DIR = "locks"
 
@@ -46,7 +50,7 @@ class LockSet:
 
     @property
     def inputs_sha256(self) -> str:
-        parts: list = [self.python, sorted(self.requirements), sorted(self.context)]
+        parts: list[Any] = [self.python, sorted(self.requirements), sorted(self.context)]
         if self.wheel_platform:
             parts.append(self.wheel_platform)
         text = json.dumps(parts)
@@ -132,7 +136,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def resolve(ls: LockSet, log=print) -> str:
+def resolve(ls: LockSet, log: Log = print) -> str:
     """Resolve with pip's real resolver for the target Python; return the lock file text.
 
     Wheels only, wherever the target has them: an sdist's metadata comes from running its
@@ -177,12 +181,12 @@ def resolve(ls: LockSet, log=print) -> str:
     return "".join(lines)
 
 
-def _is_wheel(item: dict) -> bool:
+def _is_wheel(item: dict[str, Any]) -> bool:
     return str(item.get("download_info", {}).get("url", "")).split("#", 1)[0].endswith(".whl")
 
 
 def _pip_report(ls: LockSet, py: str, target: list[str], sdists: list[str],
-                log) -> tuple[subprocess.CompletedProcess, dict | None]:
+                log: Log) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """One `pip install --dry-run --report` of the set; (the process, the report when it ran)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
@@ -208,12 +212,12 @@ def _pip_report(ls: LockSet, py: str, target: list[str], sdists: list[str],
         if not sdists:
             log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
                 + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else " (wheels only)"))
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
         data = json.loads(report.read_text()) if proc.returncode == 0 else None
     return proc, data
 
 
-def write(root: Path, sets: list[LockSet], *, only_stale: bool = True, log=print) -> list[str]:
+def write(root: Path, sets: list[LockSet], *, only_stale: bool = True, log: Log = print) -> list[str]:
     written = []
     (root / LOCK_DIR).mkdir(exist_ok=True)
     for ls in sets:

@@ -20,6 +20,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Verdict:
     reason: str
 
 
-def verdict(runs: list[dict], sha: str, workflow: str = "ci.yml") -> Verdict:
+def verdict(runs: list[dict[str, Any]], sha: str, workflow: str = "ci.yml") -> Verdict:
     """ci.yml's verdict on ``sha`` from its workflow runs (the REST API's `workflow_runs`): the
     most recent push run of that commit decides (a re-run that passed after a flaky failure
     counts; a later failure does not pass)."""
@@ -44,11 +45,11 @@ def verdict(runs: list[dict], sha: str, workflow: str = "ci.yml") -> Verdict:
     return Verdict(True, f"{workflow} passed on {sha} ({where})")
 
 
-def fetch_runs(repo: str, workflow: str, sha: str) -> list[dict]:
+def fetch_runs(repo: str, workflow: str, sha: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
         ["gh", "api", "-X", "GET", f"repos/{repo}/actions/workflows/{workflow}/runs",
          "-f", f"head_sha={sha}", "-f", "event=push", "-f", "per_page=100"],
-        capture_output=True, text=True)
+        check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"gh api could not list {workflow}'s runs: {proc.stderr.strip()}")
     return list(json.loads(proc.stdout).get("workflow_runs", []))

@@ -167,9 +167,7 @@ def touched_paths(patch_text: str) -> PatchPaths:
             path = _unquote(line.split(" ", 2)[2])
             current = [path]
             found.add(path)
-        elif line.startswith(("new file mode ", "new mode ")):
-            set_mode(line.rsplit(" ", 1)[1])
-        elif re.fullmatch(r"index \S+ [0-7]{6}", line):
+        elif line.startswith(("new file mode ", "new mode ")) or re.fullmatch(r"index \S+ [0-7]{6}", line):
             set_mode(line.rsplit(" ", 1)[1])
         elif line.startswith(("--- ", "+++ ")):
             name = _strip_one(line[4:])
@@ -191,7 +189,7 @@ def git_numstat_paths(patch_file: Path) -> list[str]:
     git = shutil.which("git")
     if git is None:
         return []
-    proc = subprocess.run([git, "apply", "--numstat", "-z", str(patch_file)], capture_output=True)
+    proc = subprocess.run([git, "apply", "--numstat", "-z", str(patch_file)], check=False, capture_output=True)
     if proc.returncode != 0:
         raise PatchError(f"git apply --numstat cannot read the patch: {proc.stderr.decode(errors='replace').strip()}")
     # -z: "ADDED\tDELETED\tPATH\0", or for a rename/copy "ADDED\tDELETED\t\0OLD\0NEW\0"
