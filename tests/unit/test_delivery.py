@@ -454,7 +454,8 @@ def test_a_digest_whose_attestations_do_not_verify_is_not_promoted(reg, tmp_path
         asked.append(ref)
         return ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: nothing attached"]
 
-    from trainbase.deliver import promote, registry as regmod
+    from trainbase.deliver import promote
+    from trainbase.deliver import registry as regmod
     steps = promote.plan([("base", a)], "reg.example:5000/tb", regmod.digest, {"base": ["linux/amd64"]})
     out = io.StringIO()
     assert promote.promote(steps, gate, lambda s, d: pytest.fail("retagged"), regmod.digest, out,
@@ -467,7 +468,8 @@ def test_a_digest_whose_attestations_do_not_verify_is_not_promoted(reg, tmp_path
 def test_a_rerun_of_an_older_commit_promotes_nothing_and_says_so(reg, tmp_path):
     """Issue 52 (9): re-running an old run's flaky GPU job re-promoted that commit's older
     recipe, moving latest backwards: only main's head recipe may move it."""
-    from trainbase.deliver import promote, registry as regmod
+    from trainbase.deliver import promote
+    from trainbase.deliver import registry as regmod
 
     old, new = "r" + "1" * 12, "r" + "2" * 12
     reg.manifests[f"reg.example:5000/tb/base:{old}"] = "sha256:" + "1" * 64
@@ -486,7 +488,8 @@ def test_a_rerun_of_an_older_commit_promotes_nothing_and_says_so(reg, tmp_path):
 def test_each_platform_of_an_index_needs_its_own_scan_record(reg, tmp_path):
     """Issue 52 (8): Trivy scanned an index on an amd64 runner (amd64 only) and its record named
     no platform; the arm64 manifest was never scanned, and nothing required it."""
-    from trainbase.deliver import promote, registry as regmod
+    from trainbase.deliver import promote
+    from trainbase.deliver import registry as regmod
     from trainbase.supply import vulnscan
 
     a, d = "r" + "a" * 12, "sha256:" + "a" * 64

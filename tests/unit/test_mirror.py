@@ -62,6 +62,7 @@ def test_mirrors_come_from_the_command_line_or_the_repository_variable(monkeypat
 
 def _mirror_password_expressions() -> list[str]:
     import yaml
+
     from .conftest import ROOT
     job = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]
     found = []
@@ -133,6 +134,7 @@ def test_the_zstd_twin_is_mirrored_with_its_own_alias_and_each_side_keeps_its_lo
     """`-zstd` tags were never mirrored; and a mirror on the primary's host (kind: ghcr) logged
     in over the primary's credentials: each side now reads its own DOCKER_CONFIG."""
     import os
+
     from trainbase.deliver import registry
 
     src_cfg, dst_cfg = tmp_path / "primary", tmp_path / "mirror"
@@ -167,6 +169,7 @@ def test_the_zstd_twin_is_mirrored_with_its_own_alias_and_each_side_keeps_its_lo
 def test_the_mirror_job_logs_in_to_the_mirror_in_its_own_docker_config():
     """`kind: ghcr`'s login overwrote the primary's (one config.json, one login per host)."""
     import yaml
+
     from .conftest import ROOT
     steps = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]["steps"]
     login = next(s for s in steps if s.get("id") == "mirror")

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..supply import attestation as att
 from . import referrers, registry
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Key
 
 
 def _subjects(client: referrers.Client, repo: str, ref: str, platform: str = "") -> list[referrers.Descriptor]:
@@ -191,10 +195,9 @@ def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, 
                 out: TextIO = sys.stdout) -> list[Path]:
     """The SBOM of what each selected repository's ``latest`` is now (what users pull), one
     file per cell under OUT_DIR; a published cell without one is named (it cannot be checked)."""
-    from .publish import ALIAS
-
     from ..render import recipes as rendermod
     from .platforms import publishable
+    from .publish import ALIAS
 
     host, ns = registry.split_registry(registry_arg)
     client = referrers.Client(host)
@@ -243,7 +246,7 @@ def _statement_subjects(client: referrers.Client, repo: str, d: referrers.Descri
                                                  for x in stmt.get("subject") or []}
 
 
-def attestation_problems(client: referrers.Client, repo: str, digest: str, key=None) -> list[str]:
+def attestation_problems(client: referrers.Client, repo: str, digest: str, key: Key | None = None) -> list[str]:
     """What keeps REPO@DIGEST from being attested (empty: attested): on the manifest, or on
     EVERY platform manifest of an index (what a pull on each architecture resolves to), both
     predicates -- signed by KEY and verified (verify_ref); without a key, CI's keyless Sigstore
@@ -288,7 +291,7 @@ def unattested(client: referrers.Client, repo: str, digest: str) -> list[str]:
     return lacking
 
 
-def attestation_check(public_key: str | None):
+def attestation_check(public_key: str | None) -> Callable[[str], list[str]]:
     """promote.py's ``attested``: HOST/REPO@DIGEST -> attestation_problems, one client per host."""
     key = None
     if public_key:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from ..build.plan import Plan
 from ..define.matrix import Cell, Matrix
-from ..render.recipes import Rendered
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
+from ..render.recipes import Rendered
 from . import disk_plan, platforms, runners
 from .registry import split_registry
 
@@ -181,7 +181,7 @@ def command(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespac
         chosen = {c.name for c in cover(m, [m.cell(e["name"]) for e in items])}
         items = [e for e in items if e["name"] in chosen]
     if args.only:
-        from . import registry     # the engine adapter, only when a registry is asked
+        from . import registry  # the engine adapter, only when a registry is asked
 
         items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest,
                                               _unattested() if args.only == "unpublished" else None)

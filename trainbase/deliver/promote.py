@@ -51,7 +51,6 @@ from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import recipes as rendermod
 from ..supply import vulnscan
-
 from .platforms import publishable
 from .publish import ALIAS, ZSTD
 from .registry import RegistryError, split_registry
@@ -316,7 +315,8 @@ def _checkout_head(root: Path) -> str:
     """The commit of the checkout whose recipes this run renders (the run's recipe commit)."""
     import subprocess
 
-    p = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60,
+                       check=False)
     if p.returncode != 0:
         raise TrainbaseError(f"--head-sha: cannot read the checkout's commit ({p.stderr.strip()}): pass --recipe-sha")
     return p.stdout.strip()
