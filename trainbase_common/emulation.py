@@ -125,7 +125,7 @@ def binfmt_d_rule(name: str, dirs: tuple[Path, ...] | None = None) -> BinfmtRule
     return None
 
 
-def ensure(arches: set[str], log: Callable[[str], None]) -> dict[str, str]:
+def ensure(arches: set[str], log: Callable[[str], object]) -> dict[str, str]:
     """Make every foreign architecture in ``arches`` runnable here; returns arch -> how. Raises
     EmulationError (its cause and its fix) when one cannot be."""
     done: dict[str, str] = {}

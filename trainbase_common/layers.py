@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from trainbase_common import engine, overlay_layers
 from trainbase_common.overlay_layers import OPAQUE, WHITEOUT, layer_instructions
@@ -135,7 +135,7 @@ def scan_layers(image: str, want_content: Callable[[str, int], bool], max_conten
 _EXPORT_LOCK = threading.Lock()
 
 
-def _scan_saved(image: str, stream, want_content: Callable[[str, int], bool], max_content: int) -> LayerScan:
+def _scan_saved(image: str, stream: IO[bytes], want_content: Callable[[str, int], bool], max_content: int) -> LayerScan:
     t0 = time.monotonic()
     per_blob: dict[str, list[LayerFile]] = {}
     jsons: dict[str, bytes] = {}
@@ -255,10 +255,11 @@ def layer_waste(scan: LayerScan, top: int = 10) -> Waste:
                 continue
             below = live.get(f.path)
             lower = below is not None and below.layer != layer
+            lower_file = below is not None and lower and below.kind != "dir"
             if f.kind != "dir":  # replaces a file, or hides a directory (listed or implied) and all below
                 if lower or f.path in children:
-                    forget(f.path, layer, "overwritten" if lower and below.kind != "dir" else "hidden")
-            elif lower and below.kind != "dir":  # a directory merges with one beneath; replaces a file
+                    forget(f.path, layer, "overwritten" if lower_file else "hidden")
+            elif lower_file:  # a directory merges with one beneath; replaces a file
                 forget(f.path, layer, "overwritten", subtree=False)
             group = None
             if f.kind == "file":

@@ -6,6 +6,8 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from collections.abc import Mapping
 
 import yaml
 from packaging.utils import canonicalize_name
@@ -128,7 +130,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     def fail(msg: str) -> None:
         raise MatrixError(f"{where}: {msg}")
 
-    tables = {"platform": s.platforms, "os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
+    tables: dict[str, Mapping[str, object]] = {"platform": s.platforms, "os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
     for axis in AXES:
         values = getattr(s.axes, axis)
         if len(set(values)) != len(values):
@@ -164,11 +166,11 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
         artifact(row.python.installer, f"os.{k}.python.installer")
         if "{cuda_toolkit}" not in row.base and row.cuda_from == "base":
             fail(f"os.{k}.base: a base that brings CUDA must name {{cuda_toolkit}} in its tag")
-    for k, row in s.mpi.items():
-        artifact(row.artifact, f"mpi.{k}.artifact")
-    for k, row in s.ib.items():
-        artifact(row.key, f"ib.{k}.key", signing_key=True)
-        for fam, u in row.ucx.items():
+    for k, mpi_row in s.mpi.items():
+        artifact(mpi_row.artifact, f"mpi.{k}.artifact")
+    for k, ib_row in s.ib.items():
+        artifact(ib_row.key, f"ib.{k}.key", signing_key=True)
+        for fam, u in ib_row.ucx.items():
             artifact(u.artifact, f"ib.{k}.ucx.{fam}.artifact")
     for k, fw in s.frameworks.items():
         if fw.parent is not None and fw.parent not in s.frameworks:
@@ -177,7 +179,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             fail(f"frameworks.{k}: no releases")
         # A cell takes the first release that lists its CUDA (and matches its parent's): a
         # second one for the same CUDA would never be built, and say nothing about it.
-        claimed: dict[tuple[str, ...], str] = {}
+        claimed: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
         for r in fw.releases:
             for c in r.cuda:
                 key = (c, tuple(sorted(r.requires.items())))
@@ -236,6 +238,17 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
 
 def _matches(cond: dict[str, list[str]], values: dict[str, str]) -> bool:
     return all(values[a] in allowed for a, allowed in cond.items())
+
+
+def _as_lists(cond: dict[str, str | list[str]]) -> dict[str, list[str]]:
+    """A condition's axes, each with its list of values (the YAML may give one as a string)."""
+    return {a: [x] if isinstance(x, str) else list(x) for a, x in cond.items()}
+
+
+def _cell(v: dict[str, str], **kw: Any) -> Cell:
+    """The Cell of axis values V (one per axis) and the rest."""
+    return Cell(platform=v["platform"], os=v["os"], cuda=v["cuda"], mpi=v["mpi"], ib=v["ib"],
+                framework=v["framework"], **kw)
 
 
 def _name(s: MatrixFile, values: dict[str, str], release: Release | None, parent_name: str | None) -> str:
@@ -298,11 +311,11 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
     def excluded(reason: str) -> Cell:
         name = _name(s, v, release, parent.name if parent and parent.release else None) if (release or fw == "none") \
             else f"{fw}-{_name(s, v, None, None)}"
-        return Cell(**v, name=name, release=release, parent=parent.name if parent else None, excluded=reason,
+        return _cell(v, name=name, release=release, parent=parent.name if parent else None, excluded=reason,
                     image=_image(s, v, name))
 
     for rule in s.rules:
-        if _matches(rule.when, v) and (rule.require is None or not _matches(rule.require, v)):
+        if _matches(_as_lists(rule.when), v) and (rule.require is None or not _matches(_as_lists(rule.require), v)):
             return excluded(f"rule {rule.id}: {' '.join(rule.reason.split())}")
     ib = s.ib[v["ib"]]
     family = s.os[v["os"]].family
@@ -328,7 +341,7 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             return excluded(f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "
                             f"NCCL {nccl}: an image carries one NCCL, so the two must agree")
     name = _name(s, v, release, parent.name if parent and parent.release else None)
-    return Cell(**v, name=name, release=release, parent=parent.name if parent else None, image=_image(s, v, name))
+    return _cell(v, name=name, release=release, parent=parent.name if parent else None, image=_image(s, v, name))
 
 
 def _image(s: MatrixFile, v: dict[str, str], name: str) -> str:
@@ -351,7 +364,7 @@ def _assign_profiles(s: MatrixFile, cells: list[Cell], where: str) -> list[Cell]
                     raise MatrixError(f"{where}: profiles.{pname}: no such cell {n!r}{why}")
                 members[n].append(pname)
         else:
-            cond = {a: [x] if isinstance(x, str) else list(x) for a, x in (p.select or {}).items()}
+            cond = _as_lists(p.select or {})
             for c in by_name.values():
                 if _matches(cond, c.axes):
                     members[c.name].append(pname)

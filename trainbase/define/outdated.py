@@ -192,7 +192,7 @@ def report(findings: list[Finding]) -> str:
                       f"current: {', '.join(current) or 'none'}"])
 
 
-def command(matrix_path, json_output: bool = False) -> int:
+def command(matrix_path: Path, json_output: bool = False) -> int:
     """`build.py --outdated [--json]`: the table (or one JSON object per pin); changes nothing."""
     import json
 

@@ -320,7 +320,7 @@ class Rule(Strict):
 
     @field_validator("when", "require")
     @classmethod
-    def _axes(cls, v):
+    def _axes(cls, v: dict[str, str | list[str]] | None) -> dict[str, str | list[str]] | None:
         if v is None:
             return v
         for k in v:
@@ -366,7 +366,7 @@ class Hold(Strict):
 
     @field_validator("below")
     @classmethod
-    def _version(cls, v):
+    def _version(cls, v: str | None) -> str | None:
         if v is not None:
             from packaging.version import Version
             Version(v)

@@ -33,7 +33,7 @@ def load(root: Path) -> dict[str, dict[str, Any]]:
         doc = json.loads(p.read_text())
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"schema {doc.get('schema')!r}, expected {SCHEMA}")
-        rows = doc["os"]
+        rows: dict[str, dict[str, Any]] = doc["os"]
         for row, entry in rows.items():
             date.fromisoformat(entry["epoch"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:

@@ -15,12 +15,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
 from ..errors import MatrixError, TrainbaseError
 from ..define import outdated
+
+if TYPE_CHECKING:
+    from ..define.matrix import Matrix
+    from ..define.pip_locks import LockSet
+
+Locker = Callable[[Path, "list[LockSet]", TextIO], None]
 
 
 @dataclass
@@ -78,7 +85,7 @@ def apply(text: str, edits: list[Edit]) -> str:
     return text
 
 
-def _sub_at(text: str, where: str, patterns, new: str) -> tuple[str, int]:
+def _sub_at(text: str, where: str, patterns: Iterable[re.Pattern[str]], new: str) -> tuple[str, int]:
     """``text`` with ``patterns`` replaced only inside the node at ``where`` (a path as
     ``--outdated`` prints it: ``cuda.12.9.wheels.cudnn``, ``python.packages[0]``)."""
     node = _node_at(yaml.compose(text), where)
@@ -92,7 +99,7 @@ def _sub_at(text: str, where: str, patterns, new: str) -> tuple[str, int]:
     return text[:a] + span + text[b:], count
 
 
-def _node_at(node, where: str):
+def _node_at(node: yaml.Node | None, where: str) -> yaml.Node | None:
     """The composed YAML node at ``where``; mapping keys may hold dots ("12.9"), so the
     longest key that fits the rest of the path is taken."""
     rest = where
@@ -110,14 +117,14 @@ def _node_at(node, where: str):
     return node
 
 
-def refused(before, after) -> list[str]:
+def refused(before: Matrix, after: Matrix) -> list[str]:
     """The cells a bump would make impossible: included before, excluded after, with why."""
     was = {c.name for c in before.included}
     return [f"{c.name}: {c.excluded}" for c in after.cells if c.excluded and c.name in was]
 
 
 def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
-            releases=outdated.fetch_releases, lock=None) -> int:
+            releases: Callable[[str], list[str]] = outdated.fetch_releases, lock: Locker | None = None) -> int:
     from . import recipes as rendermod
     from ..define.matrix import load
 
@@ -180,7 +187,7 @@ def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
     return 1 if len(accepted) < len(edits) else 0
 
 
-def _breaks(before, matrix_path: Path, text: str, load) -> list[str]:
+def _breaks(before: Matrix, matrix_path: Path, text: str, load: Callable[[Path], Matrix]) -> list[str]:
     """What ``text`` as matrix.yaml would break: a schema rule, or cells made impossible."""
     trial = matrix_path.resolve().parent / f".{matrix_path.name}.bump"
     try:
@@ -192,7 +199,7 @@ def _breaks(before, matrix_path: Path, text: str, load) -> list[str]:
         trial.unlink(missing_ok=True)
 
 
-def _lock(root: Path, sets, out: TextIO) -> None:
+def _lock(root: Path, sets: list[LockSet], out: TextIO) -> None:
     from ..define import pip_locks
 
     written = pip_locks.write(root, sets, log=lambda s: out.write(f"  {s}\n"))

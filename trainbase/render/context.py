@@ -7,6 +7,7 @@ the lock sets (what it installs from PyPI), so the three can never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     other = cell.platform != s.axes.platform[0]
     wheel_platform = plat.wheel_platform if other else None
 
-    def lock(name: str, requirements, context=()) -> LockSet:
+    def lock(name: str, requirements: Iterable[str], context: Iterable[str] = ()) -> LockSet:
         return LockSet(name + plat.name_tag, py, tuple(requirements), tuple(context), wheel_platform)
 
     # -- lock sets, in install order (the order of the layers that use them) ------------------

@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -56,7 +57,7 @@ class Finding:
         return f"{self.where}: `{self.pipeline}`: {self.why}"
 
 
-def early_exit(words: list[str]) -> str | None:
+def early_exit(words: Sequence[str | None]) -> str | None:
     """Why the command `words` may exit before reading all of its standard input, or None.
     Words that are not literal (a `$VAR`) are given as None and never match an option."""
     if not words or words[0] is None:
@@ -134,7 +135,8 @@ def _parse(src: str) -> dict[str, Any]:
                           capture_output=True)
     if proc.returncode != 0:
         raise ShellSyntaxError(proc.stderr.decode(errors="replace").strip())
-    return json.loads(proc.stdout)
+    tree: dict[str, Any] = json.loads(proc.stdout)
+    return tree
 
 
 class ShellSyntaxError(ValueError):
@@ -160,7 +162,7 @@ def _word(node: dict[str, Any]) -> str | None:
     return "".join(out)
 
 
-def _consumer_words(stmt: dict[str, Any]) -> list[str | None] | None:
+def _consumer_words(stmt: dict[str, Any] | None) -> list[str | None] | None:
     """The words of the command a pipeline stage runs, when it is a simple command."""
     cmd = (stmt or {}).get("Cmd") or {}
     if cmd.get("Type") == "CallExpr":
@@ -178,7 +180,7 @@ def check_shell(src: str, where: str, first_line: int | None = 1) -> list[Findin
     tree = _parse(src)
     found: list[Finding] = []
 
-    def walk(node) -> None:
+    def walk(node: Any) -> None:
         if isinstance(node, dict):
             if node.get("Type") == "BinaryCmd" and node.get("Op") in ("|", "|&"):
                 why = early_exit(_consumer_words(node.get("Y")) or [])
@@ -242,7 +244,7 @@ def check_workflow(path: Path, root: Path) -> list[Finding]:
     return found
 
 
-def _runs(node) -> list[str]:
+def _runs(node: Any) -> list[str]:
     if isinstance(node, dict):
         out = [node["run"]] if isinstance(node.get("run"), str) else []
         for k, v in node.items():

@@ -20,6 +20,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from trainbase_common import emulation, engine
 from trainbase_common.states import JobState
@@ -59,7 +60,7 @@ class Options:
 
 class Executor:
     def __init__(self, m: Matrix, rendered: dict[str, Rendered], selected: list[Cell], opts: Options, root: Path,
-                 out=None):
+                 out: TextIO | None = None) -> None:
         self.m, self.rendered, self.opts, self.root = m, rendered, opts, root
         self.out = out or sys.stdout
         self.plan = Plan(m, rendered, selected)
@@ -218,8 +219,10 @@ class Executor:
         with self.lock:
             self.procs.pop(j.name, None)
             j.ended = time.monotonic()
+            # stop() sets it from the main thread while this build ran (mypy keeps the narrowing
+            # of the check before the build: False)
             if self.interrupted:
-                j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"
+                j.status, j.reason = JobState.INTERRUPTED, "build stopped by Ctrl-C (no tag was written)"  # type: ignore[unreachable]
             elif rc != 0:
                 j.status, j.reason = JobState.FAILED, docker_build.failure_reason(tail, rc)
                 found = failures.classify_build(j.reason, tail, arch=j.cell.arch)

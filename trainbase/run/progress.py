@@ -4,10 +4,18 @@ when the output is a log (CI)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
 from trainbase_common.states import JobState
 
 from .report import fmt_seconds, plain_console
+
+if TYPE_CHECKING:
+    from rich.live import Live
+    from rich.table import Table
+
+    from ..build.plan import Job
+    from .executor import Executor
 
 
 class Progress:
@@ -15,14 +23,14 @@ class Progress:
 
     HEARTBEAT = 60.0
 
-    def __init__(self, b):
+    def __init__(self, b: Executor) -> None:
         self.b = b
-        self.live = None
+        self.live: Live | None = None
         self.t0 = time.monotonic()
         self.last_beat = self.t0
         self.tty = b.out.isatty() if hasattr(b.out, "isatty") else False
 
-    def _table(self):
+    def _table(self) -> Table:
         from rich.table import Table
         from rich.text import Text
 
@@ -36,7 +44,7 @@ class Progress:
         return t
 
     def start(self) -> None:
-        counts = {}
+        counts: dict[JobState, int] = {}
         for j in self.b.jobs.values():
             counts[j.status] = counts.get(j.status, 0) + 1
         self.b.out.write("build: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
@@ -57,7 +65,7 @@ class Progress:
                     self.b.out.write(f"  ... {j.name}: building {fmt_seconds(j.duration)} | {j.last_line[:100]}\n")
             self.b.out.flush()
 
-    def event(self, j) -> None:
+    def event(self, j: Job) -> None:
         if not self.live:
             done = sum(not x.status.pending for x in self.b.jobs.values())
             why = f" ({j.reason})" if j.reason and j.status != JobState.BUILT else ""

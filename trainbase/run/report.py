@@ -7,13 +7,19 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from trainbase_common import engine
 from trainbase_common.states import JobState
 
 from ..deliver.publish import ALIAS
 from . import failures
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..build.plan import Job
+    from .executor import Executor
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -23,7 +29,7 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
 
 
-def build_report(x) -> dict[str, Any]:
+def build_report(x: Executor) -> dict[str, Any]:
     """The JSON report of an executor's run (schema 1): one record per job, plan order."""
     engine_version = engine.server_version()
     return {
@@ -70,7 +76,7 @@ def build_report(x) -> dict[str, Any]:
     }
 
 
-def _supply(x, j) -> dict[str, Any] | None:
+def _supply(x: Executor, j: Job) -> dict[str, Any] | None:
     """Where the cell's supply-chain documents are (inputs lock, inventory, SBOM, audit,
     budget, release notes), when this run wrote or has them."""
     sc = getattr(x, "supply", None)
@@ -81,7 +87,7 @@ def _supply(x, j) -> dict[str, Any] | None:
     return {"dir": str(d), "documents": docs, "seconds": round(j.supply_s, 1) if j.supply_s is not None else None}
 
 
-def plain_console(out=None, **kw):
+def plain_console(out: TextIO | None = None, **kw: Any) -> Console:
     """A rich console that prints text as text: no markup, emoji codes or highlighting.
     Everything trainbase shows comes from outside -- engine errors (`executor failed running
     [/bin/bash -o pipefail -c ...]`), build log lines, cell names, paths -- and rich would parse
@@ -91,7 +97,7 @@ def plain_console(out=None, **kw):
     return Console(file=out or sys.stdout, markup=False, emoji=False, highlight=False, **kw)
 
 
-def summary(b, out=None) -> None:
+def summary(b: Executor, out: TextIO | None = None) -> None:
     """The table a person reads at the end: cell, tag, status, duration, size, digest; then,
     for each failed cell, what to do next and which cells were skipped because of it."""
     from rich.table import Table
@@ -115,7 +121,7 @@ def summary(b, out=None) -> None:
         console.print(line)
 
 
-def incomplete_lines(b) -> list[str]:
+def incomplete_lines(b: Executor) -> list[str]:
     """What a run that skipped a platform this host cannot run left out, and the fix, once."""
     skipped = getattr(b, "platform_skipped", {})
     if not skipped:
@@ -131,14 +137,14 @@ def incomplete_lines(b) -> list[str]:
             f"  why: {first.reason}"]
 
 
-def counts(b) -> dict[str, int]:
+def counts(b: Executor) -> dict[str, int]:
     out: dict[str, int] = {}
     for j in b.jobs.values():
         out[str(j.status)] = out.get(str(j.status), 0) + 1
     return out
 
 
-def skipped_because_of(b, j) -> list[str]:
+def skipped_because_of(b: Executor, j: Job) -> list[str]:
     """The cells never built because `j` did not complete: its children, theirs, and so on."""
     out, frontier = [], [j.name]
     while frontier:
@@ -150,7 +156,7 @@ def skipped_because_of(b, j) -> list[str]:
     return out
 
 
-def next_steps(b) -> list[str]:
+def next_steps(b: Executor) -> list[str]:
     """One paragraph per failed cell: the cause, whether it looks transient, what to do, where
     the log is, and the cells skipped because of it."""
     lines = []
@@ -168,6 +174,6 @@ def next_steps(b) -> list[str]:
     return lines
 
 
-def write_report(b, path: str) -> None:
+def write_report(b: Executor, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(build_report(b), indent=2) + "\n")

@@ -11,6 +11,7 @@ import json
 import re
 import shlex
 import uuid
+from pathlib import Path
 from typing import Any
 
 from trainbase_common import engine
@@ -61,7 +62,7 @@ def parse(text: str, cell: str, tag: str, image_id: str, base: dict[str, str],
     for name, version in json.loads(s["pypi"] or "[]"):
         packages.append(Package("pypi", name, version))
     manifest = json.loads(s["manifest"]) if s["manifest"].strip() else {}
-    keep = {k: os_release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME") if k in os_release}
+    keep: dict[str, str] = {k: os_release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME") if k in os_release}
     return Inventory(cell=cell, tag=tag, image_id=image_id, os=keep, base=base,
                      packages=tuple(sorted(packages + components)), manifest=manifest)
 
@@ -102,7 +103,7 @@ def read(image: str, cell: str, tag: str, base: dict[str, str], components: list
     return parse(r.stdout, cell, tag, info.id, base, components)
 
 
-def tools_digest(root) -> str:
+def tools_digest(root: Path) -> str:
     """The toolbox and in-image tools as shipped (bytecode excluded), for the component entry."""
     h = hashlib.sha256()
     for f in sorted((root / "imagefs").rglob("*")):

@@ -107,7 +107,7 @@ def to_cyclonedx(inv: Inventory) -> str:
     identical inventory."""
     components = [_component(p, inv.os) for p in sorted(set(inv.packages))]
     refs = [c.bom_ref.value for c in components]
-    clashes = sorted({r for r in refs if refs.count(r) > 1})
+    clashes = sorted({r for r in refs if refs.count(r) > 1}, key=str)
     if clashes:
         # The library would make them unique with random suffixes, and the SBOM would no longer reproduce.
         raise ValueError(f"{inv.cell}:{inv.tag}: packages that differ only where a purl cannot tell: {clashes}")

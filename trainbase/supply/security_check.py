@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import lzma
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from ..errors import TrainbaseError
+
+Fetch = Callable[[str], bytes]   # URL -> the bytes it serves
 
 # Where each distro publishes its security suite (the images' own apt sources say the same).
 # Ubuntu serves arm64 from ports; Debian serves every architecture from one archive.
@@ -66,10 +69,11 @@ def read_sbom(path: Path) -> ImageFacts:
             doc = doc["predicate"]
         meta = doc["metadata"]["component"]
         props = {p["name"]: p["value"] for p in meta.get("properties", [])}
-        debs, arches = {}, set()
+        debs: dict[str, str] = {}
+        arches: set[str] = set()
         for c in doc.get("components", []):
             purl = PackageURL.from_string(c["purl"]) if c.get("purl", "").startswith("pkg:deb/") else None
-            if purl:
+            if purl and purl.version is not None:   # (sbom.py writes every deb with its version)
                 debs[purl.name] = purl.version
                 if purl.qualifiers.get("arch") not in (None, "all"):
                     arches.add(purl.qualifiers["arch"])
@@ -82,7 +86,7 @@ def read_sbom(path: Path) -> ImageFacts:
     return facts
 
 
-def security_index(os_id: str, codename: str, arch: str, fetch=None) -> dict[str, str]:
+def security_index(os_id: str, codename: str, arch: str, fetch: Fetch | None = None) -> dict[str, str]:
     """Binary package -> newest version in ``<codename>-security`` (every component)."""
     from debian import deb822
     from debian.debian_support import Version
@@ -106,7 +110,8 @@ def security_index(os_id: str, codename: str, arch: str, fetch=None) -> dict[str
 def _fetch(url: str) -> bytes:
     try:
         with urllib.request.urlopen(url, timeout=120) as r:
-            return r.read()
+            data: bytes = r.read()
+            return data
     except OSError as e:
         raise TrainbaseError(f"security index {url} could not be read ({e}): nothing was checked") from None
 
@@ -118,7 +123,7 @@ def pending(facts: ImageFacts, index: dict[str, str]) -> list[PendingFix]:
             if name in index and Version(index[name]) > Version(installed)]
 
 
-def check(sboms: list[Path], today: date, fetch=None) -> dict[str, dict[str, Any]]:
+def check(sboms: list[Path], today: date, fetch: Fetch | None = None) -> dict[str, dict[str, Any]]:
     """OS row -> {"epoch": today, "fixes": [...]} for every row with a pending fix."""
     indexes: dict[tuple[str, str, str], dict[str, str]] = {}
     rows: dict[str, dict[str, Any]] = {}
