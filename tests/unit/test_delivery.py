@@ -553,12 +553,21 @@ def test_the_plan_of_unpublished_cells_keeps_a_published_digest_that_lacks_attes
     digests = {"tb/base": "sha256:" + "a" * 64, "tb/torch": "sha256:" + "b" * 64}
     lacking = {"sha256:" + "a" * 64: ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]}
     kept, left = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpublished",
-                                               lambda h, repo, tag: digests.get(repo),
+                                               lambda h, repo, tag: None if tag.endswith("-zstd") else digests.get(repo),
                                                lambda h, repo, d: lacking.get(d, []))
     assert [e["name"] for e in kept] == ["base", "tf"]
     assert kept[0]["attest"] == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]
     assert kept[0]["ref"] == "reg.example:5000/tb/base@sha256:" + "a" * 64 and "attest" not in kept[1]
     assert left == {"torch": "published and attested"}
+    # the zstd twin is its own digest: one that lacks them is planned too
+    twins = {"tb/torch:r" + "b" * 12 + "-zstd": "sha256:" + "7" * 64}
+    lacking["sha256:" + "7" * 64] = ["sha256:777777777777: https://cyclonedx.org/bom"]
+    kept, _ = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpublished",
+                                            lambda h, repo, tag: twins.get(f"{repo}:{tag}") or
+                                            (digests.get(repo) if not tag.endswith("-zstd") else None),
+                                            lambda h, repo, d: lacking.get(d, []))
+    assert [e["name"] for e in kept] == ["base", "torch", "tf"]
+    assert kept[1]["attest"] == ["sha256:777777777777: https://cyclonedx.org/bom"]
 
 
 def test_merge_carries_attestations_into_an_index_that_was_already_published(reg, monkeypatch):
@@ -603,3 +612,23 @@ def test_gpu_yml_scans_each_platform_and_the_zstd_twin_as_its_own_digest():
     records = [s for s in steps if "trainbase.supply.vulnscan" in s.get("run", "")]
     assert len(records) == 2 and all('--platform "$PLATFORM"' in s["run"] for s in records)
     assert records[1]["env"]["REF"] == "${{ matrix.cell.twin_ref }}" and trivy[1]["if"] == records[1]["if"]
+
+
+def test_one_latest_without_an_sbom_does_not_stop_the_security_check_of_the_others(monkeypatch, capsys, tmp_path):
+    """Issue 52 (7): an unattested latest made the refresh's security job exit 2 ("no SBOM"), so
+    refreshes and security rebuilds stopped for every row. It is named, the others are checked."""
+    from trainbase.deliver import attest, security_rebuild
+    from trainbase.supply import security_check
+
+    checked = []
+
+    def fetch(m, root, selected, reg, out_dir, out=None, missing=None):
+        missing.append("cellb: reg/tb/cellb:latest (linux/amd64) has no SBOM attached: it cannot be checked")
+        return [tmp_path / "cella.cdx.json"]
+    monkeypatch.setattr(attest, "fetch_sboms", fetch)
+    monkeypatch.setattr(security_check, "check", lambda sboms, today: checked.append(sboms) or {})
+    assert security_rebuild.main(["--registry", "reg/tb", "--profile", "ci", "--root", str(ROOT)]) == 0
+    assert checked == [[tmp_path / "cella.cdx.json"]]
+    assert "::warning title=no SBOM::cellb: reg/tb/cellb:latest" in capsys.readouterr().out
+    monkeypatch.setattr(attest, "fetch_sboms", lambda *a, missing=None, **kw: missing.append("x") or [])
+    assert security_rebuild.main(["--registry", "reg/tb", "--profile", "ci", "--root", str(ROOT)]) == 2

@@ -103,7 +103,7 @@ def test_the_first_week_nothing_published_is_said_and_the_refresh_goes_on(tmp_pa
     from trainbase.deliver import attest, security_rebuild
 
     asked = []
-    monkeypatch.setattr(attest, "fetch_sboms", lambda m, root, selected, reg, out_dir: asked.append(reg) or [])
+    monkeypatch.setattr(attest, "fetch_sboms", lambda m, root, selected, reg, out_dir, **kw: asked.append(reg) or [])
     assert security_rebuild.main(["--registry", "ghcr.io/acme/trainbase", "--profile", "ci", "--root", str(ROOT)]) == 0
     assert asked == ["ghcr.io/acme/trainbase"]
     assert "nothing published under ghcr.io/acme/trainbase yet" in capsys.readouterr().out

@@ -130,7 +130,9 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
             promoted = d is not None and digest(host, repo, ALIAS) == d
             wanted, why = d is not None and not promoted, "promoted" if promoted else "not published"
         elif only == "unpublished" and d is not None and unattested is not None:
-            lacking = unattested(host, repo, d)
+            # the zstd twin is another digest with its own attestations (latest-zstd needs them)
+            twin = digest(host, repo, f"{e.get('release_tag', e['tag'])}{ZSTD}")
+            lacking = unattested(host, repo, d) + (unattested(host, repo, twin) if twin else [])
             wanted, why = bool(lacking), "published and attested"
         else:
             wanted, why = (d is not None) == (only == "published"), "published" if d else "not published"

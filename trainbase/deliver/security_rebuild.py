@@ -7,8 +7,10 @@ published `latest` in the registry (--registry, --profile) or given as files -- 
         [--write] [--today YYYY-MM-DD]
 
 Exit 0 with or without findings (the table says), and when nothing is published yet (a new
-registry's first week: said so); 2 when an index or an SBOM cannot be read, or a published
-image has none -- never a silent "nothing pending".
+registry's first week: said so); 2 when an index or an SBOM cannot be read, or when no
+published image has one -- never a silent "nothing pending". A published image without an SBOM
+(promoted before promotion required its attestations) is named, with a warning, and the others
+are still checked: one such image must not stop every security rebuild and refresh.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=Path("."))
     p.add_argument("--today", type=date.fromisoformat, default=date.today())
     a = p.parse_args(argv)
+    missing: list[str] = []          # published images without an SBOM: named, the others checked
     try:
         sboms = list(a.sboms)
         if a.registry:
@@ -41,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
             from .attest import fetch_sboms
 
             m = load(a.root / "matrix.yaml")
-            sboms += fetch_sboms(m, a.root, m.select({}, a.profile), a.registry, a.root / "reports" / "security-sboms")
+            sboms += fetch_sboms(m, a.root, m.select({}, a.profile), a.registry, a.root / "reports" / "security-sboms",
+                                 missing=missing)
+            for why in missing:
+                print(f"::warning title=no SBOM::{why}")
+            if missing and not sboms:
+                raise TrainbaseError(f"no published image has an SBOM to check ({len(missing)} without one)")
             if not sboms:
                 # a new registry's first week: no `latest` yet (fetch_sboms named each cell).
                 # Said, and not an error: the refresh must still bump, lock and open its pull request
