@@ -36,7 +36,8 @@ def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs
         raise pytest.UsageError(f"--derived-tiers: unknown tier(s) {', '.join(sorted(unknown))}; "
                                 f"tiers are {', '.join(TIERS)}")
     derived = _derived_images(config, refs)
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         tier = next((t for t in TIERS if item.get_closest_marker(t)), None)
         ref = _image_param(item)
@@ -46,9 +47,9 @@ def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs
         items[:] = keep
         config.stash[DERIVED_NOTE] = (
             f"--derived-tiers {','.join(sorted(keep_tiers))}: {len(drop)} check(s) of "
-            + ", ".join(sorted({short_name(_image_param(i)) for i in drop}))
+            + ", ".join(sorted({short_name(_image_param(i) or "") for i in drop}))
             + " deselected; their tiers ran on the parent image(s) "
-            + ", ".join(sorted({short_name(derived[short_name(_image_param(i))]) for i in drop})))
+            + ", ".join(sorted({short_name(derived[short_name(_image_param(i) or "")]) for i in drop})))
 
 
 def group_by_image(items: list[pytest.Item]) -> None:
@@ -58,7 +59,7 @@ def group_by_image(items: list[pytest.Item]) -> None:
     (the runtime ways, the PMI kinds): measured on the ci profile's three images, the image's
     container started 68 times, the two-node cluster 41, the Charliecloud unpack 19 and the
     rootless Podman load 6 -- about a third of the suite's time spent starting things again."""
-    images: dict[str, int] = {}
+    images: dict[str | None, int] = {}      # None: a check with no image parameter
     modules: dict[str, int] = {}
     for item in items:
         images.setdefault(_image_param(item), len(images))

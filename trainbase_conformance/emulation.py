@@ -15,7 +15,6 @@ import pytest
 
 from trainbase_common import emulation as binfmt
 from trainbase_common.platforms import EMULATED_CPUS
-from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
 from trainbase_common.platforms import host_arch
 
 # OCI architecture -> the ELF e_machine of its binaries

@@ -38,7 +38,7 @@ def loaded_first_by_its_package(path: str, soname: str, shipped: dict[str, list[
     package, or `import torch`, loads that library first and the linker reuses it by soname.
     True when the image ships the library in that same package or in torch/lib."""
     pkg = SITE_PACKAGE.match(path)
-    return bool(pkg) and any(p.startswith(pkg.group(1)) or "/site-packages/torch/lib/" in p
+    return pkg is not None and any(p.startswith(pkg.group(1)) or "/site-packages/torch/lib/" in p
                              for p in shipped.get(soname, []))
 
 

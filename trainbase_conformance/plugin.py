@@ -115,7 +115,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if len(kinds) != 1 or kinds[0] not in EVIDENCE:
             raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one "
                                     f"@pytest.mark.evidence(KIND), KIND in {', '.join(EVIDENCE)}; found {kinds}")
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        module = _module_name(item)
         config.stash[_RESULTS].evidence[(module, _check_name(item))] = kinds[0]
         if tiers[0] in ("gpu", "fabric"):
             caps = caps or _caps(config)
@@ -349,7 +349,13 @@ def _check_name(item: pytest.Item) -> str:
     other = {k: v for k, v in cs.params.items() if k != "image"} if cs is not None else {}
     if not other:
         return getattr(item, "originalname", item.name)
-    return f"{item.originalname}[{'-'.join(str(v) for v in other.values())}]"
+    return f"{getattr(item, 'originalname', item.name)}[{'-'.join(str(v) for v in other.values())}]"
+
+
+def _module_name(item: pytest.Item) -> str:
+    """The check module's short name (test_nccl); "" for an item no Python module collected."""
+    module = getattr(item, "module", None)
+    return module.__name__.rsplit(".", 1)[-1] if module else ""
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -375,7 +381,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     state = "skipped" if rep.skipped else "failed" if rep.failed else "passed"
     if rep.when == "setup" and rep.failed:
         state = "error"
-    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    module = _module_name(item)
     item.config.stash[_RESULTS].add(image, module, _check_name(item), rep.when, state, message, rep.duration,
                                     longrepr, order=(module, item.location[1] or 0))
 

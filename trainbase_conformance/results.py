@@ -85,8 +85,7 @@ class Results:
         for module, check in checks:
             cells = []
             for im in images:
-                o = self.rows.get((im, module, check))
-                cells.append(_cell(o))
+                cells.append(_cell(self.rows.get((im, module, check))))
             lines.append(f"| {module}::{check} | " + " | ".join(cells) + " |")
         failed = [o for o in self.rows.values() if o.outcome in ("failed", "error")]
         if failed:

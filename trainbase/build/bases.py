@@ -17,6 +17,7 @@ define/base_lock.py, which the renderer reads; everything here asks the engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,14 @@ from trainbase_common import engine
 
 from ..define import base_lock
 from ..define.base_lock import BOOTSTRAP, REGISTRY, BaseLock
+from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..render import context
 from . import bootstrap
 
 
-def resolve(ref: str, row: Any, lock: BaseLock, log, arch: str | None = None) -> tuple[str, str | None]:
+def resolve(ref: str, row: Any, lock: BaseLock, log: Callable[[str], object],
+            arch: str | None = None) -> tuple[str, str | None]:
     """(what to build FROM, why the row's cells must not build) for one base of a build. A
     bootstrap already in the engine that is not the locked one is made again once (an engine
     can hold one from before a Debian point release); what then still differs from the lock
@@ -63,7 +66,8 @@ def _differs(lock: BaseLock, built_from: str) -> str | None:
     return base_lock.mismatch(lock, resolved, packages)
 
 
-def relock(m, root: Path, cells, log, refresh: bool = False) -> dict[str, BaseLock]:
+def relock(m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], object],
+           refresh: bool = False) -> dict[str, BaseLock]:
     """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
     Without ``refresh`` only the bases with no entry yet are resolved (a new CUDA row's base):
     re-resolving a locked one moves the tag of every cell on it, which the weekly refresh does

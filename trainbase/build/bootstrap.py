@@ -34,7 +34,7 @@ from trainbase_common import engine
 from trainbase_common import emulation
 from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
-Log = Callable[[str], None]
+Log = Callable[[str], object]   # print, or a writer: what it returns is not read
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEBOOTSTRAP_SCRIPTS = Path("/usr/share/debootstrap/scripts")

@@ -134,7 +134,7 @@ def type_mpi(job: Job, wrapper: str, cmd: str, what: str, check) -> None:
 def test_type_mpi_rendezvous(target, job, wrapper):
     """`type: mpi`: every launch variable from the MPI launcher + Azure's Batch variables."""
     type_mpi(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py", f"type: mpi, {wrapper}, rendezvous probe",
-             lambda *a: check_topology(*a, sets=azureml.LAUNCH_SETS["mpi", wrapper]))
+             lambda job, out, what: check_topology(job, out, what, sets=azureml.LAUNCH_SETS["mpi", wrapper]))
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
@@ -271,7 +271,7 @@ def test_pytorch_teardown_never_aborts_a_finished_job(target, job):
     need(target, "pytorch")
     procs = [azureml.Process(0, {**p.env, "MASTER_ADDR": "127.0.0.1"}) for p in azureml.pytorch(job.ips, PER_NODE)]
     codes: dict[int, int] = {}
-    aborted = []
+    aborted: list[str] = []
     for run in range(TEARDOWN_RUNS):
         for p, r in job.processes(procs, f"{job.python} {DDP} --steps 2", timeout=180):
             codes[r.returncode] = codes.get(r.returncode, 0) + 1

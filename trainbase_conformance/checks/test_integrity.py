@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainbase_conformance.emulation import ELF_MACHINE, MACHINE, image_arch
+from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
+from trainbase_conformance.emulation import ELF_MACHINE, image_arch
 from trainbase_conformance.linkage import unexplained_gaps
 
 from trainbase_conformance.plugin import PROBE_DIR

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import shlex
 import tempfile
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from trainbase_conformance import runtimes, slurm
 from trainbase_conformance.containers import Container
 from trainbase_common import engine
 
-from trainbase_conformance.plugin import PROBES
+from trainbase_conformance.resources import PROBES
 
 pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run"), pytest.mark.trainbase_contract("tb-doctor and tb-launch")]
 
@@ -75,7 +76,7 @@ def probe_cmd(python: str, torch: bool) -> str:
 
 # ----------------------------------------------------------------------------- Docker
 
-DOCKER_WAYS = {
+DOCKER_WAYS: dict[str, dict[str, Any]] = {
     "uid-without-passwd": dict(user=NOBODY),
     "uid-read-only-tmpfs-tmp": dict(user=NOBODY, read_only=True, tmpfs=("/tmp",)),
 }

@@ -11,7 +11,8 @@ import pytest
 
 from trainbase_conformance import speed
 
-from trainbase_conformance.plugin import PROBE_DIR, PROBES
+from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.resources import PROBES
 
 ROUNDS = 2      # host and image alternate at least this many times; each keeps its best figures
 # ... and up to this many while the image is below the floor: a loaded machine (a CI runner
