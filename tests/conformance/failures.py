@@ -47,7 +47,7 @@ DOC = ROOT / "docs" / "conformance.md"
 START, END = "<!-- failures-table:start -->", "<!-- failures-table:end -->"
 GENERATOR = ".venv/bin/python -m tests.conformance.failures"
 KINDS = ("variant", "unit", "foreign")      # the ways, strongest first: a check counts under the first it has
-ENTRY_KEYS = {"unit": {"shown_by", "unit", "message", "via"}, "none": {"shown_by", "why"}}
+ENTRY_KEYS = {"unit": {"shown_by", "unit", "message", "via", "also"}, "none": {"shown_by", "why"}}
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,13 @@ def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[
         if not isinstance(node, str) or (why := unit_test_exists(node, root)):
             problems.append(f"failures.yaml: {cid}: unit {node!r}: {why if isinstance(node, str) else 'missing'}")
             continue
+        also = entry.get("also") or []
+        if not isinstance(also, list):
+            problems.append(f"failures.yaml: {cid}: also is a list of unit tests")
+            also = []
+        for more in also:
+            if not isinstance(more, str) or (why := unit_test_exists(more, root)):
+                problems.append(f"failures.yaml: {cid}: also {more!r}: {why if isinstance(more, str) else 'not a node id'}")
         ways.append(Way(cid, "unit", node, (message or "").strip(), (entry.get("via") or "").strip()))
     return ways, nones, problems
 
