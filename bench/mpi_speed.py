@@ -42,12 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainbase_conformance import runtimes, slurm, speed  # noqa: E402
-from trainbase_conformance.containers import ssh_cluster  # noqa: E402
-from trainbase_conformance.flavors import MpiFlavor  # noqa: E402
 from trainbase_common import buildkit, engine  # noqa: E402
 from trainbase_common.manifest import MANIFEST_PATH  # noqa: E402
 from trainbase_common.states import usable_images  # noqa: E402
+from trainbase_conformance import runtimes, slurm, speed  # noqa: E402
+from trainbase_conformance.containers import ssh_cluster  # noqa: E402
+from trainbase_conformance.flavors import MpiFlavor  # noqa: E402
 
 PROBE = ROOT / "trainbase_conformance" / "probes" / "pingpong_mpi4py.py"
 RUNTIMES = ("docker", "docker-uid", "docker-ptrace", "two-containers", "podman", "ch-run", "srun-ch-run-join",

@@ -61,8 +61,9 @@ def checked_out(rev: str | None) -> Path:
 
 def pipelines(root: Path) -> dict[str, dict]:
     """Every read-only pipeline of every rendered RUN line: text -> {block, cells, flagged}."""
-    from dockerfile_parse import DockerfileParser
     import io
+
+    from dockerfile_parse import DockerfileParser
 
     m = load(root / "matrix.yaml")
     out: dict[str, dict] = {}
@@ -168,7 +169,7 @@ def main() -> int:
           f"{a.runs} runs each in {a.image} under {a.load} busy loops", file=sys.stderr)
     res = stress(a.image, todo, a.runs, a.load)
     chance = [r for r in res if r["failures"]]
-    print(f"| pipeline | block | cells | flagged by pipefail_lint | runs | failures | exit codes |")
+    print("| pipeline | block | cells | flagged by pipefail_lint | runs | failures | exit codes |")
     print("|---|---|---|---|---|---|---|")
     for r in res:
         print(f"| `{r['pipeline']}` | {r['block']} | {r['cells']} | {'yes' if r['flagged'] else 'no'} | {r['runs']} "

@@ -43,11 +43,11 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainbase_conformance import runtimes  # noqa: E402
+from trainbase_conformance import runtimes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import lazy_pull  # noqa: E402
-from lazy_pull import run  # noqa: E402  one runner for both bench modules
+import lazy_pull
+from lazy_pull import run
 
 CONTAINERD = "/var/run/docker/containerd/containerd.sock"
 CLIENTS = ("ctr", "podman", "stargz")

@@ -21,8 +21,7 @@ import warnings
 
 import lightning as L
 import torch
-
-from lightning_ddp import TinyRegression, parameters_agree   # the same model and check, beside this file
+from lightning_ddp import TinyRegression, parameters_agree  # the same model and check, beside this file
 
 
 def mpi_rank() -> str:

@@ -185,7 +185,7 @@ def _register(arch: str) -> str | Unregistrable:
         r = _run([tool, "--enable", name])
         if r.returncode != 0:
             return Unregistrable(f"update-binfmts --enable {name} failed: {(r.stderr or r.stdout).strip()[:200]}",
-                                 f"re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); "
+                                 "re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); "
                                  + _leave_out(arch))
         return f"binfmt-support: update-binfmts --enable {name}"
     return Unregistrable(

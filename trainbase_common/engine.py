@@ -101,7 +101,7 @@ class EngineInfo:
 def info() -> EngineInfo:
     i = _call(client().info)
     return EngineInfo(root_dir=i.get("DockerRootDir", ""), driver=i.get("Driver", ""),
-                      runtimes=tuple(sorted((i.get("Runtimes") or {}))))
+                      runtimes=tuple(sorted(i.get("Runtimes") or {})))
 
 
 # --------------------------------------------------------------------------- images
@@ -312,7 +312,7 @@ def run_detached(image: str, command: list[str], *, name: str, labels: dict[str,
 
     kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
                               devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
-                              tmpfs={t: "" for t in opts.tmpfs}, read_only=opts.read_only, environment=dict(opts.env))
+                              tmpfs=dict.fromkeys(opts.tmpfs, ""), read_only=opts.read_only, environment=dict(opts.env))
     kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network)) if v})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]

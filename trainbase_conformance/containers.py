@@ -42,7 +42,7 @@ class Container:
 
     @classmethod
     def start(cls, image: str, opts: engine.RunOptions, *, hostname: str | None = None,
-              network: str | None = None, prefix: str = "tbconf") -> "Container":
+              network: str | None = None, prefix: str = "tbconf") -> Container:
         """`sleep infinity` in the image, keeping its entrypoint (NVIDIA bases wrap "$@"). An
         image of another architecture runs as the first CPU of emulation.emulated_cpus (a CPU
         its users have) unless ``opts`` names one."""

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from trainbase_common import emulation as binfmt
-from trainbase_common.platforms import EMULATED_CPUS
-from trainbase_common.platforms import host_arch
+from trainbase_common.platforms import EMULATED_CPUS, host_arch
 
 # OCI architecture -> the ELF e_machine of its binaries
 ELF_MACHINE = {"amd64": 62, "arm64": 183}     # EM_X86_64, EM_AARCH64

@@ -19,7 +19,7 @@ class MpiFlavor:
     rank_vars: dict[str, str] = field(default_factory=dict)  # rank/size/local_rank/local_size
 
     @staticmethod
-    def from_manifest(manifest: dict[str, Any]) -> "MpiFlavor":
+    def from_manifest(manifest: dict[str, Any]) -> MpiFlavor:
         mpi = manifest["components"]["mpi"]
         kind, version, prefix = mpi["kind"], str(mpi["version"]), mpi.get("prefix", "")
         if kind == "openmpi":

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from . import EVIDENCE
 
-
 OUTCOME_ORDER = {"failed": 0, "error": 1, "passed": 2, "skipped": 3}
 
 

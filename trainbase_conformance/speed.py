@@ -101,7 +101,7 @@ class Ratios:
     allreduce_4MiB: float  # host time / image time (higher is better)
 
     @classmethod
-    def of(cls, image: dict[str, Any], host: dict[str, Any]) -> "Ratios":
+    def of(cls, image: dict[str, Any], host: dict[str, Any]) -> Ratios:
         return cls(lat_8B=round(image["lat_8B_us"] / host["lat_8B_us"], 2),
                    bw_64KiB=round(image["bw_64KiB_GBs"] / host["bw_64KiB_GBs"], 2),
                    bw_4MiB=round(image["bw_4MiB_GBs"] / host["bw_4MiB_GBs"], 2),

@@ -15,8 +15,8 @@ import yaml
 
 from trainbase_common import engine
 
-from .conftest import ROOT
 from ..conftest import cell
+from .conftest import ROOT
 
 pytestmark = pytest.mark.engine
 PY = sys.executable

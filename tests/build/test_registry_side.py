@@ -4,13 +4,14 @@ only the layer compression, and a retag by digest that writes the manifest uncha
 image (the local Debian base) keeps this quick; tests/build/test_build.py promotes a real cell."""
 import base64
 import json
-import subprocess
 import os
+import subprocess
 import urllib.request
 
 import pytest
 
-from trainbase.deliver import referrers, registry as regmod
+from trainbase.deliver import referrers
+from trainbase.deliver import registry as regmod
 
 pytestmark = pytest.mark.engine
 

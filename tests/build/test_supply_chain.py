@@ -85,7 +85,7 @@ def test_locked_refuses_a_cell_whose_input_moved(build_report, tmp_path):
     shutil.copytree(ROOT / "reports" / "supply" / CHEAP / cell["tag"], supply / CHEAP / cell["tag"])
     lock_path = supply / CHEAP / cell["tag"] / "inputs.lock.json"
     lock = json.loads(lock_path.read_text())
-    lock["inputs"]["pip_locks"] = {k: "0" * 64 for k in lock["inputs"]["pip_locks"]}
+    lock["inputs"]["pip_locks"] = dict.fromkeys(lock["inputs"]["pip_locks"], "0" * 64)
     lock_path.write_text(json.dumps(lock))
     report = tmp_path / "report.json"
     r = _build(ROOT, "--locked", "--select", f"name={CHEAP}", "--supply-dir", str(supply), "--report", str(report))
@@ -153,8 +153,8 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
     base is pushed and locked, then its tag is moved upstream to another image. The build's
     resolver still pulls the locked digest, not the tag, and a Dockerfile FROM the rendered
     ``name:tag@digest`` is built from the locked image."""
-    from trainbase.define import base_lock
     from trainbase.build import bootstrap
+    from trainbase.define import base_lock
 
     src = bootstrap.bootstrap_ref("debian:12.15-slim")
     assert engine.image_exists(src), f"{src} is made by the ci build that runs before these tests"

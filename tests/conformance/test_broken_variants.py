@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conformance import verdict
+from trainbase.build import docker_build
+from trainbase_common import engine
 from trainbase_conformance.containers import Container, short_name
 from trainbase_conformance.plugin import _image_refs
 from trainbase_conformance.resources import CHECKS
-from trainbase_common import engine
-from trainbase.build import docker_build
-from tests.conformance import verdict
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -6,8 +6,8 @@ answers a command the way a given image printed it: ``answer(node, cmd, env)`` r
 formats (examples/*.py), built by the helpers below."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Callable
 
 from trainbase_conformance.flavors import MpiFlavor
 from trainbase_conformance.plugin import Cluster, Target

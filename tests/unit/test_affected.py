@@ -13,8 +13,8 @@ from trainbase.define.matrix import load
 from trainbase.deliver import affected
 from trainbase.render import recipes
 
-from .conftest import run_cli
 from ..conftest import cell
+from .conftest import run_cli
 
 
 def tags(root: Path) -> dict[str, str]:

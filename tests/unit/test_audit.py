@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from trainbase.supply.audit import (APT_SECURITY_COMMAND, PIP_AUDIT_FLAGS, AuditError, Finding,
-                                    apt_security_findings, evaluate, load_allowlist, parse_pip_audit, pip_audit)
+from trainbase.supply.audit import (
+    APT_SECURITY_COMMAND,
+    PIP_AUDIT_FLAGS,
+    AuditError,
+    Finding,
+    apt_security_findings,
+    evaluate,
+    load_allowlist,
+    parse_pip_audit,
+    pip_audit,
+)
 from trainbase.supply.inventory import Package
 
 from .conftest import ROOT

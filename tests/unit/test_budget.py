@@ -68,7 +68,7 @@ def test_largest_dirs_ignores_noise_and_takes_space_separated_output():
 def test_largest_dirs_command_sorts_sizes_of_one_filesystem_in_bytes():
     assert LARGEST_DIRS_COMMAND.startswith("du -x -b --max-depth=")
     assert "sort -rn" in LARGEST_DIRS_COMMAND and "sed -n 1,400p" in LARGEST_DIRS_COMMAND
-    from trainbase.render.pipefail_lint import check_shell   # the cut reads to the end: no SIGPIPE
+    from trainbase.render.pipefail_lint import check_shell  # the cut reads to the end: no SIGPIPE
     assert not check_shell(LARGEST_DIRS_COMMAND, "LARGEST_DIRS_COMMAND")
 
 

@@ -7,17 +7,17 @@ import time
 import pytest
 
 from trainbase.build import docker_build, plan
+from trainbase.define.matrix import load, parse_selects
 from trainbase.deliver import registry
+from trainbase.errors import TrainbaseError
 from trainbase.render import recipes
 from trainbase.run import executor
-from trainbase_common import buildkit, engine
-from trainbase.define.matrix import load, parse_selects
-from trainbase.errors import TrainbaseError
 from trainbase.run.report import build_report
+from trainbase_common import buildkit, engine
 from trainbase_common.states import JobState
 
-from .conftest import ROOT
 from ..conftest import cell
+from .conftest import ROOT
 
 # the 12.8 row's PyTorch on Ubuntu 24.04 over Open MPI 4.1.8 (its base uses the pending artifact)
 PYTORCH_UBUNTU_128 = cell(os="ubuntu24.04", cuda="12.8", mpi="openmpi4.1.8", ib="inbox", framework="pytorch")
@@ -319,9 +319,8 @@ def test_failure_reason_ignores_an_earlier_steps_tool_output():
 
 # -- issue 37: a host that cannot run arm64 builds every amd64 cell and says the profile is incomplete
 def test_a_platform_the_host_cannot_run_is_skipped_with_its_fix_and_the_run_is_incomplete(m, monkeypatch, tmp_path):
-    from trainbase import cli
-    from trainbase_common import emulation
     from trainbase.run import report
+    from trainbase_common import emulation
 
     monkeypatch.setattr(emulation, "host_arch", lambda: "amd64")
 

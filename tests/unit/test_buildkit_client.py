@@ -173,8 +173,8 @@ def test_build_command_is_a_buildkit_build_that_tags_only_at_the_end(monkeypatch
                                     target="image", secrets={"ca_bundle": "/ca.pem"}, network="host")
     assert env["DOCKER_BUILDKIT"] == "1" and cmd[:3] == ["/bin/sh", "build", "--progress=plain"]
     assert cmd[cmd.index("-t") + 1] == "ns/x:r1" and cmd[-1] == "."
-    assert ["--secret", "id=ca_bundle,src=/ca.pem"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
-    assert ["--label", "a=1"] == cmd[cmd.index("--label"):cmd.index("--label") + 2]
+    assert cmd[cmd.index("--secret"):cmd.index("--secret") + 2] == ["--secret", "id=ca_bundle,src=/ca.pem"]
+    assert cmd[cmd.index("--label"):cmd.index("--label") + 2] == ["--label", "a=1"]
 
 
 def test_images_say_where_their_recipe_lives_without_leaking_a_token(tmp_path, monkeypatch):

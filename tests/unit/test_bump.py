@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from trainbase.define import outdated
-from trainbase.render import bump
 from trainbase.errors import TrainbaseError
+from trainbase.render import bump
 
 RELEASES = {"psutil": ["7.2.2", "7.2.3", "8.0.0"], "pyyaml": ["6.0.3", "6.0.4"]}
 

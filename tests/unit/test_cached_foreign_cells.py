@@ -14,7 +14,7 @@ from trainbase.run import executor, failures, report
 from trainbase_common import emulation, engine
 from trainbase_common.states import JobState
 
-from .test_build_plan_and_executor import make, m  # noqa: F401  (the matrix fixture)
+from .test_build_plan_and_executor import m, make  # noqa: F401  (the matrix fixture)
 
 ARM = "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64"
 NATIVE = "openmpi5.0.11-cuda13.0-cudnn9-debian12"
@@ -104,7 +104,7 @@ def test_with_registration_impossible_the_cached_cell_is_skipped_with_the_fix_an
 
 
 def test_a_failed_supply_step_of_a_cached_image_keeps_its_tag_and_says_what_failed(cached, monkeypatch):
-    monkeypatch.setattr(emulation, "ensure", lambda arches, log: {a: "native" for a in arches})
+    monkeypatch.setattr(emulation, "ensure", lambda arches, log: dict.fromkeys(arches, "native"))
     b = cached(NATIVE, FakeSupply(fail=engine.EngineAPIError(409, "409 Container 14c0 is not running")))
     assert b.run() == 1
     j = b.jobs[NATIVE]
@@ -116,7 +116,7 @@ def test_a_failed_supply_step_of_a_cached_image_keeps_its_tag_and_says_what_fail
 
 def test_the_emulator_gone_mid_run_is_the_machine_not_the_recipe(cached, monkeypatch):
     """The run in the issue: the container of the arm64 image died at its first exec."""
-    monkeypatch.setattr(emulation, "ensure", lambda arches, log: {a: "emulated" for a in arches})
+    monkeypatch.setattr(emulation, "ensure", lambda arches, log: dict.fromkeys(arches, "emulated"))
     monkeypatch.setattr(emulation, "handler_state", lambda arch: (False, "no qemu-aarch64 handler registered"))
     b = cached(ARM, FakeSupply(fail=engine.EngineAPIError(409, "409 Container 14c0 is not running")))
     b.run()

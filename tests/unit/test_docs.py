@@ -49,8 +49,8 @@ from unittest import mock
 
 import pytest
 
-from .conftest import ROOT
 from ..conftest import cell
+from .conftest import ROOT
 
 # --------------------------------------------------------------------------- the documents
 
@@ -540,8 +540,7 @@ def figures() -> dict[str, int]:
     return out
 
 
-NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                "fifteen sixteen seventeen eighteen nineteen twenty").split()
+NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
 N = r"\d+|" + "|".join(NUMBER_WORDS)
 
 

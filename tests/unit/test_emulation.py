@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trainbase.build import bootstrap
-from trainbase_common import emulation
 from trainbase.define import pip_locks
+from trainbase_common import emulation
 
 
 @pytest.fixture
@@ -267,7 +267,8 @@ def test_an_emulated_arm64_container_runs_as_a_gpu_servers_cpu_not_qemus_512_bit
     emulated image is started as the first CPU of EMULATED_CPUS (Grace), unless told another;
     a native image gets no QEMU_CPU at all."""
     from trainbase_common import engine
-    from trainbase_conformance import containers, emulation as conf_emulation
+    from trainbase_conformance import containers
+    from trainbase_conformance import emulation as conf_emulation
 
     monkeypatch.setattr(conf_emulation, "host_arch", lambda: "amd64")
     started = []

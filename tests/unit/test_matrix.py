@@ -6,8 +6,8 @@ import pytest
 from trainbase.define.matrix import load, parse_selects
 from trainbase.errors import MatrixError
 
-from .conftest import ROOT, run_cli
 from ..conftest import cell
+from .conftest import ROOT, run_cli
 
 
 @pytest.fixture(scope="module")

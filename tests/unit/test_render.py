@@ -14,8 +14,8 @@ import pytest
 from trainbase.define.matrix import load
 from trainbase.render import recipes
 
-from .conftest import ROOT, run_cli
 from ..conftest import cell
+from .conftest import ROOT, run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_CELLS = [

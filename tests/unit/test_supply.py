@@ -11,7 +11,7 @@ from trainbase.define.matrix import load
 from trainbase.render import recipes
 from trainbase.run import executor
 from trainbase.supply import chain, inventory_reader
-from trainbase.supply.inventory import Inventory, Package
+from trainbase.supply.inventory import Inventory
 from trainbase_common import engine
 from trainbase_common.states import JobState
 

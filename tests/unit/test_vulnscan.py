@@ -4,7 +4,6 @@ for each rule): a fixable critical blocks, an unfixable one and a fixable high d
 allow-list entry accepts until it expires, a report that is not one fails, and promotion holds
 back a digest the scan failed, or never scanned, even when its GPU tier passed."""
 import json
-from datetime import date
 
 import pytest
 

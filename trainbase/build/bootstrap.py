@@ -29,9 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainbase_common import engine
+from trainbase_common import emulation, engine
 
-from trainbase_common import emulation
 from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
 Log = Callable[[str], object]   # print, or a writer: what it returns is not read

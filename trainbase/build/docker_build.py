@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from trainbase_common import buildkit, engine
@@ -59,7 +59,7 @@ def source_labels(root: str) -> dict[str, str]:
     from, when. Read once per run: CI's repository URL (GITHUB_SERVER_URL/GITHUB_REPOSITORY),
     else the checkout's origin without any credentials in it; HEAD of the checkout. Labels are
     not part of the recipe (the tag stays the recipe's), so they never cause a rebuild."""
-    out = {"org.opencontainers.image.created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    out = {"org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
     def git(*args: str) -> str:
         r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 import yaml
 from packaging.utils import canonicalize_name

@@ -41,7 +41,7 @@ class PlatformFile(Strict):
     pending_reason: str | None = None
 
     @model_validator(mode="after")
-    def _checksum(self) -> "PlatformFile":
+    def _checksum(self) -> PlatformFile:
         if self.sha256 == "pending":
             if not self.pending_reason:
                 raise ValueError("sha256 is 'pending' without a pending_reason")
@@ -73,7 +73,7 @@ class Artifact(Strict):
     architecture_specific: bool = False
     platforms: dict[str, PlatformFile] = {}
 
-    def file_for(self, platform: str) -> "Artifact | PlatformFile":
+    def file_for(self, platform: str) -> Artifact | PlatformFile:
         """The file this artifact is on ``platform``: its own entry there, else the artifact
         itself (the same bytes everywhere: a source tarball, a key)."""
         return self.platforms.get(platform, self)
@@ -88,7 +88,7 @@ class Artifact(Strict):
         return v
 
     @model_validator(mode="after")
-    def _checksum(self) -> "Artifact":
+    def _checksum(self) -> Artifact:
         if (self.sha256 is None) == (self.openpgp_fingerprint is None):
             raise ValueError("pin an artifact by exactly one of sha256 (its bytes) or openpgp_fingerprint "
                              "(a signing key's identity)")
@@ -144,7 +144,7 @@ class PythonEnv(Strict):
     installer: str | None = None  # artifact key (conda)
 
     @model_validator(mode="after")
-    def _installer(self) -> "PythonEnv":
+    def _installer(self) -> PythonEnv:
         if self.manager == "conda" and not self.installer:
             raise ValueError("python.manager conda needs an installer artifact (Miniforge)")
         return self
@@ -204,7 +204,7 @@ class CudaRow(Strict):
         return v
 
     @model_validator(mode="after")
-    def _nccl_consistent(self) -> "CudaRow":
+    def _nccl_consistent(self) -> CudaRow:
         missing = {"cuda_runtime", "cublas", "cudnn", "nccl"} - set(self.wheels)
         if missing:
             raise ValueError(f"wheels lacks {sorted(missing)}")
@@ -219,7 +219,7 @@ class UcxChoice(Strict):
     artifact: str | None = None
 
     @model_validator(mode="after")
-    def _artifact(self) -> "UcxChoice":
+    def _artifact(self) -> UcxChoice:
         if self.source == "source" and not self.artifact:
             raise ValueError("ucx from source needs an artifact")
         return self
@@ -236,7 +236,7 @@ class IbRow(Strict):
     key: str | None = None
 
     @model_validator(mode="after")
-    def _doca(self) -> "IbRow":
+    def _doca(self) -> IbRow:
         if self.kind == "doca-ofed" and not (self.version and self.package_version and self.repo and self.key):
             raise ValueError("doca-ofed needs version, package_version, repo and key")
         return self
@@ -253,7 +253,7 @@ class MpiRow(Strict):
     bundled_ucx: str | None = None
 
     @model_validator(mode="after")
-    def _how(self) -> "MpiRow":
+    def _how(self) -> MpiRow:
         if self.install == "source" and not self.artifact:
             raise ValueError("install: source needs an artifact")
         if self.install == "pypi" and not self.packages:
@@ -334,7 +334,7 @@ class Profile(Strict):
     cells: list[str] | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "Profile":
+    def _one(self) -> Profile:
         if (self.select is None) == (self.cells is None):
             raise ValueError("a profile has exactly one of select or cells")
         return self

@@ -13,15 +13,15 @@ entry with its own CUDA rows and size (docs/matrix.md): named, never written by 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
-from ..errors import MatrixError, TrainbaseError
 from ..define import outdated
+from ..errors import MatrixError, TrainbaseError
 
 if TYPE_CHECKING:
     from ..define.matrix import Matrix
@@ -125,8 +125,8 @@ def refused(before: Matrix, after: Matrix) -> list[str]:
 
 def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
             releases: Callable[[str], list[str]] = outdated.fetch_releases, lock: Locker | None = None) -> int:
-    from . import recipes as rendermod
     from ..define.matrix import load
+    from . import recipes as rendermod
 
     root = matrix_path.resolve().parent
     before = load(matrix_path)

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..define.matrix import Cell, Matrix
 from ..define import base_lock
+from ..define.matrix import Cell, Matrix
 from ..define.pip_locks import LockSet
 
 VENV_PREFIX = "/opt/trainbase/venv"

@@ -148,9 +148,7 @@ def _word(node: dict[str, Any]) -> str | None:
     out = []
     for part in node.get("Parts", []):
         t = part.get("Type")
-        if t == "Lit":
-            out.append(part.get("Value", ""))
-        elif t == "SglQuoted":
+        if t == "Lit" or t == "SglQuoted":
             out.append(part.get("Value", ""))
         elif t == "DblQuoted":
             inner = _word(part)

@@ -34,7 +34,7 @@ from ..deliver.publish import ALIAS
 from ..errors import TrainbaseError
 from ..render.recipes import Rendered
 from ..supply.chain import SupplyChain, SupplyOptions
-from . import failures, report
+from . import failures
 from .progress import Progress
 
 # The exit code of a run whose every buildable cell is usable but which skipped the cells of a

@@ -4,7 +4,7 @@ when the output is a log (CI)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainbase_common.states import JobState
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from ..build.plan import Job
-    from .executor import Executor
+    from .report import Run
 
 
 class Progress:
@@ -23,7 +23,7 @@ class Progress:
 
     HEARTBEAT = 60.0
 
-    def __init__(self, b: Executor) -> None:
+    def __init__(self, b: Run) -> None:
         self.b = b
         self.live: Live | None = None
         self.t0 = time.monotonic()

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from trainbase_common import engine
 from trainbase_common.states import JobState
@@ -19,7 +19,33 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ..build.plan import Job
-    from .executor import Executor
+    from ..define.matrix import Matrix
+
+
+class _RunOptions(Protocol):
+    @property
+    def push(self) -> bool: ...
+    @property
+    def registry(self) -> str | None: ...
+
+
+class Run(Protocol):
+    """What the report and the live progress read of a run: the executor (run/executor.py),
+    named by its shape so that this module does not import the module that imports it."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def m(self) -> Matrix: ...
+    @property
+    def opts(self) -> _RunOptions: ...
+    @property
+    def jobs(self) -> dict[str, Job]: ...
+    @property
+    def out(self) -> TextIO: ...
+    @property
+    def publish_error(self) -> str | None: ...
+    def incomplete_cells(self) -> set[str]: ...
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -29,7 +55,7 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{seconds:.1f}s"
 
 
-def build_report(x: Executor) -> dict[str, Any]:
+def build_report(x: Run) -> dict[str, Any]:
     """The JSON report of an executor's run (schema 1): one record per job, plan order."""
     engine_version = engine.server_version()
     return {
@@ -76,7 +102,7 @@ def build_report(x: Executor) -> dict[str, Any]:
     }
 
 
-def _supply(x: Executor, j: Job) -> dict[str, Any] | None:
+def _supply(x: Run, j: Job) -> dict[str, Any] | None:
     """Where the cell's supply-chain documents are (inputs lock, inventory, SBOM, audit,
     budget, release notes), when this run wrote or has them."""
     sc = getattr(x, "supply", None)
@@ -97,7 +123,7 @@ def plain_console(out: TextIO | None = None, **kw: Any) -> Console:
     return Console(file=out or sys.stdout, markup=False, emoji=False, highlight=False, **kw)
 
 
-def summary(b: Executor, out: TextIO | None = None) -> None:
+def summary(b: Run, out: TextIO | None = None) -> None:
     """The table a person reads at the end: cell, tag, status, duration, size, digest; then,
     for each failed cell, what to do next and which cells were skipped because of it."""
     from rich.table import Table
@@ -121,7 +147,7 @@ def summary(b: Executor, out: TextIO | None = None) -> None:
         console.print(line)
 
 
-def incomplete_lines(b: Executor) -> list[str]:
+def incomplete_lines(b: Run) -> list[str]:
     """What a run that skipped a platform this host cannot run left out, and the fix, once."""
     skipped = getattr(b, "platform_skipped", {})
     if not skipped:
@@ -137,14 +163,14 @@ def incomplete_lines(b: Executor) -> list[str]:
             f"  why: {first.reason}"]
 
 
-def counts(b: Executor) -> dict[str, int]:
+def counts(b: Run) -> dict[str, int]:
     out: dict[str, int] = {}
     for j in b.jobs.values():
         out[str(j.status)] = out.get(str(j.status), 0) + 1
     return out
 
 
-def skipped_because_of(b: Executor, j: Job) -> list[str]:
+def skipped_because_of(b: Run, j: Job) -> list[str]:
     """The cells never built because `j` did not complete: its children, theirs, and so on."""
     out, frontier = [], [j.name]
     while frontier:
@@ -156,7 +182,7 @@ def skipped_because_of(b: Executor, j: Job) -> list[str]:
     return out
 
 
-def next_steps(b: Executor) -> list[str]:
+def next_steps(b: Run) -> list[str]:
     """One paragraph per failed cell: the cause, whether it looks transient, what to do, where
     the log is, and the cells skipped because of it."""
     lines = []
@@ -174,6 +200,6 @@ def next_steps(b: Executor) -> list[str]:
     return lines
 
 
-def write_report(b: Executor, path: str) -> None:
+def write_report(b: Run, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(build_report(b), indent=2) + "\n")

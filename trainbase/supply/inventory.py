@@ -49,6 +49,6 @@ class Inventory:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Inventory":
+    def from_json(cls, d: dict[str, Any]) -> Inventory:
         return cls(cell=d["cell"], tag=d["tag"], image_id=d["image_id"], os=dict(d["os"]), base=dict(d["base"]),
                    packages=tuple(sorted(Package(**p) for p in d["packages"])), manifest=dict(d.get("manifest") or {}))

@@ -20,9 +20,8 @@ import os
 import pytest
 
 from trainbase_conformance import azureml
-
+from trainbase_conformance.checks.test_frameworks import EX, need, ok_lines, put_examples
 from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
-from trainbase_conformance.checks.test_frameworks import EX, frameworks, need, ok_lines, put_examples
 
 PER_NODE = 2
 WORLD = 2 * PER_NODE

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from trainbase_conformance.flavors import cuda_version_code, cudnn_version_code
-
 from trainbase_conformance.plugin import PROBE_DIR
 
 

@@ -9,10 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from trainbase_conformance.containers import short_name
 from trainbase_common.manifest import labels as labels_from_manifest
-from trainbase_conformance.layers import (LayerScan, has_private_key, pem_certificates, record_hashes, scan_layers,
-                                         shipped_sha256, wheel_digest)
+from trainbase_conformance.containers import short_name
+from trainbase_conformance.layers import (
+    LayerScan,
+    has_private_key,
+    pem_certificates,
+    record_hashes,
+    scan_layers,
+    shipped_sha256,
+    wheel_digest,
+)
 
 CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
                 "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")

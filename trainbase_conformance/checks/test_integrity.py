@@ -13,7 +13,6 @@ import pytest
 from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
 from trainbase_conformance.emulation import ELF_MACHINE, image_arch
 from trainbase_conformance.linkage import unexplained_gaps
-
 from trainbase_conformance.plugin import PROBE_DIR
 
 # Where the image's own software lives: trainbase's prefixes (MPI, venv, tools), the CUDA

@@ -22,15 +22,13 @@ import dataclasses
 import json
 import shlex
 import tempfile
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from trainbase_conformance import runtimes, slurm
 from trainbase_conformance.containers import Container
-from trainbase_common import engine
-
 from trainbase_conformance.resources import PROBES
 
 pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run"), pytest.mark.trainbase_contract("tb-doctor and tb-launch")]

@@ -10,7 +10,6 @@ import re
 import pytest
 
 from trainbase_conformance import speed
-
 from trainbase_conformance.plugin import PROBE_DIR
 from trainbase_conformance.resources import PROBES
 

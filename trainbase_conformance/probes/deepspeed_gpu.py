@@ -13,6 +13,7 @@ import torch
 
 out = {"probe": "deepspeed_gpu"}
 from deepspeed.git_version_info import installed_ops  # noqa: E402
+
 need = ["fused_adam", "fused_lamb"]
 out["prebuilt"] = {o: bool(installed_ops.get(o)) for o in need}
 if not all(out["prebuilt"].values()) and not os.environ.get("PROBE_ALLOW_JIT"):
@@ -52,6 +53,7 @@ out["fused_lamb_ok"] = all(0 < m < 1 for m in moved) and all(torch.isfinite(p).a
 
 # a DeepSpeed engine as a config asks for it: one process, NCCL, AdamW -> FusedAdam
 import deepspeed  # noqa: E402
+
 os.environ.setdefault("RANK", "0")
 os.environ.setdefault("LOCAL_RANK", "0")
 os.environ.setdefault("WORLD_SIZE", "1")

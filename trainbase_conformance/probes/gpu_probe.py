@@ -10,9 +10,9 @@ usage: python gpu_probe.py devices|kernel|nccl CUDART_SONAME [NCCL_SONAME]
 Prints one JSON object; exits 1 when a check fails."""
 import ctypes
 import json
-from array import array
 import sys
 import time
+from array import array
 
 what, cudart_name = sys.argv[1], sys.argv[2]
 out = {"probe": what}

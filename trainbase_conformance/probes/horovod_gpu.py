@@ -9,8 +9,8 @@ import os
 import sys
 import time
 
-import torch
 import horovod.torch as hvd
+import torch
 
 hvd.init()
 rank, size, local = hvd.rank(), hvd.size(), hvd.local_rank()
