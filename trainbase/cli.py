@@ -113,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
                    help="with --promote: main's head commit; a run whose recipe commit is another one promotes nothing")
     d.add_argument("--recipe-sha", default="", metavar="SHA",
                    help="with --promote --head-sha: the commit whose recipes this run tested (default: the checkout's HEAD)")
+    d.add_argument("--attested-by", default="", metavar="OWNER/REPO",
+                   help="with --promote: the keyless attestations must verify as signed by OWNER/REPO's build-cells.yml "
+                        "(gh attestation verify)")
     p.add_argument("--all", action="store_true", help="with --list: include excluded cells and their reasons; "
                    "with --lock: re-resolve every set; with --lock-bases: every selected base")
     return p
@@ -196,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
         if args.merge_platforms:
             return platforms.merge_command(m, root, selected, args.registry, zstd_twin=args.zstd_twin)
         return promote.command(m, root, selected, args.registry, args.gate, head_sha=args.head_sha,
-                               recipe_sha=args.recipe_sha, public_key=args.public_key)
+                               recipe_sha=args.recipe_sha, public_key=args.public_key,
+                               attested_by=args.attested_by)
     return 0
 
 

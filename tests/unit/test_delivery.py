@@ -632,3 +632,59 @@ def test_one_latest_without_an_sbom_does_not_stop_the_security_check_of_the_othe
     assert "::warning title=no SBOM::cellb: reg/tb/cellb:latest" in capsys.readouterr().out
     monkeypatch.setattr(attest, "fetch_sboms", lambda *a, missing=None, **kw: missing.append("x") or [])
     assert security_rebuild.main(["--registry", "reg/tb", "--profile", "ci", "--root", str(ROOT)]) == 2
+
+
+class _KeylessRegistry:
+    """A referrers client holding, for one manifest, a keyless Sigstore bundle per predicate."""
+
+    def __init__(self, digest, predicates):
+        import base64
+
+        from trainbase.deliver import attest, referrers
+        self.host, self.digest, self.blobs = "reg.example:5000", digest, {}
+        self.found = []
+        for i, ptype in enumerate(predicates):
+            stmt = {"predicateType": ptype, "subject": [{"digest": {"sha256": digest.split(":")[1]}}]}
+            bundle = json.dumps({"dsseEnvelope": {"payload": base64.b64encode(json.dumps(stmt).encode()).decode()}})
+            self.blobs[f"sha256:b{i}"] = bundle.encode()
+            self.found.append(referrers.Descriptor(referrers.OCI_MANIFEST, f"sha256:m{i}", 1, attest.KEYLESS_BUNDLE,
+                                                   ((attest.SIGSTORE_PREDICATE_ANNOTATION, ptype),)))
+
+    def descriptor(self, repo, ref):
+        from trainbase.deliver import referrers
+        return referrers.Descriptor(referrers.OCI_MANIFEST, self.digest, 1)
+
+    def referrers(self, repo, digest, artifact_type=""):
+        return self.found if digest == self.digest else []
+
+    def manifest(self, repo, ref):
+        return json.dumps({"layers": [{"digest": "sha256:b" + ref.split(":m")[1]}]}).encode(), ""
+
+    def blob(self, repo, digest):
+        return self.blobs[digest]
+
+
+def test_keyless_attestations_must_be_there_about_the_digest_and_verify_with_gh():
+    """Promotion in CI (no key): both keyless bundles on the digest, each a statement about it,
+    and -- with --attested-by -- accepted by `gh attestation verify` for the signer workflow."""
+    import subprocess
+
+    from trainbase.deliver import attest
+    from trainbase.supply import attestation as att
+
+    d = "sha256:" + "a" * 64
+    assert attest.attestation_problems(_KeylessRegistry(d, att.PREDICATES), "tb/base", d) == []
+    only_sbom = attest.attestation_problems(_KeylessRegistry(d, [att.SBOM]), "tb/base", d)
+    assert only_sbom == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: nothing attached"]
+    calls = []
+
+    def gh(cmd, **kw):
+        calls.append(cmd)
+        refused = "provenance" in cmd[-1]
+        return subprocess.CompletedProcess(cmd, 1 if refused else 0, "", "certificate identity mismatch" if refused else "")
+    found = attest.attestation_problems(_KeylessRegistry(d, att.PREDICATES), "tb/base", d, github_repo="acme/trainbase",
+                                        run=gh)
+    assert found == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: gh attestation verify refused it "
+                     "(certificate identity mismatch)"]
+    assert calls[0][:4] == ["gh", "attestation", "verify", f"oci://reg.example:5000/tb/base@{d}"]
+    assert "--bundle-from-oci" in calls[0] and "acme/trainbase/.github/workflows/build-cells.yml" in calls[0]

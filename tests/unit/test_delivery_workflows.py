@@ -292,6 +292,7 @@ def test_promote_runs_past_a_red_cell_and_decides_each_repository_on_its_records
     assert "needs.gpu.result" not in cond and "needs.scan.result" not in cond
     run = doc["jobs"]["promote"]["steps"][-1]["run"]
     assert "--head-sha" in run and '--recipe-sha "$GITHUB_SHA"' in run
+    assert '--attested-by "$GITHUB_REPOSITORY"' in run      # keyless signatures verified, not only present
 
 
 def python_check(job: str) -> dict:

@@ -41,7 +41,7 @@ def reg(monkeypatch):
     monkeypatch.setattr(registry, "digest", r.digest)
     monkeypatch.setattr(registry, "retag", r.retag)
     # the attestations' verification is test_delivery's and the loopback registry's (issue 52)
-    monkeypatch.setattr(attest, "attestation_check", lambda key: lambda ref: [])
+    monkeypatch.setattr(attest, "attestation_check", lambda key, github_repo="": lambda ref: [])
     return r
 
 

@@ -74,7 +74,7 @@ def reg(monkeypatch):
         monkeypatch.setattr(registry, name, getattr(r, name))
     monkeypatch.setattr(registry, "push_index", lambda *a: pytest.fail(f"an index was pushed: {a}"))
     # the attestations' verification is test_delivery's and the loopback registry's (issue 52)
-    monkeypatch.setattr(attest, "attestation_check", lambda key: lambda ref: [])
+    monkeypatch.setattr(attest, "attestation_check", lambda key, github_repo="": lambda ref: [])
     return r
 
 

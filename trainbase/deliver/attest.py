@@ -19,7 +19,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
@@ -254,12 +254,35 @@ def _statement_subjects(client: referrers.Client, repo: str, d: referrers.Descri
                                                  for x in stmt.get("subject") or []}
 
 
-def attestation_problems(client: referrers.Client, repo: str, digest: str, key: Key | None = None) -> list[str]:
+SIGNER_WORKFLOW = ".github/workflows/build-cells.yml"   # the reusable workflow that signs (keyless)
+
+
+def gh_verify(ref: str, predicate: str, github_repo: str, run: Callable[..., Any] | None = None) -> str:
+    """Why `gh attestation verify` does not accept REF's (HOST/REPO@DIGEST) keyless PREDICATE
+    bundle as signed by GITHUB_REPO's build-cells.yml ('' when it does): the Sigstore
+    certificate chain, the signer workflow's identity and the subject digest, read from the
+    registry's referrers (``--bundle-from-oci``; the registry login `docker login` stored)."""
+    import subprocess
+
+    cmd = ["gh", "attestation", "verify", f"oci://{ref}", "--bundle-from-oci", "--repo", github_repo,
+           "--signer-workflow", f"{github_repo}/{SIGNER_WORKFLOW}", "--predicate-type", predicate]
+    try:
+        p = (run or subprocess.run)(cmd, capture_output=True, text=True, timeout=300, check=False)
+    except FileNotFoundError:
+        return "gh (the GitHub CLI) is not installed: the keyless signatures cannot be verified"
+    if p.returncode == 0:
+        return ""
+    said = ((p.stderr or p.stdout) or "").strip().splitlines()
+    return f"gh attestation verify refused it ({said[-1][:300] if said else f'exit {p.returncode}'})"
+
+
+def attestation_problems(client: referrers.Client, repo: str, digest: str, key: Key | None = None,
+                         github_repo: str = "", run: Callable[..., Any] | None = None) -> list[str]:
     """What keeps REPO@DIGEST from being attested (empty: attested): on the manifest, or on
     EVERY platform manifest of an index (what a pull on each architecture resolves to), both
     predicates -- signed by KEY and verified (verify_ref); without a key, CI's keyless Sigstore
-    bundles, each a statement about exactly that digest (the bundle's signature and identity
-    are `gh attestation verify`'s to check: docs/supply-chain.md)."""
+    bundles, each a statement about exactly that digest, and -- with GITHUB_REPO (CI's promote
+    job) -- each signed by that repository's build-cells.yml (gh_verify)."""
     import io
 
     problems = []
@@ -281,6 +304,10 @@ def attestation_problems(client: referrers.Client, repo: str, digest: str, key: 
             if subject.digest in about:
                 have.add(ptype)
         problems += [f"{subject.digest[:19]}: {p}: nothing attached" for p in att.PREDICATES if p not in have]
+        for p in (p for p in att.PREDICATES if p in have and github_repo):
+            why = gh_verify(f"{client.host}/{repo}@{subject.digest}", p, github_repo, run)
+            if why:
+                problems.append(f"{subject.digest[:19]}: {p}: {why}")
     return problems
 
 
@@ -299,7 +326,7 @@ def unattested(client: referrers.Client, repo: str, digest: str) -> list[str]:
     return lacking
 
 
-def attestation_check(public_key: str | None) -> Callable[[str], list[str]]:
+def attestation_check(public_key: str | None, github_repo: str = "") -> Callable[[str], list[str]]:
     """promote.py's ``attested``: HOST/REPO@DIGEST -> attestation_problems, one client per host."""
     key = None
     if public_key:
@@ -313,7 +340,7 @@ def attestation_check(public_key: str | None) -> Callable[[str], list[str]]:
         host, _, rest = ref.partition("/")
         repo, _, digest = rest.partition("@")
         client = clients.setdefault(host, referrers.Client(host))
-        return attestation_problems(client, repo, digest, key)
+        return attestation_problems(client, repo, digest, key, github_repo)
     return problems
 
 

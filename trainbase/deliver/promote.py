@@ -268,14 +268,15 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
 
 def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None, gate_dir: Path | None,
             out: TextIO = sys.stdout, head_sha: str = "", recipe_sha: str = "", public_key: str | None = None,
-            attestations: bool = True) -> int:
+            attestations: bool = True, attested_by: str = "") -> int:
     """`build.py --promote`: exit 0 when every selected repository is promoted or already
     current, or when the run's recipe is not main's head (``--head-sha``: nothing moves, said);
     1 when the gate or the attestation check held a candidate (each named with what it lacks;
     the others moved), or when a repository cannot be promoted -- nothing of it can be built, or
     its release tag is not in the registry -- named with why; an error (RegistryError) when the
     registry could not answer. ``public_key``: the attestations must be signed by it; without
-    one, the keyless Sigstore bundles CI attaches must be there, each about the digest."""
+    one, the keyless Sigstore bundles CI attaches must be there, each about the digest, and --
+    with ``attested_by`` (OWNER/REPO) -- signed by that repository's build-cells.yml."""
     from . import attest, registry
 
     if not registry_arg:
@@ -294,7 +295,7 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     cells = [(repo, r.tag) for repo, r in releases.items() if r.tag]
     steps = plan(cells, registry_arg, registry.digest, {repo: r.platforms for repo, r in releases.items() if r.tag})
     gate = read_gate(gate_dir) if gate_dir is not None else None
-    check = attest.attestation_check(public_key) if attestations else None
+    check = attest.attestation_check(public_key, attested_by) if attestations else None
     promoted, held = promote(steps, gate, registry.retag, registry.digest, out, attested=check,
                              recipe_sha=recipe_sha, head_sha=head_sha)
     out.write(f"promote: {promoted} promoted, {held} held back, "
