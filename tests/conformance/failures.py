@@ -46,6 +46,14 @@ DATA = HERE / "failures.yaml"
 DOC = ROOT / "docs" / "conformance.md"
 START, END = "<!-- failures-table:start -->", "<!-- failures-table:end -->"
 GENERATOR = ".venv/bin/python -m tests.conformance.failures"
+MATRIX = ROOT / "matrix.yaml"
+CI_PROFILE = "ci"           # the profile .ci/run builds, and the self-test builds its variants FROM
+MUTATION_RECORD = HERE / "mutation-record.json"
+# A foreign image's recorded failure whose message is one of these failed before the check's own
+# asserts ran (a precondition many checks share): listed, not counted as the check shown failing.
+PRECONDITIONS = {
+    r"mpirun has detected an attempt to run as root": "its mpirun refuses root before the check's own asserts run",
+}
 KINDS = ("variant", "unit", "foreign")      # the ways, strongest first: a check counts under the first it has
 ENTRY_KEYS = {"unit": {"shown_by", "unit", "message", "via", "also"}, "none": {"shown_by", "why"}}
 
@@ -72,6 +80,7 @@ class Way:
     source: str
     message: str
     note: str = ""
+    uncounted: str = ""     # why this way does not count as the check shown failing ("" where it counts)
 
 
 # --------------------------------------------------------------------------- the checks
@@ -102,15 +111,32 @@ def collect_checks(checks_dir: Path = CHECKS, package: str = "trainbase_conforma
 
 # --------------------------------------------------------------------------- the ways
 
-def variant_ways(checks: dict[str, Check], broken: Path = BROKEN) -> tuple[list[Way], list[str]]:
+def ci_builds(matrix: Path = MATRIX, profile: str = CI_PROFILE) -> tuple[set[str], set[str]]:
+    """The frameworks and MPI kinds of the images the ``ci`` profile builds (the bases the self-test
+    in .ci/run builds its variants FROM)."""
+    from trainbase.define import matrix as m
+    cells = m.load(matrix).select(profile=profile)
+    return ({c.framework for c in cells if c.framework != "none"},
+            {re.sub(r"[\d.]+$", "", c.mpi) for c in cells})
+
+
+def variant_ways(checks: dict[str, Check], broken: Path = BROKEN,
+                 built: tuple[set[str], set[str]] | None = None) -> tuple[list[Way], list[str]]:
     """expect.json's must_fail of every broken variant, each check resolved to the file of
-    ``paths`` that defines it."""
+    ``paths`` that defines it. A variant that needs a framework or MPI no image of the ``ci``
+    profile has is built nowhere CI runs it (test_broken_variants.py skips it): its ways are
+    listed, not counted."""
+    frameworks, mpis = built if built is not None else ci_builds()
     ways, problems = [], []
     for folder in sorted(p for p in broken.iterdir() if (p / "expect.json").exists()):
         if not (folder / "Dockerfile").exists():
             problems.append(f"variant {folder.name}: an expect.json without a Dockerfile")
             continue
         expect = json.loads((folder / "expect.json").read_text())
+        needs = [f"a {expect['framework']} image" for _ in [0] if expect.get("framework") and expect["framework"] not in frameworks]
+        needs += [f"an {expect['mpi']} image" for _ in [0] if expect.get("mpi") and expect["mpi"] not in mpis]
+        unbuilt = (f"not built by CI: it needs {' and '.join(needs)}, which the {CI_PROFILE} profile does not build "
+                   "(test_broken_variants.py skips it)") if needs else ""
         # must_fail: judged by the self-test on any engine; gpu_must_fail: by a GPU runner
         # (scripts/gpu-variants.sh in gpu.yml), on the checks of the gpu tier
         for key, paths_key, where in (("must_fail", "paths", ""), (verdict.GPU_CLAIMS, "gpu_paths", "on a GPU runner: ")):
@@ -127,7 +153,8 @@ def variant_ways(checks: dict[str, Check], broken: Path = BROKEN) -> tuple[list[
                     problems.append(f"variant {folder.name} claims {name}, which {len(found)} of its {paths_key} "
                                     f"{expect.get(paths_key)} define")
                     continue
-                ways.append(Way(found[0], "variant", folder.name, e.pattern, where + e.why))
+                ways.append(Way(found[0], "variant", folder.name, e.pattern, where + e.why,
+                                unbuilt if key == "must_fail" else ""))
     return ways, problems
 
 
@@ -143,7 +170,8 @@ def foreign_ways(checks: dict[str, Check], foreign: Path = FOREIGN) -> tuple[lis
             if cid not in checks:
                 problems.append(f"foreign {path.parent.name}: {name} is no check")
                 continue
-            ways.append(Way(cid, "foreign", path.parent.name, why))
+            pre = next((w for pat, w in PRECONDITIONS.items() if re.search(pat, why)), "")
+            ways.append(Way(cid, "foreign", path.parent.name, why, uncounted=pre and f"a shared precondition: {pre}"))
     return ways, problems
 
 
@@ -175,11 +203,20 @@ def unit_test_exists(node: str, root: Path = ROOT) -> str | None:
     return None
 
 
+def hollow_checks(record: Path = MUTATION_RECORD) -> set[str]:
+    """The checks whose unit evidence passed with the check made a no-op, in the last recorded
+    mutation run (tests/conformance/mutation.py)."""
+    if not record.exists():
+        return set()
+    outcomes = json.loads(record.read_text()).get("outcomes", {})
+    return {mid.split("#", 1)[0] for mid, o in outcomes.items() if "#noop@" in mid and not o.get("killed")}
+
+
 def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[Way],
-              root: Path = ROOT) -> tuple[list[Way], dict[str, str], list[str]]:
+              root: Path = ROOT, hollow: set[str] = frozenset()) -> tuple[list[Way], dict[str, str], list[str]]:
     """failures.yaml read: the unit ways, the ``none`` entries (check -> why), and the problems."""
     ways, nones, problems = [], {}, []
-    has = {w.check: w for w in derived}
+    has = {w.check: w for w in sorted(derived, key=lambda w: bool(not w.uncounted))}
     for cid, entry in entries.items():
         if cid not in checks:
             problems.append(f"failures.yaml: {cid} is no check (not a test_* function of "
@@ -208,7 +245,7 @@ def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[
             if not isinstance(why, str) or len(why.strip()) < 20:
                 problems.append(f"failures.yaml: {cid}: shown_by none needs a why (why no failure can be "
                                 "built here, or 'not yet built: ...')")
-            elif cid in has:
+            elif cid in has and not has[cid].uncounted:
                 problems.append(f"failures.yaml: {cid}: says none, but {has[cid].kind} {has[cid].source} shows "
                                 "it failing: drop the none entry")
             else:
@@ -227,7 +264,9 @@ def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[
         for more in also:
             if not isinstance(more, str) or (why := unit_test_exists(more, root)):
                 problems.append(f"failures.yaml: {cid}: also {more!r}: {why if isinstance(more, str) else 'not a node id'}")
-        ways.append(Way(cid, "unit", node, (message or "").strip(), (entry.get("via") or "").strip()))
+        ways.append(Way(cid, "unit", node, (message or "").strip(), (entry.get("via") or "").strip(),
+                        "hollow: its evidence still passes with the check made a no-op (the mutation run)"
+                        if cid in hollow else ""))
     return ways, nones, problems
 
 
@@ -250,22 +289,26 @@ class Table:
     problems: list[str]
 
     def ways_of(self, cid: str) -> list[Way]:
-        return sorted((w for w in self.ways if w.check == cid), key=lambda w: (KINDS.index(w.kind), w.source))
+        return sorted((w for w in self.ways if w.check == cid),
+                      key=lambda w: (bool(w.uncounted), KINDS.index(w.kind), w.source))
 
     def primary(self) -> dict[str, str]:
-        """check -> the strongest way it is shown failing by."""
-        return {cid: ways[0].kind for cid in self.checks if (ways := self.ways_of(cid))}
+        """check -> the strongest way that counts it as shown failing."""
+        return {cid: ways[0].kind for cid in self.checks
+                if (ways := [w for w in self.ways_of(cid) if not w.uncounted])}
 
 
 def build(checks: dict[str, Check] | None = None, entries: dict[str, dict] | None = None,
-          broken: Path = BROKEN, foreign: Path = FOREIGN, root: Path = ROOT) -> Table:
+          broken: Path = BROKEN, foreign: Path = FOREIGN, root: Path = ROOT,
+          hollow: set[str] | None = None) -> Table:
     problems = []
     if checks is None:
         checks, problems = collect_checks()
     entries = load_entries() if entries is None else entries
     variants, p1 = variant_ways(checks, broken)
     foreigns, p2 = foreign_ways(checks, foreign)
-    units, nones, p3 = yaml_ways(entries, checks, variants + foreigns, root)
+    units, nones, p3 = yaml_ways(entries, checks, variants + foreigns, root,
+                                 hollow_checks() if hollow is None else hollow)
     ways = variants + foreigns + units
     return Table(checks, ways, nones, problems + p1 + p2 + p3 + without_entry(checks, ways, nones, set(entries)))
 
@@ -288,10 +331,12 @@ def cell(text: str) -> str:
 
 def how(w: Way) -> str:
     if w.kind == "variant":
-        return f"variant [`{w.source}`](../tests/conformance/broken/{w.source}/expect.json)"
-    if w.kind == "foreign":
-        return f"foreign image [`{w.source}`](../tests/foreign/{w.source}/outcomes.json)"
-    return f"unit test {code(w.source)}" + (f" ({cell(w.note)})" if w.note else "")
+        text = f"variant [`{w.source}`](../tests/conformance/broken/{w.source}/expect.json)"
+    elif w.kind == "foreign":
+        text = f"foreign image [`{w.source}`](../tests/foreign/{w.source}/outcomes.json)"
+    else:
+        text = f"unit test {code(w.source)}" + (f" ({cell(w.note)})" if w.note else "")
+    return text + (f" — **not counted**, {cell(w.uncounted)}" if w.uncounted else "")
 
 
 def said(w: Way) -> str:
@@ -307,14 +352,18 @@ def render(t: Table) -> str:
             rows.append(f"| `{c.id}` | {c.tier} | " + (f"{how(w)} | {said(w)} |" if w else "no failure yet (below) | — |"))
     primary = t.primary()
     by = {k: sum(1 for v in primary.values() if v == k) for k in KINDS}
-    also = sum(1 for cid in primary if len({w.kind for w in t.ways_of(cid)}) > 1)
+    also = sum(1 for cid in primary if len({w.kind for w in t.ways_of(cid) if not w.uncounted}) > 1)
+    uncounted = [w for w in t.ways if w.uncounted]
     nones = [c for c in order if c.id not in primary]
     lines = [START, f"<!-- written by `{GENERATOR}` from tests/conformance/failures.yaml, the broken "
              "variants' expect.json and tests/foreign/*/outcomes.json: edit those, not this -->", "",
              *rows, "",
              f"Each check counted once, by the strongest way it has: {by['variant']} by a broken variant, "
              f"{by['unit']} by a unit test (and no variant), {by['foreign']} by the foreign image only; {also} of "
-             f"the {len(primary)} are shown in more than one way.", "",
+             f"the {len(primary)} are shown in more than one way. {len(uncounted)} listed way(s) do not count: "
+             f"{sum(1 for w in uncounted if w.kind == 'variant')} variant claim(s) CI never builds, "
+             f"{sum(1 for w in uncounted if w.kind == 'unit')} hollow unit test(s), "
+             f"{sum(1 for w in uncounted if w.kind == 'foreign')} foreign failure(s) of a shared precondition.", "",
              f"{len(primary)} of {len(t.checks)} checks are shown failing; {len(nones)} have no failure yet"
              + (":" if nones else "."), ""]
     for tier in TIERS:
@@ -322,10 +371,16 @@ def render(t: Table) -> str:
         if not mine:
             continue
         lines.append(f"- `{tier}` ({len(mine)}):")
-        lines += [f"  - `{c.id}`: {' '.join(t.nones.get(c.id, 'NO ENTRY in tests/conformance/failures.yaml').split())}"
-                  for c in mine]
+        lines += [f"  - `{c.id}`: {' '.join(t.nones.get(c.id, _uncounted_only(t, c.id)).split())}" for c in mine]
     lines.append(END)
     return "\n".join(lines)
+
+
+def _uncounted_only(t: Table, cid: str) -> str:
+    ways = t.ways_of(cid)
+    if not ways:
+        return "NO ENTRY in tests/conformance/failures.yaml"
+    return "only ways that do not count: " + "; ".join(f"{w.kind} {w.source} ({w.uncounted})" for w in ways)
 
 
 def current_block(doc_text: str) -> str:

@@ -84,12 +84,13 @@ class Mutant:
     key: str
     where: str
     owner: str
-    text: str
+    site: str        # OWNER.assertK (the K-th assert of OWNER), or the check's name for noop: stable under
+    text: str        # edits elsewhere in the file, unlike a line number
     evidence: tuple[str, ...]
 
     @property
     def id(self) -> str:
-        return f"{self.check}#{self.kind}@{self.where}"
+        return f"{self.check}#{self.kind}" + ("" if self.kind == "noop" else f"@{self.site}")
 
     @property
     def module(self) -> str:
@@ -136,24 +137,33 @@ def evidence_of(entries: dict[str, dict]) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def plan(evidence: dict[str, tuple[str, ...]], checks_dir: Path = CHECKS) -> list[Mutant]:
+def read_sources(evidence: dict[str, tuple[str, ...]], checks_dir: Path = CHECKS) -> dict[str, str]:
+    """The text of every check module the plan mutates, read once: the plan and the schemata are
+    made from this snapshot, so an edit to the tree during a run cannot make them disagree."""
+    return {f: (checks_dir / f).read_text() for f in sorted({cid.split("::")[0] for cid in evidence})}
+
+
+def plan(evidence: dict[str, tuple[str, ...]], sources: dict[str, str] | None = None,
+         checks_dir: Path = CHECKS) -> list[Mutant]:
+    sources = read_sources(evidence, checks_dir) if sources is None else sources
     mutants, trees = [], {}
     for cid in sorted(evidence):
         file, _, name = cid.partition("::")
         path = checks_dir / file
-        tree = trees.setdefault(file, ast.parse(path.read_text()))
-        src = path.read_text().splitlines()
+        tree = trees.setdefault(file, ast.parse(sources[file]))
+        src = sources[file].splitlines()
         fns = owned_functions(tree, name)
         if not fns:
             continue
         check = fns[0]
-        mutants.append(Mutant(cid, "noop", _keyed(path, check, "noop"), f"{file}:{check.lineno}", name,
+        mutants.append(Mutant(cid, "noop", _keyed(path, check, "noop"), f"{file}:{check.lineno}", name, name,
                               f"def {name}(...): return", evidence[cid]))
         for fn in fns:
-            for a in sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: n.lineno):
+            asserts = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset))
+            for k, a in enumerate(asserts, 1):
                 for kind in ("negate", "remove"):
                     mutants.append(Mutant(cid, kind, _keyed(path, a, kind), f"{file}:{a.lineno}", fn.name,
-                                          src[a.lineno - 1].strip()[:160], evidence[cid]))
+                                          f"{fn.name}.assert{k}", src[a.lineno - 1].strip()[:160], evidence[cid]))
     return mutants
 
 
@@ -198,9 +208,9 @@ class Schemata(ast.NodeTransformer):
                    node, shallow=True)
 
 
-def schemata_code(path: Path):
-    """The module at ``path`` compiled with all its mutants, pytest's assertion rewriting applied."""
-    source = path.read_bytes()
+def schemata_code(path: Path, source: bytes):
+    """The module at ``path`` (its text ``source``) compiled with all its mutants, pytest's
+    assertion rewriting applied."""
     tree = Schemata(path).visit(ast.parse(source, str(path)))
     body = tree.body
     at = 0
@@ -215,10 +225,11 @@ def schemata_code(path: Path):
 
 
 class SchemataFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves the named modules from their schemata, with their real ``__file__``."""
+    """Serves the named modules from their schemata, with their real ``__file__``; the text is the
+    run's snapshot (``snapshot``/FILE) where one is given."""
 
-    def __init__(self, modules: dict[str, Path]):
-        self.modules = modules
+    def __init__(self, modules: dict[str, Path], snapshot: Path | None = None):
+        self.modules, self.snapshot = modules, snapshot
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.modules:
@@ -229,11 +240,13 @@ class SchemataFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def exec_module(self, module):
-        exec(schemata_code(self.modules[module.__name__]), module.__dict__)
+        path = self.modules[module.__name__]
+        text = (self.snapshot / path.name if self.snapshot else path).read_bytes()
+        exec(schemata_code(path, text), module.__dict__)
 
 
-def install(modules: list[str]) -> SchemataFinder:
-    finder = SchemataFinder({m: CHECKS / (m.rsplit(".", 1)[1] + ".py") for m in modules})
+def install(modules: list[str], snapshot: Path | None = None) -> SchemataFinder:
+    finder = SchemataFinder({m: CHECKS / (m.rsplit(".", 1)[1] + ".py") for m in modules}, snapshot)
     sys.meta_path.insert(0, finder)
     return finder
 
@@ -243,7 +256,7 @@ def install(modules: list[str]) -> SchemataFinder:
 PRELOAD = ("pytest", "_pytest.python", "_pytest.assertion.rewrite", "jsonschema", "yaml", "docker", "testinfra")
 
 
-def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path) -> int:
+def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path, snapshot: Path | None) -> int:
     """In a forked child: the schemata modules imported (so pytest's hook never sees them), then the
     evidence run with TB_MUTANT set. Returns pytest's exit code."""
     os.environ[ENV] = mutant_key
@@ -252,7 +265,7 @@ def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path)
     os.dup2(fd, 2)
     sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), line_buffering=True)
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), line_buffering=True)
-    install(modules)
+    install(modules, snapshot)
     for m in modules:
         importlib.import_module(m)
     import pytest
@@ -260,14 +273,15 @@ def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path)
                             *nodes]))
 
 
-def run_forked(mutant_key: str, modules: list[str], nodes: list[str], log: Path, timeout: int = TIMEOUT_S) -> int | None:
+def run_forked(mutant_key: str, modules: list[str], nodes: list[str], log: Path, snapshot: Path | None = None,
+               timeout: int = TIMEOUT_S) -> int | None:
     """Fork a child for one mutant; its exit code, or None when it ran past ``timeout``."""
     pid = os.fork()
     if pid == 0:
         code = 3
         try:
             os.chdir(ROOT)
-            code = _run_child(mutant_key, modules, nodes, log)
+            code = _run_child(mutant_key, modules, nodes, log, snapshot)
         except BaseException:      # noqa: BLE001 - the child must never return into the worker
             import traceback
             traceback.print_exc()
@@ -301,7 +315,8 @@ def worker_main() -> int:
         task = json.loads(line)
         log = logs / "child.log"
         t0 = time.monotonic()
-        code = run_forked(task["key"], task["modules"], task["nodes"], log)
+        code = run_forked(task["key"], task["modules"], task["nodes"], log,
+                          Path(task["snapshot"]) if task.get("snapshot") else None)
         text = log.read_text(errors="replace") if log.exists() else ""
         out.write(json.dumps({"id": task["id"], "code": code, "seconds": round(time.monotonic() - t0, 2),
                               "failed": _failed_node(text), "tail": text[-1500:]}) + "\n")
@@ -333,17 +348,22 @@ class Worker:
         self.p.wait()
 
 
-def run(mutants: list[Mutant], jobs: int = JOBS, progress=None) -> tuple[list[Outcome], dict[str, dict]]:
+def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
+        progress=None) -> tuple[list[Outcome], dict[str, dict]]:
     """Each check's evidence first on the unmutated schemata (it must pass: else its mutants prove
-    nothing), then every mutant. Returns the outcomes and the baselines that did not pass."""
+    nothing), then every mutant, the modules' text taken from ``sources`` (the plan's snapshot,
+    written to a temporary folder). Returns the outcomes and the baselines that did not pass."""
     import queue
     import threading
+    snapshot = Path(tempfile.mkdtemp(prefix="tb-mutation-src-"))
+    for file, text in sources.items():
+        (snapshot / file).write_text(text)
     modules = sorted({m.module for m in mutants})
     checks = sorted({m.check: m.evidence for m in mutants}.items())
-    tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": modules, "nodes": list(ev)})
-                                     for cid, ev in checks]
-    tasks += [("mutant", {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence)})
-              for m in mutants]
+    tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": modules, "nodes": list(ev),
+                                                   "snapshot": str(snapshot)}) for cid, ev in checks]
+    tasks += [("mutant", {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence),
+                          "snapshot": str(snapshot)}) for m in mutants]
     q: queue.Queue = queue.Queue()
     for t in tasks:
         q.put(t)
@@ -393,8 +413,9 @@ def load_survivors(path: Path = SURVIVORS) -> tuple[float, dict[str, dict[str, s
 
 
 def reason_of(m: Mutant, reasons: dict[str, dict[str, str]]) -> str:
+    """The reason mutation-survivors.yaml gives: check -> {KIND@SITE or SITE or ``noop``: reason}."""
     mine = reasons.get(m.check, {})
-    return (mine.get(f"{m.kind}@{m.where}") or mine.get(m.where) or "").strip()
+    return (mine.get(f"{m.kind}@{m.site}") or mine.get(m.site if m.kind != "noop" else "noop") or "").strip()
 
 
 @dataclass
@@ -439,7 +460,7 @@ class Report:
             c["mutants"] += 1
             c["killed"] += o.killed
             if not o.killed:
-                c["survived"].append({"kind": m.kind, "where": m.where, "owner": m.owner, "assert": m.text,
+                c["survived"].append({"kind": m.kind, "site": m.site, "where": m.where, "assert": m.text,
                                       "reason": reason_of(m, self.reasons)})
         kinds = self.per_kind()
         return {"generator": "tests/conformance/mutation.py", "seconds": round(self.seconds, 1),
@@ -461,15 +482,16 @@ def from_record(record: dict, mutants: list[Mutant], reasons, floor) -> Report:
 
 def render(r: Report) -> str:
     """The Markdown block for docs/conformance.md."""
-    rows = ["| check | mutants | killed | survived (kind @ FILE:LINE: reason) |", "|---|---|---|---|"]
+    rows = ["| check | mutants | killed | survived (kind @ function.assertK, line: reason) |", "|---|---|---|---|"]
     by_check: dict[str, list[Mutant]] = {}
     for m in r.mutants:
         by_check.setdefault(m.check, []).append(m)
     for cid, ms in sorted(by_check.items()):
         killed = sum(r.outcomes[m.id].killed for m in ms)
         surv = [m for m in ms if not r.outcomes[m.id].killed]
-        cell = "; ".join(f"{m.kind} @ `{m.where}`: {' '.join(reason_of(m, r.reasons).split()) or 'NO REASON'}"
-                         .replace("|", "\\|") for m in surv) or "—"
+        cell = "; ".join(f"{m.kind} @ `{m.site}` (:{m.where.rsplit(':', 1)[1]}): "
+                         f"{' '.join(reason_of(m, r.reasons).split()) or 'NO REASON'}".replace("|", "\\|")
+                         for m in surv) or "—"
         rows.append(f"| `{cid}` | {len(ms)} | {killed} | {cell} |")
     kinds = r.per_kind()
     total_killed = sum(o.killed for o in r.outcomes.values())
@@ -518,9 +540,11 @@ def record_problems(record: dict, mutants: list[Mutant]) -> list[str]:
     return out
 
 
-def current_plan() -> list[Mutant]:
+def current_plan() -> tuple[list[Mutant], dict[str, str]]:
     from tests.conformance import failures
-    return plan(evidence_of(failures.load_entries()))
+    evidence = evidence_of(failures.load_entries())
+    sources = read_sources(evidence)
+    return plan(evidence, sources), sources
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -532,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], help="run only this check (FILE::FUNCTION), repeatable")
     ap.add_argument("--jobs", type=int, default=JOBS, help=f"worker processes (at most {JOBS})")
     a = ap.parse_args(argv)
-    mutants = current_plan()
+    mutants, sources = current_plan()
     floor, reasons = load_survivors()
     if a.check:
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
@@ -553,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         elif i % 25 == 0 or i == n:
             print(f"[{i}/{n}] {time.monotonic() - t0:.0f} s", flush=True)
 
-    outcomes, broken = run(mutants, a.jobs, progress)
+    outcomes, broken = run(mutants, sources, a.jobs, progress)
     rep = Report(mutants, {o.id: o for o in outcomes}, reasons, floor, broken, time.monotonic() - t0)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     data = rep.to_json()

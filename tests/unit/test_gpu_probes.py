@@ -235,6 +235,13 @@ def test_the_devices_probe_counts_the_gpus_the_check_compares(monkeypatch, capsy
     assert code == 1 and out["ok"] is False and out["devices"] == []
 
 
+def test_a_device_query_that_sees_no_gpu_fails_the_check(monkeypatch, capsys):
+    code, out, text = run_probe(monkeypatch, capsys, GPU_PROBE, ["devices", "libcudart.so.12"], libs(FakeDevice(n=0)))
+    with pytest.raises(AssertionError, match=r"device query failed: \{'probe': 'devices', 'driver': 13000, "
+                                             r"'runtime': 12080, 'devices': \[\], 'ok': False\}"):
+        test_cuda.test_cuda_device_query(ProbeTarget(0, code, text))
+
+
 # --------------------------------------------------------------------------- TensorFlow's GPU check
 
 TF = {"tensorflow": "2.21.0"}
