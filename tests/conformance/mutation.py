@@ -358,10 +358,9 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
     snapshot = Path(tempfile.mkdtemp(prefix="tb-mutation-src-"))
     for file, text in sources.items():
         (snapshot / file).write_text(text)
-    modules = sorted({m.module for m in mutants})
-    checks = sorted({m.check: m.evidence for m in mutants}.items())
-    tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": modules, "nodes": list(ev),
-                                                   "snapshot": str(snapshot)}) for cid, ev in checks]
+    checks = sorted({m.check: (m.evidence, m.module) for m in mutants}.items())
+    tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": [mod], "nodes": list(ev),
+                                                   "snapshot": str(snapshot)}) for cid, (ev, mod) in checks]
     tasks += [("mutant", {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence),
                           "snapshot": str(snapshot)}) for m in mutants]
     q: queue.Queue = queue.Queue()
@@ -406,16 +405,23 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
 # --------------------------------------------------------------------------- survivors, the report
 
 def load_survivors(path: Path = SURVIVORS) -> tuple[float, dict[str, dict[str, str]]]:
-    """The floor (the least killed share CI accepts) and check -> {FILE:LINE: reason}."""
+    """The floor (the least killed share CI accepts) and the reasons: check -> {KIND@SITE, SITE or
+    ``noop``: reason}, and for a helper many checks share, ``FILE::HELPER.assertK`` -> {``*``: reason}
+    (its ``helpers`` section)."""
     data = yaml.safe_load(path.read_text()) if path.exists() else {}
     data = data or {}
-    return float(data.get("floor", 0.0)), {k: dict(v or {}) for k, v in (data.get("survivors") or {}).items()}
+    reasons = {k: dict(v or {}) for k, v in (data.get("survivors") or {}).items()}
+    for site, why in (data.get("helpers") or {}).items():
+        reasons.setdefault(site, {})["*"] = why
+    return float(data.get("floor", 0.0)), reasons
 
 
 def reason_of(m: Mutant, reasons: dict[str, dict[str, str]]) -> str:
-    """The reason mutation-survivors.yaml gives: check -> {KIND@SITE or SITE or ``noop``: reason}."""
+    """The reason mutation-survivors.yaml gives for a surviving mutant (see load_survivors)."""
     mine = reasons.get(m.check, {})
-    return (mine.get(f"{m.kind}@{m.site}") or mine.get(m.site if m.kind != "noop" else "noop") or "").strip()
+    shared = reasons.get(f"{m.check.split('::')[0]}::{m.site}", {})
+    return (mine.get(f"{m.kind}@{m.site}") or mine.get(m.site if m.kind != "noop" else "noop")
+            or shared.get(f"{m.kind}@*") or shared.get("*") or "").strip()
 
 
 @dataclass

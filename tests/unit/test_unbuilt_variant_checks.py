@@ -191,3 +191,30 @@ def test_the_fake_lines_are_the_probes_formats():
     for key in json.loads(py_rank(0).split(" ", 1)[1]):
         assert re.search(rf"[\"']{key}[\"']", py), key
     assert ARCHS == ["8.0", "8.9", "9.0", "10.0"]
+
+
+# --------------------------------------------------------------------------- the ping-pong against the host's
+
+def tbspeed(bw_4mib, lib=LIB):
+    """probes/pingpong_mpi4py.py's line (rank 0)."""
+    return "TBSPEED " + json.dumps({"library": lib, "size": 2, "lat_8B_us": 0.4, "bw_64KiB_GBs": 6.0,
+                                    "bw_4MiB_GBs": bw_4mib, "allreduce_4MiB_ms": 1.2, "pingpong_bytes": 1 << 29})
+
+
+@pytest.fixture
+def host_at_10_gbs(monkeypatch):
+    from trainbase_conformance import speed
+    from trainbase_conformance.checks import test_speed
+    monkeypatch.setattr(speed, "host_reference", lambda *a, **k: speed.parse(tbspeed(10.0)))
+    monkeypatch.setattr(speed, "settle", lambda: None)
+    monkeypatch.setattr(test_speed, "_transport", lambda target: "pml ob1 (btl tcp,self)")
+    return test_speed
+
+
+def test_an_image_far_slower_than_the_host_fails_naming_its_transport(host_at_10_gbs):
+    host_at_10_gbs.test_intra_node_bandwidth_is_near_the_hosts(MpiTarget([tbspeed(9.0)]))
+    with pytest.raises(pytest.fail.Exception, match=r"4 MiB ping-pong at 4\.3 GB/s is 0\.43x the host's 10\.0 GB/s "
+                                                    r".*below 0\.7x; the image's MPI used: pml ob1 \(btl tcp,self\)"):
+        host_at_10_gbs.test_intra_node_bandwidth_is_near_the_hosts(MpiTarget([tbspeed(4.3)]))
+    with pytest.raises(AssertionError, match=r"the ping-pong probe exited 1:\s+-+\n\s*mpirun has detected"):
+        host_at_10_gbs.test_intra_node_bandwidth_is_near_the_hosts(MpiTarget([], rc=1, stderr=ROOT_REFUSED))
