@@ -1,8 +1,8 @@
 """Mutation testing of the conformance checks against their unit evidence: is each check's named
 evidence able to notice when the check is broken, assert by assert?
 
-For every check with unit evidence (tests/conformance/failures.yaml: ``unit``, plus ``also``), these
-mutants are made:
+For every check with unit evidence (tests/conformance/failures.yaml: ``unit``, plus ``also``, plus
+every other test under tests/unit that calls the check by name), these mutants are made:
 
 * ``noop``: the whole check returns at once (it can no longer fail);
 * ``negate``: one ``assert T, M`` becomes ``assert not (T), M``;
@@ -34,6 +34,7 @@ heavy third-party modules once and forks one child per mutant, which sets TB_MUT
     .venv/bin/python -m tests.conformance.mutation --record     # ... and the record + docs/conformance.md's block
     .venv/bin/python -m tests.conformance.mutation --ci         # run; exit 1 below the floor, on a survivor
                                                                 # without a reason or a result unlike the record
+    .venv/bin/python -m tests.conformance.mutation --render     # no run: the docs' block from the record
     .venv/bin/python -m tests.conformance.mutation --check      # no run: exit 1 if the docs' block or the
                                                                 # record is stale against the plan
     .venv/bin/python -m tests.conformance.mutation --only test_nccl.py::test_nccl_allreduce_gpu
@@ -61,6 +62,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CHECKS = ROOT / "trainbase_conformance" / "checks"
+UNIT = ROOT / "tests" / "unit"
 PACKAGE = "trainbase_conformance.checks"
 SURVIVORS = HERE / "mutation-survivors.yaml"
 RECORD = HERE / "mutation-record.json"
@@ -128,12 +130,33 @@ def owned_functions(tree: ast.Module, check: str) -> list[ast.FunctionDef]:
     return [funcs[n] for n in seen]
 
 
-def evidence_of(entries: dict[str, dict]) -> dict[str, tuple[str, ...]]:
-    """check -> its unit evidence (``unit`` and ``also`` of failures.yaml's unit entries)."""
+def callers(unit_dir: Path) -> dict[str, list[str]]:
+    """Function name -> the unit tests (node ids) that call a function of that name: a check (or a
+    helper of a check module) run on fake input, passing or failing (a test that only passes it
+    still kills a negated assert)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(unit_dir.glob("test_*.py")):
+        rel = path.relative_to(unit_dir.parents[1]).as_posix()
+        for fn in ast.parse(path.read_text()).body:
+            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_")):
+                continue
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+                    if name and f"{rel}::{fn.name}" not in out.get(name, []):
+                        out.setdefault(name, []).append(f"{rel}::{fn.name}")
+    return out
+
+
+def evidence_of(entries: dict[str, dict], found: dict[str, list[str]] | None = None) -> dict[str, tuple[str, ...]]:
+    """check -> its unit evidence: ``unit`` and ``also`` of failures.yaml's unit entries, then every
+    other unit test that calls the check (``found``: callers(), or none)."""
+    found = found or {}
     out = {}
     for cid, e in entries.items():
         if isinstance(e, dict) and e.get("shown_by") == "unit" and isinstance(e.get("unit"), str):
-            out[cid] = (e["unit"], *[n for n in (e.get("also") or []) if isinstance(n, str)])
+            named = [e["unit"], *[n for n in (e.get("also") or []) if isinstance(n, str)]]
+            out[cid] = tuple(dict.fromkeys(named + found.get(cid.split("::")[1], [])))
     return out
 
 
@@ -144,8 +167,11 @@ def read_sources(evidence: dict[str, tuple[str, ...]], checks_dir: Path = CHECKS
 
 
 def plan(evidence: dict[str, tuple[str, ...]], sources: dict[str, str] | None = None,
-         checks_dir: Path = CHECKS) -> list[Mutant]:
+         checks_dir: Path = CHECKS, found: dict[str, list[str]] | None = None) -> list[Mutant]:
+    """The mutants of every check of ``evidence``. A helper's assert is also judged by the unit
+    tests that call that helper directly (``found``): they drive the verdict the check delegates."""
     sources = read_sources(evidence, checks_dir) if sources is None else sources
+    found = found or {}
     mutants, trees = [], {}
     for cid in sorted(evidence):
         file, _, name = cid.partition("::")
@@ -160,10 +186,12 @@ def plan(evidence: dict[str, tuple[str, ...]], sources: dict[str, str] | None = 
                               f"def {name}(...): return", evidence[cid]))
         for fn in fns:
             asserts = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset))
+            ev = evidence[cid] if fn is check else tuple(dict.fromkeys(evidence[cid] + tuple(
+                n for n in found.get(fn.name, []) if n.startswith("tests/unit/"))))
             for k, a in enumerate(asserts, 1):
                 for kind in ("negate", "remove"):
                     mutants.append(Mutant(cid, kind, _keyed(path, a, kind), f"{file}:{a.lineno}", fn.name,
-                                          f"{fn.name}.assert{k}", src[a.lineno - 1].strip()[:160], evidence[cid]))
+                                          f"{fn.name}.assert{k}", src[a.lineno - 1].strip()[:160], ev))
     return mutants
 
 
@@ -358,7 +386,10 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
     snapshot = Path(tempfile.mkdtemp(prefix="tb-mutation-src-"))
     for file, text in sources.items():
         (snapshot / file).write_text(text)
-    checks = sorted({m.check: (m.evidence, m.module) for m in mutants}.items())
+    union: dict[str, dict[str, None]] = {}
+    for m in mutants:
+        union.setdefault(m.check, {}).update(dict.fromkeys(m.evidence))
+    checks = sorted({m.check: (tuple(union[m.check]), m.module) for m in mutants}.items())
     tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": [mod], "nodes": list(ev),
                                                    "snapshot": str(snapshot)}) for cid, (ev, mod) in checks]
     tasks += [("mutant", {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence),
@@ -548,9 +579,10 @@ def record_problems(record: dict, mutants: list[Mutant]) -> list[str]:
 
 def current_plan() -> tuple[list[Mutant], dict[str, str]]:
     from tests.conformance import failures
-    evidence = evidence_of(failures.load_entries())
+    found = callers(UNIT)
+    evidence = evidence_of(failures.load_entries(), found)
     sources = read_sources(evidence)
-    return plan(evidence, sources), sources
+    return plan(evidence, sources, found=found), sources
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -559,11 +591,18 @@ def main(argv: list[str] | None = None) -> int:
                     "a result other than the record's")
     ap.add_argument("--record", action="store_true", help="write the record and docs/conformance.md's block")
     ap.add_argument("--check", action="store_true", help="no run: exit 1 if the record or the docs' block is stale")
+    ap.add_argument("--render", action="store_true", help="no run: write docs/conformance.md's block from the record "
+                    "(after editing mutation-survivors.yaml)")
     ap.add_argument("--only", action="append", default=[], help="run only this check (FILE::FUNCTION), repeatable")
     ap.add_argument("--jobs", type=int, default=JOBS, help=f"worker processes (at most {JOBS})")
     a = ap.parse_args(argv)
     mutants, sources = current_plan()
     floor, reasons = load_survivors()
+    if a.render:
+        rep = from_record(json.loads(RECORD.read_text()), mutants, reasons, floor)
+        DOC.write_text(splice(DOC.read_text(), render(rep)))
+        print(f"wrote {DOC.relative_to(ROOT)}'s block: {len(rep.unexplained())} survivor(s) without a reason")
+        return 0
     if a.check:
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
         rep = from_record(record, mutants, reasons, floor)
