@@ -260,3 +260,38 @@ def test_a_planted_way_changes_the_table(table):
     assert "unit test `tests/unit/x.py::test_y` | `kernel check failed` |" in after
     shown = len(less.primary())
     assert f"{shown} of {len(table.checks)} checks" in before and f"{shown + 1} of {len(table.checks)} checks" in after
+
+
+# --------------------------------------------------------------------------- ways that do not count
+
+def test_a_variant_ci_never_builds_is_listed_not_counted(table):
+    frameworks, mpis = failures.ci_builds()
+    assert frameworks == {"pytorch"} and mpis == {"openmpi", "intelmpi"}
+    unbuilt = {w.source for w in table.ways if w.kind == "variant" and w.uncounted}
+    assert unbuilt == {"deepspeed-op-not-prebuilt", "deepspeed-ops-for-one-gpu", "horovod-without-gpu-operations",
+                       "no-nvcc", "tensorflow-without-cufft"}, unbuilt
+    # built: the variants of the ci profile's images, and a GPU runner's claims (gpu.yml)
+    assert not any(w.uncounted for w in table.ways if w.source in ("no-nccl", "second-nccl-beside-torch"))
+    # where CI built a DeepSpeed image, its variants would count
+    ways, _ = failures.variant_ways(table.checks, built=({"pytorch", "deepspeed", "horovod", "tensorflow"}, mpis))
+    assert not any(w.uncounted for w in ways)
+
+
+def test_a_check_shown_only_by_ways_that_do_not_count_is_not_shown(table):
+    cid = "test_gpu_paths.py::test_deepspeed_prebuilt_ops_load_without_a_compiler_run"
+    assert table.primary()[cid] == "unit"
+    less = replace(table, ways=[w for w in table.ways if not (w.check == cid and w.kind == "unit")])
+    assert cid not in less.primary()
+    block = failures.render(less)
+    assert f"  - `{cid}`: only ways that do not count: variant deepspeed-op-not-prebuilt (not built by CI" in block
+    assert "**not counted**, not built by CI: it needs a deepspeed image" in block
+
+
+def test_a_foreign_failure_of_a_shared_precondition_is_not_counted(table):
+    knock_ons = sorted(w.check for w in table.ways if w.kind == "foreign" and w.uncounted)
+    assert knock_ons == ["test_mpi.py::test_mpi4py_allreduce_4_ranks", "test_mpi.py::test_mpicc_allreduce_4_ranks",
+                         "test_mpi.py::test_shared_memory_without_warnings",
+                         "test_speed.py::test_intra_node_bandwidth_is_near_the_hosts",
+                         "test_speed.py::test_intra_node_messages_stay_off_the_network_stack"], knock_ons
+    for cid in knock_ons:   # each has evidence of its own assert failing
+        assert table.primary().get(cid) in ("variant", "unit"), cid
