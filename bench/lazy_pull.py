@@ -38,7 +38,7 @@ MONITOR_S = 90
 
 
 def run(argv: list[str], timeout: int = 1800, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:5])}... exited {p.returncode}: {(p.stderr or p.stdout).strip()[-600:]}")
     return p
@@ -46,7 +46,7 @@ def run(argv: list[str], timeout: int = 1800, **kw) -> subprocess.CompletedProce
 
 def ensure_tools() -> Path:
     """Install what is missing, build the snapshotter daemon once per source revision; its path."""
-    missing = [p for p in PACKAGES if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    missing = [p for p in PACKAGES if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0]
     if missing:
         run(["apt-get", "install", "-y", "--no-install-recommends", *missing], timeout=900,
             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
@@ -90,7 +90,7 @@ class PrivateContainerd:
             with open(logs / log, "ab") as out:
                 self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
         for _ in range(150):
-            if subprocess.run(self.ctr("plugins", "ls"), capture_output=True, text=True).stdout.count("stargz"):
+            if subprocess.run(self.ctr("plugins", "ls"), capture_output=True, text=True, check=False).stdout.count("stargz"):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"private containerd did not come up: see {logs}")
@@ -107,7 +107,7 @@ class PrivateContainerd:
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
                   if line.split()[1].startswith(str(self.dir))]
         for m in sorted(mounts, reverse=True):
-            subprocess.run(["umount", "-l", m], capture_output=True)
+            subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
     def reset(self) -> None:
         self.stop()

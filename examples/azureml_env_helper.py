@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     except NotOpenMPI as e:
         print(f"azureml_env_helper: {e}", file=sys.stderr)
         return 2
-    os.execvp(argv[0], argv)
+    os.execvp(argv[0], argv)  # noqa: S606 -- becomes the user's command (the helper's purpose)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ class HostTarget:
     def sh(self, cmd: str, timeout: int = 600):
         env = {**self.env, "TORCHINDUCTOR_CACHE_DIR": str(self.scratch / "inductor"),
                "TRITON_CACHE_DIR": str(self.scratch / "triton")}     # nothing compiled before is reused
-        p = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env, check=False)
         return SimpleNamespace(stdout=p.stdout, stderr=p.stderr, rc=p.returncode)
 
 

@@ -169,7 +169,7 @@ def _register(arch: str) -> str | Unregistrable:
                              f"run this build as root once (the handler then stays until reboot), or register it: "
                              f"{how}; {_leave_out(arch)}")
     if not (BINFMT / "status").exists():
-        r = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True)
+        r = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True, check=False)
         if r.returncode != 0 or not (BINFMT / "status").exists():
             return Unregistrable(f"binfmt_misc is not available at {BINFMT} (mount: "
                                  f"{(r.stderr or r.stdout).strip()[:160] or 'no effect'})",
@@ -248,4 +248,4 @@ def _systemd_binfmt() -> str | None:
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True)
+    return subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -95,17 +95,18 @@ def _entry_path(name: str) -> str:
 
 def _read_layer(stream: Any, want_content: Callable[[str, int], bool], max_content: int) -> list[LayerFile]:
     entries: list[LayerFile] = []
-    inner = tarfile.open(fileobj=stream, mode="r|*", bufsize=1 << 20)
-    for im in inner:
-        path = _entry_path(im.name)
-        kind = ("file" if im.isreg() else "dir" if im.isdir() else "symlink" if im.issym()
-                else "link" if im.islnk() else "other")
-        lf = LayerFile(layer=-1, path=path, kind=kind, size=im.size,
-                       link=_entry_path(im.linkname) if im.islnk() else "")
-        if im.isreg() and want_content(path, im.size):
-            ef = inner.extractfile(im)
-            lf.content = ef.read(max_content) if ef else None
-        entries.append(lf)
+    # (closing the TarFile leaves STREAM open: it was handed in)
+    with tarfile.open(fileobj=stream, mode="r|*", bufsize=1 << 20) as inner:
+        for im in inner:
+            path = _entry_path(im.name)
+            kind = ("file" if im.isreg() else "dir" if im.isdir() else "symlink" if im.issym()
+                    else "link" if im.islnk() else "other")
+            lf = LayerFile(layer=-1, path=path, kind=kind, size=im.size,
+                           link=_entry_path(im.linkname) if im.islnk() else "")
+            if im.isreg() and want_content(path, im.size):
+                ef = inner.extractfile(im)
+                lf.content = ef.read(max_content) if ef else None
+            entries.append(lf)
     return entries
 
 
@@ -141,21 +142,21 @@ def _scan_saved(image: str, stream: IO[bytes], want_content: Callable[[str, int]
     jsons: dict[str, bytes] = {}
     aliases: dict[str, str] = {}
     try:
-        outer = tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20)
-        for m in outer:
-            if m.issym():
-                aliases[m.name] = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), m.linkname))
-                continue
-            if not m.isfile():
-                continue
-            f = outer.extractfile(m)
-            assert f is not None
-            head = f.read(512)
-            if _is_tar_head(head):
-                per_blob[m.name] = _read_layer(io.BufferedReader(_Prefixed(head, f), 1 << 20), want_content,
-                                               max_content)
-            elif m.size < _SMALL or m.name.endswith((".json", "/json")):
-                jsons[m.name] = head + f.read()
+        with tarfile.open(fileobj=stream, mode="r|", bufsize=1 << 20) as outer:
+            for m in outer:
+                if m.issym():
+                    aliases[m.name] = posixpath.normpath(posixpath.join(posixpath.dirname(m.name), m.linkname))
+                    continue
+                if not m.isfile():
+                    continue
+                f = outer.extractfile(m)
+                assert f is not None  # noqa: S101 -- a regular member (isfile above) always has a file
+                head = f.read(512)
+                if _is_tar_head(head):
+                    per_blob[m.name] = _read_layer(io.BufferedReader(_Prefixed(head, f), 1 << 20), want_content,
+                                                   max_content)
+                elif m.size < _SMALL or m.name.endswith((".json", "/json")):
+                    jsons[m.name] = head + f.read()
     finally:
         stream.close()
     # Layer order and history come from the save's manifest.json and the image config.

@@ -56,7 +56,7 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
         gpu_why = "nvidia-smi not found"
     else:
         try:
-            p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+            p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
             gpus = [ln for ln in p.stdout.splitlines() if ln.startswith("GPU ")]
             if p.returncode != 0 or not gpus:
                 gpu_why = f"nvidia-smi -L exited {p.returncode}: {(p.stderr or p.stdout).strip()[:120]}"

@@ -43,7 +43,7 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
     if os.geteuid() != 0:
         raise RuntimeUnavailable(f"creating the test user {name} needs root")
     p = subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", "--comment", "trainbase runtime tier",
-                        name], capture_output=True, text=True)
+                        name], capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeUnavailable(f"useradd {name}: {p.stderr.strip()}")
     return pwd.getpwnam(name)
@@ -58,7 +58,7 @@ def as_user(user: str, argv: list[str], env: dict[str, str] | None = None, timeo
             "LANG": "C.UTF-8"}
     full = {**base, **(env or {})}
     cmd = [_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in full.items()], *argv]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
 
 
 def unpack(image: str, dest: Path | None = None) -> Path:
@@ -76,8 +76,9 @@ def unpack(image: str, dest: Path | None = None) -> Path:
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    os.chmod(tmp.parent, 0o755)
-    os.chmod(tmp, 0o755)
+    # the unprivileged runtime's user reads the unpacked image: 0755 like ch-convert leaves it
+    os.chmod(tmp.parent, 0o755)  # noqa: S103
+    os.chmod(tmp, 0o755)  # noqa: S103
     # GNU tar, not tarfile: it keeps device nodes, hard links and modes as root the way
     # ch-convert's unpacking does, at the speed of the disk
     tar = subprocess.Popen(["tar", "-x", "-C", str(tmp), "--numeric-owner", "-f", "-"], stdin=subprocess.PIPE)
@@ -123,7 +124,7 @@ def _subids(user: str) -> None:
             continue
         taken = [int(a) + int(n) for ln in lines if ln.count(":") == 2 for _, a, n in [ln.split(":")]]
         start = max([100000, *taken])
-        p = subprocess.run(["usermod", flag, f"{start}-{start + 65535}", user], capture_output=True, text=True)
+        p = subprocess.run(["usermod", flag, f"{start}-{start + 65535}", user], capture_output=True, text=True, check=False)
         if p.returncode != 0:
             raise RuntimeUnavailable(f"usermod {flag} for {user}: {p.stderr.strip()}")
 
@@ -200,10 +201,10 @@ def _convert_as_root(tool: str, package: str, args: list[str], out: Path) -> Pat
     exe = shutil.which(tool)
     if not exe:
         raise RuntimeUnavailable(f"{tool} not installed (not packaged in Debian 12: {package})")
-    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=1800, cwd=out.parent)
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=1800, cwd=out.parent, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{tool} {' '.join(args)} exited {p.returncode}: {(p.stderr or p.stdout).strip()[-800:]}")
-    os.chmod(out.parent, 0o755)
+    os.chmod(out.parent, 0o755)  # noqa: S103 -- the runtime's unprivileged user reads the converted image
     os.chmod(out, 0o644)
     return out
 

@@ -11,6 +11,7 @@ decide whether the image's MPI sees the world; hand-set variables prove neither.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -81,7 +82,7 @@ class Slurm:
     def mpi_plugins(self) -> list[str]:
         """What `srun --mpi=list` offers (none, pmi2, pmix...)."""
         p = subprocess.run([_which("srun"), "--mpi=list"], capture_output=True, text=True,
-                           env={**os.environ, **self.env}, timeout=60)
+                           env={**os.environ, **self.env}, timeout=60, check=False)
         text = p.stdout + p.stderr
         return sorted({w.strip(" ,:") for line in text.splitlines() for w in line.split()
                        if w.strip(" ,:") in ("none", "pmi2", "pmix", "cray_shasta")}
@@ -97,7 +98,7 @@ class Slurm:
             # its environment to the tasks, as it does for the user's own jobs
             return runtimes.as_user(user, cmd, env={**(env or {}), **self.env}, timeout=timeout + 30)
         return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {}), **self.env},
-                              timeout=timeout + 30)
+                              timeout=timeout + 30, check=False)
 
     def logs(self, tail: int = 40) -> str:
         out = []
@@ -125,10 +126,8 @@ class Slurm:
                     break
                 time.sleep(0.2)
             else:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 def _conf(root: Path, node: str, cpus: int, memory_mb: int, munge_socket: Path) -> str:
@@ -172,7 +171,7 @@ def start(root: Path, timeout: float = 60) -> Slurm:
     munged, slurmctld, slurmd = (_which(d) for d in DAEMONS)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o755)     # task users read slurm.conf (a mkdtemp folder is 0700)
+    os.chmod(root, 0o755)     # noqa: S103 -- task users read slurm.conf (a mkdtemp folder is 0700)
     for sub in ("state", "spool", "munge"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "munge", 0o700)
@@ -192,7 +191,7 @@ def start(root: Path, timeout: float = 60) -> Slurm:
                         f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
                         f"--seed-file={root}/munge/munged.seed"], check=True, capture_output=True, text=True, timeout=30)
         s.pids["munged"] = int((root / "munged.pid").read_text())
-        os.chmod(root / "munge", 0o755)    # task users reach the socket (srun authenticates through it)
+        os.chmod(root / "munge", 0o755)    # noqa: S103 -- task users reach the socket (srun authenticates through it)
         for name, prog in (("slurmctld", slurmctld), ("slurmd", slurmd)):
             subprocess.run([prog, "-f", str(s.conf)], check=True, capture_output=True, text=True, timeout=60, env=env)
             pidfile = root / f"{name}.pid"
@@ -206,7 +205,7 @@ def start(root: Path, timeout: float = 60) -> Slurm:
         state = ""
         while time.time() < deadline:
             p = subprocess.run([_which("sinfo"), "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env,
-                               timeout=30)
+                               timeout=30, check=False)
             state = p.stdout.strip() or p.stderr.strip()
             if state in ("idle", "mixed", "allocated"):
                 return s

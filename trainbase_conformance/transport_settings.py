@@ -47,8 +47,8 @@ def parse_config_file(path: str, text: str) -> list[Setting]:
     mca = path.endswith("mca-params.conf")
     ucx = path.endswith("ucx.conf")
     out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
         if ucx and line.startswith("["):
             break  # a [section] applies to matching hosts only; the defaults come before any
         m = re.match(r"^([A-Za-z_]\w*)\s*=\s*(.*?)\s*$", line)

@@ -111,7 +111,7 @@ def _htpasswd_line(user: str, password: str) -> str:
     # the registry checks the hash on EVERY request: at crypt's default cost (2^12 rounds) that
     # is ~0.2 s a request, minutes over the delivery weeks; a random password of a loopback
     # registry that lives for one session needs no work factor (2^4, bcrypt's minimum)
-    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))}\n"
+    return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))}\n"  # noqa: S324 -- bcrypt
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +134,8 @@ def registry(tmp_path_factory, docker) -> Registry:
         f"http: {{addr: '127.0.0.1:{port}'}}\n"
         f"auth: {{htpasswd: {{realm: trainbase-test, path: {d / 'htpasswd'}}}}}\n"
     )
-    proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=open(d / "registry.log", "w"), stderr=subprocess.STDOUT)
+    with open(d / "registry.log", "w") as log:   # the registry holds its own copy of the descriptor
+        proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -148,7 +149,7 @@ def registry(tmp_path_factory, docker) -> Registry:
     config = d / "docker-config"
     config.mkdir()
     login = subprocess.run([docker, "--config", str(config), "login", host, "-u", user, "--password-stdin"],
-                           input=password, capture_output=True, text=True, timeout=60)
+                           input=password, capture_output=True, text=True, timeout=60, check=False)
     assert login.returncode == 0, f"docker login {host} failed: {login.stderr.strip()}"
     _untag_loopback_registries(docker)   # debris of an earlier session killed before its teardown
     yield Registry(host=host, user=user, password=password, config=config)
@@ -163,7 +164,7 @@ def registry(tmp_path_factory, docker) -> Registry:
 def _untag_loopback_registries(docker: str, host: str | None = None) -> None:
     """Remove local tags of this fixture's registry (``host``), or of any loopback registry."""
     listing = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
-                             capture_output=True, text=True, timeout=60).stdout.split()
+                             capture_output=True, text=True, timeout=60, check=False).stdout.split()
     for ref in listing:
         if ref.startswith(f"{host}/" if host else "127.0.0.1:"):
             engine.remove_image(ref)

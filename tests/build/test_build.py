@@ -28,13 +28,13 @@ def _docker(docker, *args, check=False):
 
 def _build(cwd, *args, timeout=3600, env=None):
     return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
 def _cli(cwd, *args, env=None):
     """build.py with another action than --matrix (--promote)."""
     return subprocess.run([PY, str(ROOT / "build.py"), "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env, check=False)
 
 
 def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docker):
@@ -97,10 +97,10 @@ def _break_openmpi(scratch):
     data["artifacts"]["openmpi-4.1.4-debian"]["sha256"] = "0" * 63 + "f"
     (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--file",
-                                         str(scratch / "matrix.yaml")], capture_output=True, text=True).stdout)
+                                         str(scratch / "matrix.yaml")], capture_output=True, text=True, check=False).stdout)
     return {c["name"]: c for c in listing["cells"]}
 
 
@@ -222,11 +222,11 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     block.write_text(block.read_text().replace(" && mpiexec --version",
                                                f" && mpiexec --version \\\n && echo {marker} && sleep 600"))
     r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     name = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
     listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--select", f"name={name}",
-                                         "--file", str(scratch / "matrix.yaml")], capture_output=True, text=True).stdout)
+                                         "--file", str(scratch / "matrix.yaml")], capture_output=True, text=True, check=False).stdout)
     image = listing["cells"][0]["image"]
     assert not engine.image_exists(image)
     proc = subprocess.Popen([PY, str(ROOT / "build.py"), "--matrix", "--select", f"name={name}",
@@ -254,7 +254,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     assert proc.returncode == 130, out
     assert "interrupted" in out
     assert not engine.image_exists(image)
-    ps = subprocess.run(["pgrep", "-f", f"docker build .*{name}"], capture_output=True, text=True)
+    ps = subprocess.run(["pgrep", "-f", f"docker build .*{name}"], capture_output=True, text=True, check=False)
     assert ps.stdout.strip() == "", "a docker build process survived Ctrl-C"
 
 
@@ -271,7 +271,7 @@ def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_
     noise = "[bold red]boom[/] [/bin/bash -o pipefail] :smile: [link=x]y"
     block.write_text(text.replace(last, f"RUN echo '{noise}' && exit 3"))
     r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     parent = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="none")
     child = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="pytorch")

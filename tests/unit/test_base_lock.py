@@ -289,4 +289,4 @@ def test_lock_bases_without_all_adds_only_the_missing_bases_and_moves_no_tag(tmp
     monkeypatch.setattr(engine, "distribution_digest", lambda ref: asked.append(ref) or "sha256:" + "d" * 64)
     entries = bases.relock(m, tmp_path, cells, log=lambda s: None)
     assert asked == [new] and entries[new].identity == "sha256:" + "d" * 64
-    assert {k: v for k, v in entries.items() if k != new} == {k: v for k, v in lock.items()}
+    assert {k: v for k, v in entries.items() if k != new} == dict(lock.items())

@@ -483,7 +483,8 @@ def path_problems(text: str, doc: str = "README.md") -> list[Problem]:
                   + [m.span(1) for m in LINK.finditer(prose(text))])   # links: checked above
     chunks.append((0, plain, True))
     for at, chunk, suffix_only in chunks:
-        for pos, token in path_candidates(chunk, at, suffix_only):
+        for pos, candidate in path_candidates(chunk, at, suffix_only):
+            token = candidate
             if token.startswith("./"):
                 token = token[2:]   # relative to where the reader stands: the checkout's root
                 if token.split("/", 1)[0] not in tops:
@@ -636,7 +637,7 @@ def install_script(doc: Path | None = None) -> subprocess.CompletedProcess:
     if doc is not None:
         env["TRAINBASE_INSTALL_DOC"] = str(doc)
     return subprocess.run(["bash", str(INSTALL_SCRIPT), "--install-commands"], capture_output=True, text=True,
-                          env=env, timeout=60)
+                          env=env, timeout=60, check=False)
 
 
 def pip_install_args(line: str) -> tuple[str, ...] | None:
@@ -672,7 +673,8 @@ def suite_installs(lines: list[tuple[int, str]]) -> list[tuple[int, tuple[str, .
 def code_lines(text: str) -> list[tuple[int, str]]:
     """Every line of the fenced and indented code blocks, with its offset."""
     out = []
-    for start, body in code_blocks(text):
+    for block_start, body in code_blocks(text):
+        start = block_start
         for line in body.split("\n"):
             out.append((start, line))
             start += len(line) + 1
@@ -712,7 +714,7 @@ def installed_suite_commands() -> tuple[tuple[str, ...], ...]:
 
 
 def same_install(shown: tuple[str, ...], run: tuple[str, ...]) -> bool:
-    return len(shown) == len(run) and all(a == b or fnmatch.fnmatch(a, b) for a, b in zip(shown, run))
+    return len(shown) == len(run) and all(a == b or fnmatch.fnmatch(a, b) for a, b in zip(shown, run, strict=True))
 
 
 def install_problems(text: str, doc: str = "<doc>") -> list[Problem]:

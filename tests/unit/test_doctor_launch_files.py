@@ -61,7 +61,7 @@ def test_mpijob_launches_one_rank_per_slot_under_the_contract():
 
 def test_slurm_script_runs_the_doctor_on_every_task():
     text = (HERE / "slurm.sbatch").read_text()
-    assert subprocess.run(["bash", "-n", str(HERE / "slurm.sbatch")]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(HERE / "slurm.sbatch")], check=False).returncode == 0
     srun = " ".join(ln.rstrip("\\").strip() for ln in text.split("srun ", 1)[1].splitlines()[:2])
     argv = shlex.split("srun " + srun)
     assert "--mpi=pmix" in argv and any(a.startswith("--container-image=") for a in argv)

@@ -74,7 +74,7 @@ def test_cuda_code_for_every_generation_passes():
 
 
 def rank(r, ok=True):
-    return "[%d]<stdout>:" % r + json.dumps({"probe": "horovod_gpu", "rank": r, "ok": ok, "allreduce_ok": ok,
+    return f"[{r}]<stdout>:" + json.dumps({"probe": "horovod_gpu", "rank": r, "ok": ok, "allreduce_ok": ok,
                                              "allreduce_64MiB_ms": 1.0, "algbw_GBps": 60.0})
 
 

@@ -264,7 +264,7 @@ def test_hard_links_carry_no_bytes_and_keep_the_data_alive():
 
 
 def test_top_is_the_largest_n_and_total_counts_all():
-    waste = layer_waste(_scan([(f"f{i}", "file", i + 1) for i in range(20)], [(".wh.f%d" % i, "file", 0)
+    waste = layer_waste(_scan([(f"f{i}", "file", i + 1) for i in range(20)], [(f".wh.f{i}", "file", 0)
                                                                           for i in range(20)]), top=3)
     assert [w.path for w in waste.top] == ["f19", "f18", "f17"]
     assert waste.total == sum(range(1, 21))

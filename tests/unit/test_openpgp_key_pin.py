@@ -31,7 +31,7 @@ def make_key(home: Path, uid: str) -> tuple[str, Path]:
 
 def fetch(key: Path, pin: str, keyring: Path) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", str(TOOL), f"file://{key}", pin, str(keyring)], capture_output=True, text=True,
-                          env={**os.environ, "GNUPGHOME": "/nonexistent"})
+                          env={**os.environ, "GNUPGHOME": "/nonexistent"}, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def keys(tmp_path_factory):
            "other": make_key(d / "b", "Someone Else <else@example.invalid>")}
     # key generation starts a gpg-agent per home that outlives the test run otherwise
     for home in (d / "a", d / "b"):
-        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True)
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], capture_output=True, check=False)
 
 
 def test_the_pinned_key_by_full_fingerprint_is_kept(keys, tmp_path):
@@ -51,7 +51,7 @@ def test_the_pinned_key_by_full_fingerprint_is_kept(keys, tmp_path):
     assert f"is OpenPGP key {fpr}" in r.stdout
     listed = subprocess.run(["gpg", "--batch", "--with-colons", "--no-default-keyring", "--keyring",
                              str(tmp_path / "repo.gpg"), "--homedir", str(tmp_path), "--list-keys"],
-                            capture_output=True, text=True).stdout
+                            capture_output=True, text=True, check=False).stdout
     assert fpr in listed
 
 
@@ -72,7 +72,7 @@ def test_another_key_is_refused_with_expected_and_actual(keys, tmp_path):
 
 def keyring_fingerprints(keyring: Path, home: Path) -> list[str]:
     cols = subprocess.run(["gpg", "--batch", "--with-colons", "--homedir", str(home), "--no-default-keyring",
-                           "--keyring", str(keyring), "--fingerprint", "--list-keys"], capture_output=True, text=True).stdout
+                           "--keyring", str(keyring), "--fingerprint", "--list-keys"], capture_output=True, text=True, check=False).stdout
     lines = cols.splitlines()
     return [lines[i + 1].split(":")[9] for i, ln in enumerate(lines[:-1])
             if ln.startswith("pub:") and lines[i + 1].startswith("fpr:")]

@@ -62,7 +62,7 @@ def source_labels(root: str) -> dict[str, str]:
     out = {"org.opencontainers.image.created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
     def git(*args: str) -> str:
-        r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True)
+        r = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=False)
         return r.stdout.strip() if r.returncode == 0 else ""
 
     if os.environ.get("GITHUB_REPOSITORY"):

@@ -218,7 +218,7 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
                 actual = hashlib.sha256(pf.read_bytes()).hexdigest()
                 if actual != r.patch.sha256:
                     fail(f"{at}.patch: {r.patch.file} has sha256 {actual}, matrix.yaml pins {r.patch.sha256}")
-    for i, rule in enumerate(s.rules):
+    for rule in s.rules:
         for part in ("when", "require"):
             for axis, values in (getattr(rule, part) or {}).items():
                 for v in values:
@@ -322,7 +322,7 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
     if family not in ib.ucx:
         return excluded(f"ib {v['ib']} declares no UCX for {family} rows")
     if fw != "none":
-        assert parent is not None
+        assert parent is not None  # noqa: S101 -- a framework cell's parent was resolved first (order)
         if parent.excluded:
             return excluded(f"its parent {parent.name} is excluded: {parent.excluded}")
         if release is None:

@@ -34,7 +34,7 @@ def load(root: Path) -> dict[str, dict[str, Any]]:
         if doc.get("schema") != SCHEMA:
             raise ValueError(f"schema {doc.get('schema')!r}, expected {SCHEMA}")
         rows: dict[str, dict[str, Any]] = doc["os"]
-        for row, entry in rows.items():
+        for entry in rows.values():
             date.fromisoformat(entry["epoch"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise TrainbaseError(f"{FILE}: {e}") from None

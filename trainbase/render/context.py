@@ -103,7 +103,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     chain = framework_chain(m, cell)
     if cell.framework != "none":
         rel = cell.release
-        assert rel is not None
+        assert rel is not None  # noqa: S101 -- a framework cell has its release (matrix resolution)
         parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]  # framework_chain: every cell has a release
         set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
         # the CUDA libraries the release loads beyond the image's, at this CUDA row's versions --
@@ -265,7 +265,7 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     compiling = [c.release for c in chain if c.release is not None and c.release.cuda_compiler != "none"]
     if compiling:
         comp = _compiler(m, cell, compiling[-1].cuda_compiler, d["python"]["prefix"], d["python"]["version"])
-        assert comp is not None
+        assert comp is not None  # noqa: S101 -- a compiling release always has a compiler
         kept = any(r.cuda_compiler == "runtime" for r in compiling) or comp["from"] == "base"
         out["cuda_compiler"] = {"nvcc": comp["nvcc"], "from": comp["from"], "home": comp["home"], "kept": kept,
                                 "cuobjdump": f"{comp['home']}/bin/cuobjdump",

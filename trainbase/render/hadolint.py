@@ -29,11 +29,11 @@ def run(dockerfiles: list[str], root: Path) -> int:
 
     def lint(df: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([exe, "--config", str(config), "--format", "json", "--no-fail", df],
-                              cwd=root, capture_output=True, text=True)
+                              cwd=root, capture_output=True, text=True, check=False)
 
     errors = warnings = 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for df, proc in zip(dockerfiles, pool.map(lint, dockerfiles)):
+        for df, proc in zip(dockerfiles, pool.map(lint, dockerfiles), strict=True):
             try:
                 findings = json.loads(proc.stdout or "[]")
             except json.JSONDecodeError:

@@ -132,7 +132,7 @@ def shfmt_binary() -> str:
 @lru_cache(maxsize=4096)
 def _parse(src: str) -> dict[str, Any]:
     proc = subprocess.run([shfmt_binary(), "-ln", "bash", "--to-json"], input=src.encode(),
-                          capture_output=True)
+                          capture_output=True, check=False)
     if proc.returncode != 0:
         raise ShellSyntaxError(proc.stderr.decode(errors="replace").strip())
     tree: dict[str, Any] = json.loads(proc.stdout)

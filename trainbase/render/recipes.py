@@ -56,7 +56,7 @@ def environment(root: Path) -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=False,
         lstrip_blocks=False,
-        autoescape=False,
+        autoescape=False,  # noqa: S701 -- it renders Dockerfiles and shell, not HTML: escaping would corrupt them
     )
 
 

@@ -11,6 +11,7 @@ child starts FROM it; at the end the completed cells are published (deliver/publ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -208,7 +209,7 @@ class Executor:
             with self.lock:
                 self.procs[j.name] = proc
             tail: list[str] = []
-            assert proc.stdout is not None
+            assert proc.stdout is not None  # noqa: S101 -- stdout=PIPE
             for line in proc.stdout:
                 log.write(line)
                 s = line.strip()
@@ -338,10 +339,9 @@ class Executor:
         except KeyboardInterrupt:
             self.stop()
             for f in list(running):
-                try:
+                # only waiting for each build to stop: how it ended is on its job already (build_one)
+                with contextlib.suppress(Exception):
                     f.result(timeout=60)
-                except Exception:
-                    pass
             for j in self.jobs.values():
                 if j.status in (JobState.QUEUED, JobState.STARTING):
                     j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
@@ -381,10 +381,8 @@ class Executor:
             self.interrupted = True
             procs = list(self.procs.values())
         for p in procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + 20
         for p in procs:
             try:

@@ -201,8 +201,8 @@ def _security_section(current: Inventory, security: list[dict[str, Any]]) -> lis
     entries = sorted(security, key=lambda e: (str(e.get("advisory")), e["package"], e.get("installed") or "",
                                               e.get("fixed") or ""))
     is_fixed = [fixed_in(current, e) for e in entries]
-    fixed = [e for e, done in zip(entries, is_fixed) if done]
-    still_open = [e for e, done in zip(entries, is_fixed) if not done]
+    fixed = [e for e, done in zip(entries, is_fixed, strict=True) if done]
+    still_open = [e for e, done in zip(entries, is_fixed, strict=True) if not done]
     lines = ["## Security fixes", ""]
     for title, group in (("Fixed by this build", fixed), ("Still open in this build", still_open)):
         if not group:

@@ -109,7 +109,7 @@ def security_index(os_id: str, codename: str, arch: str, fetch: Fetch | None = N
 
 def _fetch(url: str) -> bytes:
     try:
-        with urllib.request.urlopen(url, timeout=120) as r:
+        with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 -- SECURITY_ARCHIVES' http(s) URLs only
             data: bytes = r.read()
             return data
     except OSError as e:

@@ -111,7 +111,7 @@ def test_one_nccl_the_framework_really_uses(target):
         maps = open("/proc/self/maps").read().splitlines()
         print(json.dumps(sorted({l.split()[-1] for l in maps if "libnccl" in l})))
     """)
-    assert [p for p in info] and all(p.startswith(found[0].rsplit("/", 1)[0]) for p in info), (info, found)
+    assert list(info) and all(p.startswith(found[0].rsplit("/", 1)[0]) for p in info), (info, found)
 
 
 @pytest.mark.multinode

@@ -38,7 +38,7 @@ def test_every_rank_sees_rank_variables(target, rank_env):
     assert {v["size"] for v in vals} == {n}, f"world sizes {[v['size'] for v in vals]}"
     assert {v["local_size"] for v in vals} == {PER_HOST}, f"local sizes {[v['local_size'] for v in vals]}"
     for host in cluster.hosts:
-        local = sorted(v["local_rank"] for e, v in zip(ranks, vals) if e["host"] == host)
+        local = sorted(v["local_rank"] for e, v in zip(ranks, vals, strict=True) if e["host"] == host)
         assert local == list(range(PER_HOST)), f"local ranks on {host}: {local}"
 
 

@@ -33,7 +33,7 @@ opt_ref = torch.optim.AdamW(ref, **kw)
 t0 = time.perf_counter()
 opt = FusedAdam(mine, adam_w_mode=True, **kw)
 out["fused_adam_load_s"] = round(time.perf_counter() - t0, 2)
-for step in range(20):
+for _step in range(20):
     grads = [torch.randn(s, device=dev) for s in shapes]
     for p, q, g in zip(ref, mine, grads):
         p.grad, q.grad = g.clone(), g.clone()

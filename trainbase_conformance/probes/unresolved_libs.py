@@ -55,7 +55,7 @@ def candidates(roots, machine, names):
 
 def unresolved(path):
     try:
-        p = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=60)
+        p = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=60, check=False)
     except subprocess.TimeoutExpired:
         return path, ["(ldd timed out)"]
     # ldd of a static program exits 1 with "not a dynamic executable": nothing to resolve.

@@ -36,7 +36,7 @@ import socket
 import sys
 from dataclasses import asdict, dataclass
 
-from trainbase_slurm import expand_hostlist, slurm_tasks_per_node
+from trainbase_slurm import expand_hostlist, slurm_tasks_per_node  # noqa: F401 (expand_hostlist: API)
 
 DEFAULT_MASTER_PORT = 29500    # torch.distributed's default
 DEFAULT_TF_PORT = 12345
@@ -322,7 +322,7 @@ def resolve(env: dict | None = None) -> World:
                  given_tf_config=env["TF_CONFIG"] if tf else "")
 
 
-def torchrun_options(world: World | None, env: dict) -> dict[str, str]:
+def torchrun_options(world: "World | None", env: dict) -> dict[str, str]:
     """torchrun's options as the PET_* variables it reads them from (its command line wins).
     torchrun is started once a node, so the launch's world is the nodes and its rank the node
     index; without these (it reads no NNODES/NODE_RANK) every node ran a world of its own."""

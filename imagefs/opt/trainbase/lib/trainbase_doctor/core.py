@@ -49,7 +49,7 @@ class Check:
     id: str
     title: str
     label: str                     # a short column header for the cluster table
-    func: Callable[[Node], Result]
+    func: Callable[["Node"], Result]
     compare: tuple[str, ...] = ()  # facts that must be equal on every node of a job
 
 
@@ -57,7 +57,7 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(id: str, title: str, label: str, compare: tuple[str, ...] = ()):
-    def register(func: Callable[[Node], Result]) -> Callable[[Node], Result]:
+    def register(func: Callable[["Node"], Result]) -> Callable[["Node"], Result]:
         if id in CHECKS:
             raise RuntimeError(f"check {id} registered twice")
         CHECKS[id] = Check(id, title, label, func, compare)
