@@ -436,8 +436,8 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
 # --------------------------------------------------------------------------- survivors, the report
 
 def load_survivors(path: Path = SURVIVORS) -> tuple[float, dict[str, dict[str, str]]]:
-    """The floor (the least killed share CI accepts) and the reasons: check -> {KIND@SITE, SITE or
-    ``noop``: reason}, and for a helper many checks share, ``FILE::HELPER.assertK`` -> {``*``: reason}
+    """The floor (the least killed share CI accepts) and the reasons: check -> {KIND@SITE, SITE,
+    ``noop`` or ``*`` (every survivor of the check): reason}, and for a helper many checks share, ``FILE::HELPER.assertK`` -> {``*``: reason}
     (its ``helpers`` section)."""
     data = yaml.safe_load(path.read_text()) if path.exists() else {}
     data = data or {}
@@ -452,7 +452,7 @@ def reason_of(m: Mutant, reasons: dict[str, dict[str, str]]) -> str:
     mine = reasons.get(m.check, {})
     shared = reasons.get(f"{m.check.split('::')[0]}::{m.site}", {})
     return (mine.get(f"{m.kind}@{m.site}") or mine.get(m.site if m.kind != "noop" else "noop")
-            or shared.get(f"{m.kind}@*") or shared.get("*") or "").strip()
+            or shared.get(f"{m.kind}@*") or shared.get("*") or mine.get("*") or "").strip()
 
 
 @dataclass

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from trainbase_conformance.checks import test_azureml as aml
-from trainbase_conformance.checks import test_doctor, test_nccl
+from trainbase_conformance.checks import test_doctor, test_mpi, test_nccl
 from trainbase_conformance.plugin import DOCTOR_SCHEMA, Target
 
 from .doctor_fakes import FakeCuda, FakeNccl, FakeNode, core
@@ -175,3 +175,58 @@ def test_the_guides_helper_under_another_mpi_must_stop_naming_the_fix(rc, text, 
     aml.test_type_mpi_rendezvous(*intel_job(1, FIX), "guides-helper")
     with pytest.raises(AssertionError, match=re.escape(why)):
         aml.test_type_mpi_rendezvous(target, job, "guides-helper")
+
+
+# --------------------------------------------------------------------------- NCCL's version, the MPI launcher
+
+class ImageTarget(DoctorTarget):
+    """A DoctorTarget whose suite-side manifest (``components``) may differ from the doctor's."""
+
+    def __init__(self, make_node, components):
+        super().__init__(make_node)
+        self.components = components
+
+    def need_mpi(self):
+        return None
+
+
+def nccl_node(root, code):
+    return lambda expect: FakeNode(root, expect=expect, libs={"libnccl.so.2": (FakeNccl(code), NCCL_PATH)})
+
+
+def test_the_nccl_version_check_fails_on_another_nccl_than_the_manifest_s(tmp_path):
+    want = {"nccl": {"version": "2.27.5"}}
+    test_nccl.test_nccl_version(ImageTarget(nccl_node(tmp_path, 22705), want))
+    with pytest.raises(AssertionError, match=r"the linker loads NCCL 2\.22\.3 from .*libnccl\.so\.2, the manifest says 2\.27\.5"):
+        test_nccl.test_nccl_version(ImageTarget(nccl_node(tmp_path, 22203), want))
+    # the doctor content with its own manifest, the suite's names another NCCL
+    with pytest.raises(AssertionError, match=r"'version': '2\.27\.5'"):
+        test_nccl.test_nccl_version(ImageTarget(nccl_node(tmp_path, 22705), {"nccl": {"version": "2.28.3"}}))
+
+
+def launcher_node(root, path_ok=True, version="4.1.4"):
+    prefix = root / "opt" / "openmpi"
+    for name in ("mpirun", "mpiexec"):
+        f = prefix / "bin" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    mpirun, mpiexec = prefix / "bin" / "mpirun", prefix / "bin" / "mpiexec"
+    from .doctor_fakes import MANIFEST
+    manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
+        "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}
+    answers = {f"{mpirun} --version": (0, f"mpirun (Open MPI) {version}\n"),
+               f"{mpiexec} --version": (0, f"mpiexec (OpenRTE) {version}\n"), "bash -lc": (0, str(mpirun))}
+    env = {"PATH": str(mpirun.parent) if path_ok else str(root / "empty-bin")}
+    return lambda expect: FakeNode(root, env=env, expect=expect, commands=answers, manifest=manifest)
+
+
+@pytest.mark.parametrize("shell", ["non-login", "login"])
+def test_the_launcher_check_fails_where_mpirun_is_not_on_path(tmp_path, shell):
+    mpi = {"mpi": {"kind": "openmpi", "version": "4.1.4"}}
+    test_mpi.test_launcher_runs_from_path(ImageTarget(launcher_node(tmp_path), mpi), shell)
+    with pytest.raises(AssertionError, match=rf"in a {shell} shell: mpirun: command not found"):
+        test_mpi.test_launcher_runs_from_path(ImageTarget(launcher_node(tmp_path, path_ok=False), mpi), shell)
+    with pytest.raises(AssertionError, match=r"'version': '4\.1\.4'"):
+        test_mpi.test_launcher_runs_from_path(
+            ImageTarget(launcher_node(tmp_path), {"mpi": {"kind": "openmpi", "version": "4.1.5"}}), shell)
