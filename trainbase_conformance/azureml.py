@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 MASTER_PORT = 6105        # Azure ML's MASTER_PORT for type: pytorch (v1 guide)
 BATCH_PORT = 6000         # the port in AZ_BATCH_MASTER_NODE (Batch's own: not for NCCL/gloo)
@@ -78,7 +79,7 @@ LAUNCH_SETS: dict[tuple[str, str], frozenset[str]] = {
 }
 
 
-def topology_problems(ranks: list[dict], hosts: list[str], per_node: int, sets: frozenset[str]) -> list[str]:
+def topology_problems(ranks: list[dict[str, Any]], hosts: list[str], per_node: int, sets: frozenset[str]) -> list[str]:
     """The rendezvous probe's lines (probes/rendezvous.py: each process's view and the table it
     gathered) against the real topology, ``per_node`` processes on each of ``hosts`` in order:
     rank r runs on node r // P (Azure places ranks by node), LOCAL_RANK is r % P, the world is

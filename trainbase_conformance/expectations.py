@@ -28,7 +28,7 @@ class ExpectationsError(ValueError):
     """The expectations file cannot be used; the message names the file and the field."""
 
 
-class DeclaredComponents(dict):
+class DeclaredComponents(dict[str, Any]):
     """``components`` of an expectations file: looking up a component it does not declare
     skips the check (pytest.skip) naming the component, instead of a KeyError."""
 
@@ -55,7 +55,8 @@ def load(path: str | Path) -> dict[str, Any]:
         lines = [f"  {'.'.join(str(x) for x in e.path) or '(top level)'}: {e.message}" for e in errors]
         raise ExpectationsError(f"{p}: does not follow the expectations schema ({EXPECTATIONS_SCHEMA.name}):\n"
                                 + "\n".join(lines))
-    return data
+    expected: dict[str, Any] = data
+    return expected
 
 
 def as_manifest(data: dict[str, Any], image: str, source: str) -> dict[str, Any]:
@@ -70,7 +71,8 @@ def image_manifest(image: str, container: Any, expect: str | None) -> dict[str, 
     """The image's own manifest (read from ``container``); for an image without one, the
     user's expectations file; neither is a failure that says what to do."""
     try:
-        return json.loads(container.read(MANIFEST_PATH))
+        manifest: dict[str, Any] = json.loads(container.read(MANIFEST_PATH))
+        return manifest
     except FileNotFoundError:
         if not expect:
             pytest.fail(f"{image} carries no {MANIFEST_PATH} (not built by trainbase?): say what it "

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import shlex
 import time
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from trainbase_common import engine
 from trainbase_common.emulation import EmulationError
 from trainbase_common.states import usable_images
 
@@ -44,7 +46,7 @@ DOCTOR_SCHEMA = json.loads(DOCTOR_SCHEMA_PATH.read_text())
 PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
 _RESULTS = pytest.StashKey[Results]()
 _CAPS = pytest.StashKey[HostCaps]()
-_IMAGE_FACTS = pytest.StashKey[dict]()
+_IMAGE_FACTS = pytest.StashKey[dict[str, dict[str, str]]]()
 _MISSING_HARDWARE = pytest.StashKey[str]()
 
 
@@ -137,7 +139,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 # --------------------------------------------------------------------------- host and tiers
 
 @pytest.fixture(scope="session")
-def host_caps(pytestconfig: pytest.Config, record_testsuite_property) -> HostCaps:
+def host_caps(pytestconfig: pytest.Config, record_testsuite_property: Callable[[str, object], None]) -> HostCaps:
     caps = _caps(pytestconfig)
     for k, v in caps.describe().items():
         record_testsuite_property(f"host.{k}", v)
@@ -175,11 +177,12 @@ class Target:
 
     @property
     def name(self) -> str:
-        return self.manifest.get("name", short_name(self.ref))
+        return str(self.manifest.get("name", short_name(self.ref)))
 
     @property
     def components(self) -> dict[str, Any]:
-        return self.manifest["components"]
+        components: dict[str, Any] = self.manifest["components"]
+        return components
 
     @property
     def labels(self) -> dict[str, str]:
@@ -190,11 +193,11 @@ class Target:
         """The image's Python (the manifest's prefix), by absolute path."""
         return f"{self.components['python']['prefix']}/bin/python"
 
-    def sh(self, cmd: str, timeout: int = 120):
+    def sh(self, cmd: str, timeout: int = 120) -> Any:   # testinfra's CommandResult (untyped)
         # testinfra has no timeout: coreutils' timeout bounds anything that could hang.
         return self.host.run(f"timeout {timeout} /bin/sh -c {shlex.quote(cmd)}")
 
-    def login(self, cmd: str, timeout: int = 120):
+    def login(self, cmd: str, timeout: int = 120) -> Any:
         return self.host.run(f"timeout {timeout} bash -lc {shlex.quote(cmd)}")
 
     def need_mpi(self) -> MpiFlavor:
@@ -220,7 +223,8 @@ class Target:
     def json_probe(self, cmd: str, timeout: int = 120) -> dict[str, Any]:
         r = self.sh(cmd, timeout)
         assert r.rc == 0, f"`{cmd}` exited {r.rc}: {r.stderr.strip()[-1500:]}"
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        doc: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+        return doc
 
 
 def tbconf_lines(stdout: str) -> list[dict[str, Any]]:
@@ -253,7 +257,8 @@ def _trainbase_contract(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config, record_testsuite_property):
+def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config,
+           record_testsuite_property: Callable[[str, object], None]) -> Iterator[Target]:
     import testinfra
 
     t0 = time.monotonic()
@@ -305,19 +310,19 @@ class Cluster:
     def hosts(self) -> list[str]:
         return [n.hostname for n in self.nodes]
 
-    def launch(self, per_host: int, cmd: str, timeout: int = 180):
+    def launch(self, per_host: int, cmd: str, timeout: int = 180) -> engine.ExecResult:
         """Run ``cmd`` from node a across every node, ``per_host`` ranks each."""
         return self.nodes[0].exec(f"timeout {timeout} {self.mpi.across(self.hosts, per_host)} {cmd}",
                                   timeout=timeout + 30)
 
 
 @contextlib.contextmanager
-def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any]] | None = None):
+def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any]] | None = None) -> Iterator[Cluster]:
     """Two containers of the image (hostnames ``a``, ``b``) on a private network with sshd;
     ``extra`` adds run options per hostname (e.g. a tmpfs only one node has)."""
     mpi = target.need_mpi()
 
-    def opts(h: str):
+    def opts(h: str) -> engine.RunOptions:
         return dataclasses.replace(caps.run_options(), **(extra or {}).get(h, {}))
 
     def probes(c: Container) -> None:
@@ -329,7 +334,7 @@ def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any
 
 
 @pytest.fixture(scope="session")
-def cluster(target: Target, host_caps: HostCaps):
+def cluster(target: Target, host_caps: HostCaps) -> Iterator[Cluster]:
     with start_cluster(target, host_caps) as c:
         yield c
 
@@ -359,7 +364,7 @@ def _module_name(item: pytest.Item) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
     outcome = yield
     rep = outcome.get_result()
     image = _image_param(item)
@@ -402,7 +407,7 @@ def _write_report(config: pytest.Config) -> Path | None:
     return md
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     md = _write_report(config)
     if md is None:
         return

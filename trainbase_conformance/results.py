@@ -4,6 +4,7 @@ the evidence each check gives). The machine-readable report is pytest's own --ju
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import EVIDENCE
 
@@ -19,7 +20,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     longrepr: str = ""
-    order: tuple = ()  # (module, line): rows follow the test files
+    order: tuple[Any, ...] = ()  # (module, line): rows follow the test files
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Results:
         return f"Evidence: {n} checks: {parts}; presence-only share {share:.1f} %"
 
     def add(self, image: str, module: str, check: str, when: str, outcome: str, message: str,
-            seconds: float, longrepr: str = "", order: tuple = ()) -> None:
+            seconds: float, longrepr: str = "", order: tuple[Any, ...] = ()) -> None:
         key = (image, module, check)
         o = self.rows.setdefault(key, Outcome(image, module, check, order=order or (module, 0)))
         o.seconds += seconds
@@ -63,7 +64,7 @@ class Results:
 
     def markdown(self) -> str:
         images = list(self.images) or sorted({o.image for o in self.rows.values()})
-        firsts: dict[tuple[str, str], tuple] = {}
+        firsts: dict[tuple[str, str], tuple[tuple[Any, ...], str]] = {}
         for o in self.rows.values():
             firsts.setdefault((o.module, o.check), (o.order, o.check))
         checks = sorted(firsts, key=firsts.__getitem__)

@@ -50,7 +50,7 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
 
 
 def as_user(user: str, argv: list[str], env: dict[str, str] | None = None, timeout: int = 300,
-            cwd: str = "/") -> subprocess.CompletedProcess:
+            cwd: str = "/") -> subprocess.CompletedProcess[str]:
     """Run ``argv`` as ``user`` with exactly the environment a login of theirs starts with
     (HOME, USER, LOGNAME, the ordinary PATH) plus ``env``: nothing of root's environment."""
     pw = pwd.getpwnam(user)
@@ -177,7 +177,7 @@ def podman_oci_runtime(unified: Path = Path("/sys/fs/cgroup/unified")) -> list[s
     return ["--runtime", "runc"] if controllers and shutil.which("runc") else []
 
 
-def podman_run(user: str, ref: str, args: list[str], command: str, timeout: int = 300) -> subprocess.CompletedProcess:
+def podman_run(user: str, ref: str, args: list[str], command: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
     """`podman run --rm` as ``user``. `--network=host`: rootless networking (slirp4netns) adds
     nothing a single-container job needs; --shm-size as the suite's Docker runs (64 MB default
     is too small for 2 ranks' shared-memory transport)."""

@@ -51,7 +51,8 @@ def pmi_in_common(kind: str, speaks: set[str], offered: list[str]) -> tuple[list
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _which(prog: str) -> str:
@@ -89,7 +90,7 @@ class Slurm:
                       | {w.split("_")[0] for w in text.split() if w.startswith("pmix_v")})
 
     def srun(self, args: list[str], *, user: str | None = None, timeout: int = 300,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """`srun ARGS` as ``user`` (root when None), bounded by ``timeout`` (Slurm's own --time
         too, so a hung step is cancelled by slurmctld, not just abandoned)."""
         cmd = [_which("srun"), f"--time={max(1, timeout // 60 + 1)}", *args]

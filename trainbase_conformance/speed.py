@@ -24,7 +24,8 @@ def parse(stdout: str) -> dict[str, Any]:
     """The probe's TBSPEED line."""
     for line in stdout.splitlines():
         if line.startswith("TBSPEED "):
-            return json.loads(line.split(" ", 1)[1])
+            found: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+            return found
     raise ValueError(f"the probe printed no TBSPEED line: {stdout.strip()[-400:]}")
 
 
