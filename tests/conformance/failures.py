@@ -209,7 +209,7 @@ def hollow_checks(record: Path = MUTATION_RECORD) -> set[str]:
     if not record.exists():
         return set()
     outcomes = json.loads(record.read_text()).get("outcomes", {})
-    return {mid.split("#", 1)[0] for mid, o in outcomes.items() if "#noop@" in mid and not o.get("killed")}
+    return {mid.split("#", 1)[0] for mid, o in outcomes.items() if mid.endswith("#noop") and not o.get("killed")}
 
 
 def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[Way],
