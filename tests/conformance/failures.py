@@ -403,7 +403,7 @@ def drift_problem(doc_text: str, block: str) -> str | None:
     if now == block:
         return None
     old, new = now.splitlines(), block.splitlines()
-    first = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
     return (f"the failures table in docs/conformance.md is not what the generator writes now (first difference "
             f"at its line {first + 1}: {old[first] if first < len(old) else '<end>'!r} -> "
             f"{new[first] if first < len(new) else '<end>'!r}): run `{GENERATOR}`")

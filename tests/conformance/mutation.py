@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -52,9 +53,8 @@ import os
 import sys
 import tempfile
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -270,7 +270,7 @@ class SchemataFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         path = self.modules[module.__name__]
         text = (self.snapshot / path.name if self.snapshot else path).read_bytes()
-        exec(schemata_code(path, text), module.__dict__)
+        exec(schemata_code(path, text), module.__dict__)  # noqa: S102 - the checks' own source, mutated
 
 
 def install(modules: list[str], snapshot: Path | None = None) -> SchemataFinder:
@@ -333,10 +333,8 @@ def worker_main() -> int:
     """A worker: preload, then read one JSON task per line on stdin, answer one JSON line each."""
     sys.path.insert(0, str(ROOT))
     for m in PRELOAD:
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(m)
-        except ImportError:
-            pass
     logs = Path(tempfile.mkdtemp(prefix="tb-mutation-"))
     out = sys.stdout
     for line in sys.stdin:
@@ -354,7 +352,7 @@ def worker_main() -> int:
 
 def _failed_node(text: str) -> str:
     for ln in text.splitlines():
-        if ln.startswith("FAILED ") or ln.startswith("ERROR "):
+        if ln.startswith(("FAILED ", "ERROR ")):
             return ln.split(" ", 1)[1].split(" - ")[0].strip()
     return ""
 
@@ -606,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.check:
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
         rep = from_record(record, mutants, reasons, floor)
-        problems = record_problems(record, mutants) + [p for p in rep.problems()]
+        problems = record_problems(record, mutants) + rep.problems()
         if (d := drift_problem(DOC.read_text(), render(rep))):
             problems.append(d)
         for p in problems:

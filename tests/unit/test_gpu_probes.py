@@ -20,7 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainbase_conformance.checks import test_cuda, test_gpu_paths as gp, test_nccl
+from trainbase_conformance.checks import test_cuda, test_nccl
+from trainbase_conformance.checks import test_gpu_paths as gp
+
 from .conftest import ROOT
 
 GPU_PROBE = str(ROOT / "trainbase_conformance" / "probes" / "gpu_probe.py")
@@ -161,10 +163,10 @@ class FakeNccl:
         bufs = [self.device.mem[p] for p, _ in self.pending]
         first = [array("f", b[:4]) [0] for b in bufs]
         # every buffer of the probe holds one value throughout: the sum of those values, everywhere
-        for b, v in zip(bufs, first):
+        for b, v in zip(bufs, first, strict=True):
             assert b == array("f", [v]).tobytes() * (len(b) // 4), "a fake NCCL reduces constant buffers only"
         total = sum(first)
-        for b, v in zip(bufs, first):
+        for b, v in zip(bufs, first, strict=True):
             b[:] = array("f", [v if self.alone else total]).tobytes() * (len(b) // 4)
         return 0
 
@@ -284,7 +286,7 @@ class T:
         return self
 
     def __sub__(self, o):
-        return T([a - b for a, b in zip(self.v, o.v)])
+        return T([a - b for a, b in zip(self.v, o.v, strict=True)])
 
     def abs(self):
         return T([abs(a) for a in self.v])
@@ -303,7 +305,7 @@ class T:
 
 
 def fake_torch(seed_state):
-    rng = random.Random(0)
+    rng = random.Random(0)  # noqa: S311 - fake tensors' values, not a secret
     torch = types.ModuleType("torch")
 
     def randn(*shape, **kw):
@@ -321,7 +323,7 @@ def fake_torch(seed_state):
             self.t += 1
             b1, b2 = self.betas
             wd = 0.0 if (self.fused and seed_state.get("wrong")) else self.wd
-            for p, m, s in zip(self.params, self.m, self.s):
+            for p, m, s in zip(self.params, self.m, self.s, strict=True):
                 for i, g in enumerate(p.grad.v):
                     m[i] = b1 * m[i] + (1 - b1) * g
                     s[i] = b2 * s[i] + (1 - b2) * g * g
@@ -337,7 +339,7 @@ def fake_torch(seed_state):
     torch.optim = SimpleNamespace(AdamW=AdamW)
     torch.cuda = SimpleNamespace(synchronize=lambda: None)
     layer = lambda *a: None  # noqa: E731
-    torch.nn = SimpleNamespace(Sequential=lambda *m: SimpleNamespace(parameters=lambda: []), Linear=layer, GELU=layer,
+    torch.nn = SimpleNamespace(Sequential=lambda *m: SimpleNamespace(parameters=list), Linear=layer, GELU=layer,
                                functional=SimpleNamespace(cross_entropy=lambda out, y: out))
     return torch, AdamW
 
@@ -355,7 +357,7 @@ def fake_deepspeed(torch, AdamW, state):
 
         def step(self):
             for p in self.params:
-                p.v = [x - self.lr * (1 if g > 0 else -1) for x, g in zip(p.v, p.grad.v)]
+                p.v = [x - self.lr * (1 if g > 0 else -1) for x, g in zip(p.v, p.grad.v, strict=True)]
 
     class Engine:
         device = "cuda:0"

@@ -6,7 +6,6 @@ recorded run gives, every survivor with a reason, the killed share at or above t
 import json
 import os
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -43,7 +42,7 @@ def toy(tmp_path):
 def load(path, key, monkeypatch):
     monkeypatch.setenv(mutation.ENV, key)
     ns = {"__name__": "toy"}
-    exec(mutation.schemata_code(path, path.read_bytes()), ns)
+    exec(mutation.schemata_code(path, path.read_bytes()), ns)  # noqa: S102 - the planted module's schemata
     return ns
 
 
