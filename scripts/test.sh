@@ -4,6 +4,7 @@
 #   2. hadolint on every rendered Dockerfile, and the pipefail rule (no pipeline that can die of
 #      SIGPIPE by chance: rendered RUN lines, workflows, scripts, in-image tools)
 #   3. the build of the `ci` profile through the Docker engine (when one answers)
+#   3b. mutation testing of the checks against their unit evidence (beside the build)
 #   4. pytest: unit tests, the build tests, and the conformance suite (static, cpu, multinode, azureml, runtime
 #      tiers; gpu/fabric skip with their reason) against the images built in step 3; then the
 #      suite's self-test (broken variants of a real image must fail the right checks; that
@@ -29,12 +30,27 @@ echo "==> hadolint + pipefail rule"
 "$PY" build.py --lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
 tail -n 2 reports/hadolint.txt
 
+# Mutation testing of the checks against their unit evidence (scripts/mutation.sh: each check made a
+# no-op and each of its asserts negated/removed must make its named evidence fail, or be a recorded
+# survivor with its reason). It needs no engine, so it runs beside the image build (whose time is
+# mostly waiting on downloads and one compile), not after it: 3-4 minutes of wall time saved.
+echo "==> mutation testing of the checks (beside the build; log: reports/mutation.log)"
+bash scripts/mutation.sh > reports/mutation.log 2>&1 &
+mutation_pid=$!
+mutation_result() {
+  if wait "$mutation_pid"; then tail -n 3 reports/mutation.log
+  else echo "mutation testing failed:"; tail -n 40 reports/mutation.log; return 1
+  fi
+}
+
 pytest_args=(tests/unit)
 built=0
 if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engine.available() else 1)' >/dev/null 2>&1; then
   built=1
   echo "==> build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
+  echo "==> mutation testing: its result"
+  mutation_result
   # a framework image built FROM a base of this run: its static and cpu tiers (the framework's
   # build, pins, GPU-path checks, torch.compile, doctor); its multinode, azureml and runtime
   # tiers (4-rank DDP in every Azure ML mode, the runtime conversions of a 7.8 GB image:
@@ -44,6 +60,11 @@ if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engi
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"
+fi
+
+if [ "$built" = 0 ]; then
+  echo "==> mutation testing: its result"
+  mutation_result
 fi
 
 echo "==> pytest"
