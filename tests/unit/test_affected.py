@@ -46,6 +46,10 @@ def descendants(m, names: set[str]) -> set[str]:
     ("scripts/setup.sh", "tool"),
     ("docs/azureml.md", "none"), ("README.md", "none"), (".github/workflows/ci.yml", "none"),
     ("tests/unit/test_render.py", "none"),
+    # prose beside the suite changes no check (docs/ci.md says "*.md changes nothing"); prose the
+    # images carry (imagefs/) is recipe
+    ("trainbase_conformance/checks/README.md", "none"), ("examples/README.md", "none"),
+    ("packaging/conformance/README.md", "none"), ("imagefs/opt/trainbase/README.md", "recipe"),
     ("some/new/top-level/thing.txt", "tool"),      # unknown: conservative, and listed
 ])
 def test_paths_are_classified(path, kind):

@@ -37,6 +37,9 @@ RECIPE_INPUTS = ("matrix.yaml", rendermod.TEMPLATES_DIR, rendermod.IMAGEFS_DIR, 
 # First match wins; patterns are fnmatch patterns over repository-relative paths.
 PATH_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("recipe", ("matrix.yaml", "templates/*", "imagefs/*", "locks/*", "patches/*", "images/*")),
+    # prose beside the suite (its checks' README, the examples' README) changes no check; what the
+    # images carry was matched above
+    ("none", ("*.md",)),
     ("suite", ("tests/conformance/*", "trainbase_conformance/*", "packaging/conformance/*", "examples/*")),
     ("none", ("docs/*", "*.md", ".github/*", "tests/unit/*", "bench/*", ".gitignore", "LICENSE")),
     ("tool", ("trainbase/*", "trainbase_common/*", "build.py", "requirements*.txt", "pyproject.toml",
