@@ -54,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
     act.add_argument("--merge-platforms", action="store_true", help="publish each selected repository's multi-arch index from staged images")
     act.add_argument("--verify-attestations", nargs="?", const="", metavar="REF",
                      help="check the signed SBOM + provenance attached to REF (HOST/REPO:TAG|@DIGEST) or to each selected cell in --registry")
+    act.add_argument("--catalogue", action="store_true",
+                     help="write docs/images.md and docs/images.json (every cell: its components, GPU architectures, "
+                          "driver, and the size and tiers a recorded run measured); with --report BUILD.json "
+                          "[--junitxml JUNIT.xml] --where TEXT first record that run in docs/catalogue-record.json")
     act.add_argument("--ci-matrix", action="store_true",
                      help="the CI job matrix of the selected cells, by FROM level, as KEY=JSON lines ($GITHUB_OUTPUT)")
     p.add_argument("--file", default="matrix.yaml", help="the matrix file (default: matrix.yaml)")
@@ -72,7 +76,9 @@ def parser() -> argparse.ArgumentParser:
                    help="docker build --network (e.g. host, for an engine without a NAT bridge); "
                         "default: $TRAINBASE_BUILD_NETWORK")
     b.add_argument("--log-dir", default="logs", help="one log file per cell under LOG_DIR/<run-id>/")
-    b.add_argument("--report", metavar="PATH", help="write the JSON build report here")
+    b.add_argument("--report", metavar="PATH", help="write the JSON build report here (--catalogue: read it)")
+    b.add_argument("--junitxml", metavar="PATH", help="with --catalogue --report: the conformance JUnit of that run")
+    b.add_argument("--where", metavar="TEXT", help="with --catalogue --report: where that run was (machine, profile)")
     b.add_argument("--no-cache", action="store_true", help="rebuild even when the immutable tag exists")
     sc = p.add_argument_group("supply chain (after every build: inventory, SBOM, audits, size budget)")
     sc.add_argument("--supply-dir", default="reports/supply", metavar="DIR",
@@ -149,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
         return render(m, root)
     if args.check:
         return check(m, root)
+    if args.catalogue:
+        from .render import catalogue
+        return catalogue.command(m, root, args.report, args.junitxml, args.where)
     if args.lock:
         sets = rendermod.lock_sets(rendermod.render_all(m, root=root))
         written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))

@@ -1,0 +1,79 @@
+"""The image catalogue (docs/images.md, docs/images.json): generated from matrix.yaml, the
+manifests and the record of real runs, never edited by hand (issue 55)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from trainbase.define.matrix import load
+from trainbase.render import catalogue
+
+from .conftest import ROOT
+
+DOCTOR_NODE = ROOT / "imagefs" / "opt" / "trainbase" / "lib" / "trainbase_doctor" / "checks_node.py"
+# a testcase as the suite writes it to pytest's JUnit (plugin.py: the image and tier properties)
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="trainbase_conformance.checks.test_mpi" name="test_ompi_info_version[trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1]" time="1.2">
+<properties><property name="image" value="trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1"/><property name="tier" value="static"/></properties></testcase>
+<testcase classname="trainbase_conformance.checks.test_mpi" name="test_mpi4py_allreduce_4_ranks[trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1]" time="3.0">
+<properties><property name="image" value="trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1"/><property name="tier" value="cpu"/></properties></testcase>
+<testcase classname="trainbase_conformance.checks.test_speed" name="test_x[trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1]" time="3.0">
+<properties><property name="image" value="trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1"/><property name="tier" value="cpu"/></properties>
+<failure message="bandwidth 0.2x the host's">x</failure></testcase>
+<testcase classname="trainbase_conformance.checks.test_cuda" name="test_gpu[trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1]" time="0.0">
+<properties><property name="image" value="trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:r1"/><property name="tier" value="gpu"/></properties>
+<skipped message="no GPU">x</skipped></testcase>
+<testcase classname="tests.unit.test_x" name="test_unit" time="0.1"/>
+</testsuite></testsuites>"""
+
+
+def test_the_catalogue_is_what_the_generator_writes():
+    m = load(ROOT / "matrix.yaml")
+    assert catalogue.drift(m, ROOT) == [], "docs/images.md or docs/images.json is stale: run `build.py --catalogue`"
+
+
+def test_every_rendered_cell_has_a_row_and_only_those():
+    doc = json.loads((ROOT / catalogue.TWIN).read_text())
+    names = {r["name"] for r in doc["images"]}
+    rendered = {p.name for p in (ROOT / "images").iterdir() if (p / "manifest.json").is_file()}
+    assert names == rendered
+
+
+def test_the_minimum_driver_is_the_doctors_own_table():
+    spec = importlib.util.spec_from_file_location("checks_node_table", DOCTOR_NODE)
+    text = DOCTOR_NODE.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("MIN_DRIVER_FOR_MAJOR"))
+    assert spec is not None
+    assert eval(line.split("=", 1)[1]) == catalogue.MIN_DRIVER_FOR_MAJOR  # noqa: S307 -- a literal of our own file
+
+
+def test_a_recorded_run_gives_the_size_where_and_the_tiers(tmp_path: Path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(JUNIT)
+    tiers = catalogue.tiers_from_junit(junit)
+    assert tiers == {"openmpi4.1.4-cuda12.8-cudnn9-debian12": {
+        "static": {"passed": 1, "failed": 0, "skipped": 0}, "cpu": {"passed": 1, "failed": 1, "skipped": 0},
+        "gpu": {"passed": 0, "failed": 0, "skipped": 1}}}
+    record: dict = {"cells": {}}
+    report = {"cells": [{"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "status": "built", "tag": "r1",
+                         "size_bytes": 2_930_000_000, "image_id": "sha256:ab"},
+                        {"name": "intelmpi2021.18-cuda12.8-cudnn9-debian12", "status": "failed", "size_bytes": None}]}
+    assert catalogue.record_run(record, report, tiers, "ci profile, .ci/run", "2026-11-27") == \
+        ["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    m = load(ROOT / "matrix.yaml")
+    rows = {r.name: r for r in catalogue.rows(m, ROOT, record)}
+    text = catalogue.markdown(rows.values())
+    line = next(ln for ln in text.splitlines() if ln.startswith("| `openmpi4.1.4-cuda12.8-cudnn9-debian12`"))
+    assert "2.93 GB" in line and "static passed (1); cpu FAILED 1 (1)" in line and "(ci profile, .ci/run, 2026-11-27)" in line
+    assert "gpu" not in line.split("|")[-2]           # a tier whose every check skipped is not "passed"
+    other = next(ln for ln in text.splitlines() if ln.startswith("| `intelmpi2021.18-cuda12.8-cudnn9-debian12`"))
+    assert "not built yet" in other                    # a failed build records nothing
+
+
+def test_a_row_says_what_the_manifest_holds():
+    m = load(ROOT / "matrix.yaml")
+    r = {x.name: x for x in catalogue.rows(m, ROOT, {"cells": {}})}["pytorch2.10.0-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    manifest = json.loads((ROOT / "images" / r.name / "manifest.json").read_text())
+    assert r.nccl == manifest["components"]["nccl"]["version"] and r.framework == "pytorch"
+    assert r.frameworks["pytorch"]["torch"] == "2.10.0" and r.min_driver == ">= 525.60.13"

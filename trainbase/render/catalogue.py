@@ -1,0 +1,242 @@
+"""The image catalogue (docs/images.md and its JSON twin docs/images.json): one row per cell the
+matrix builds, with what a platform engineer picks an image by -- OS, Python, CUDA toolkit,
+cuDNN, NCCL, MPI and UCX, the InfiniBand userspace, frameworks and their key packages, the GPU
+architectures compiled for, the oldest driver that runs it, the platform -- and, where a build
+was recorded, its measured size, where it was built and which conformance tiers passed.
+
+Everything but the record comes from what the render already wrote (images/<cell>/manifest.json)
+and matrix.yaml, so the page cannot say what the image does not hold. The record
+(docs/catalogue-record.json) is written from a real run's reports: `build.py --catalogue
+--report reports/build.json --junitxml reports/junit.xml --where "..."`; a cell without one says
+"not built yet" instead of a figure. The page is drift-checked by tests/unit/test_catalogue.py,
+as the failure table is: edit the sources and rerun `build.py --catalogue`, never the page.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from ..define.matrix import Cell, Matrix
+
+PAGE = Path("docs/images.md")
+TWIN = Path("docs/images.json")
+RECORD = Path("docs/catalogue-record.json")
+GENERATOR = "build.py --catalogue"
+# The oldest driver each CUDA major runs on through CUDA's minor-version compatibility (NVIDIA's
+# CUDA compatibility guide); the image's own tb-doctor holds the same table (gpu.driver), and
+# tests/unit/test_catalogue.py keeps the two equal.
+MIN_DRIVER_FOR_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+TIER_ORDER = ("static", "cpu", "multinode", "azureml", "runtime", "gpu", "fabric")
+FRAMEWORK_ORDER = ("none", "pytorch", "deepspeed", "horovod", "tensorflow")
+
+
+@dataclass
+class Row:
+    name: str
+    platform: str
+    os: str
+    base: str
+    python: str
+    cuda: str
+    cuda_from: str
+    cudnn: str
+    nccl: str
+    mpi: str
+    ucx: str
+    ib: str
+    frameworks: dict[str, dict[str, str]]
+    gpu_architectures: list[str]
+    min_driver: str
+    parent: str | None
+    built: dict[str, Any] | None = None          # the record: size_bytes, where, date, tiers
+    profiles: list[str] = field(default_factory=list)
+
+    @property
+    def framework(self) -> str:
+        names = list(self.frameworks)
+        return names[0] if names else "none"
+
+
+def _version(component: dict[str, Any] | None, key: str = "version") -> str:
+    value = (component or {}).get(key)
+    return str(value) if value not in (None, "") else "-"
+
+
+def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
+    comp: dict[str, Any] = manifest.get("components", {})
+    cuda = comp.get("cuda", {})
+    mpi = comp.get("mpi", {})
+    ib = comp.get("ib", {})
+    ib_text = str(ib.get("kind", "-")) + (f" {ib['version']}" if ib.get("version") else "")
+    if cell.ib == "inbox":
+        ib_text += " (the distro's, inbox)"
+    major = int(str(cuda.get("version", "0")).split(".")[0] or 0)
+    driver = MIN_DRIVER_FOR_MAJOR.get(major)
+    return Row(
+        name=cell.name, platform=cell.platform, os=str(comp.get("os", {}).get("id", cell.os)),
+        base=str(comp.get("os", {}).get("base", "-")), python=_version(comp.get("python")),
+        cuda=_version(cuda, "toolkit") if cuda.get("toolkit") else _version(cuda), cuda_from=str(cuda.get("from", "-")),
+        cudnn=_version(comp.get("cudnn")), nccl=_version(comp.get("nccl")),
+        mpi=f"{mpi.get('kind', '-')} {mpi.get('version', '')}".strip() + (f" ({mpi['install']})" if mpi.get("install") else ""),
+        ucx=_version(comp.get("ucx")), ib=ib_text,
+        frameworks={k: {p: str(v) for p, v in sorted(pkgs.items())}
+                    for k, pkgs in (manifest.get("framework_packages") or {}).items()},
+        gpu_architectures=list(m.spec.cuda[cell.cuda].architectures or []),
+        min_driver=f">= {driver}" if driver else "-",
+        parent=manifest.get("parent"), profiles=sorted(cell.profiles),
+    )
+
+
+def rows(m: Matrix, root: Path, record: dict[str, Any]) -> list[Row]:
+    out = []
+    for cell in m.included:
+        path = root / "images" / cell.name / "manifest.json"
+        if not path.is_file():
+            continue            # a cell refused at render time has no page row: --explain says why
+        r = row_for(m, cell, json.loads(path.read_text()))
+        r.built = record.get("cells", {}).get(cell.name)
+        out.append(r)
+    return out
+
+
+# -- the record of real runs ----------------------------------------------------------------------
+def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
+    """image name -> tier -> {passed, failed, skipped}, from the suite's JUnit (each case carries
+    its image and tier as properties)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for case in ET.parse(junit_xml).getroot().iter("testcase"):  # noqa: S314 -- see the import
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        image, tier = props.get("image"), props.get("tier")
+        if not image or not tier:
+            continue
+        name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+        outcome = "failed" if case.find("failure") is not None or case.find("error") is not None \
+            else "skipped" if case.find("skipped") is not None else "passed"
+        counts = out.setdefault(name, {}).setdefault(tier, {"passed": 0, "failed": 0, "skipped": 0})
+        counts[outcome] += 1
+    return out
+
+
+def record_run(record: dict[str, Any], build_report: dict[str, Any], tiers: dict[str, dict[str, dict[str, int]]],
+               where: str, day: str) -> list[str]:
+    """Fold one run's reports into the record: each usable cell's size and id, where and when,
+    and its tiers' counts. Returns the cells recorded."""
+    cells = record.setdefault("cells", {})
+    done = []
+    for c in build_report.get("cells", []):
+        if c.get("status") not in ("built", "cached") or not c.get("size_bytes"):
+            continue
+        cells[c["name"]] = {"tag": c.get("tag"), "size_bytes": c["size_bytes"], "image_id": c.get("image_id"),
+                            "where": where, "date": day, "tiers": tiers.get(c["name"], {})}
+        done.append(c["name"])
+    return done
+
+
+def load_record(root: Path) -> dict[str, Any]:
+    path = root / RECORD
+    return json.loads(path.read_text()) if path.is_file() else {"cells": {}}
+
+
+# -- the page -------------------------------------------------------------------------------------
+def _size(r: Row) -> str:
+    return f"{r.built['size_bytes'] / 1e9:.2f} GB" if r.built else "not built yet"
+
+
+def _tiers(r: Row) -> str:
+    if not r.built:
+        return "-"
+    said = []
+    for tier in TIER_ORDER:
+        n = (r.built.get("tiers") or {}).get(tier)
+        if not n or not (n["passed"] or n["failed"]):
+            continue        # not run, or every check skipped (a gpu tier on a host without a GPU): not passed
+        said.append(f"{tier} {'FAILED ' + str(n['failed']) if n['failed'] else 'passed'} ({n['passed']})")
+    return "; ".join(said) or "built, no tier recorded"
+
+
+def _frameworks(r: Row) -> str:
+    if not r.frameworks:
+        return "-"
+    return "; ".join(", ".join(f"{p} {v}" for p, v in pkgs.items()) for pkgs in r.frameworks.values())
+
+
+def _group(r: Row) -> tuple[int, str, int, str]:
+    family = 0 if r.os.startswith("debian") else 1
+    return family, r.os, FRAMEWORK_ORDER.index(r.framework) if r.framework in FRAMEWORK_ORDER else 9, r.name
+
+
+def markdown(all_rows: Iterable[Row]) -> str:
+    ordered = sorted(all_rows, key=_group)
+    built = [r for r in ordered if r.built]
+    lines = [
+        "# Image catalogue",
+        "",
+        f"<!-- written by `{GENERATOR}` from matrix.yaml, images/*/manifest.json and {RECORD}: edit those, "
+        "not this page -->",
+        "",
+        f"{len(ordered)} images the matrix builds; {len(built)} of them built and tested in a recorded run "
+        f"(size and tiers below), the rest \"not built yet\" (the Ubuntu rows build FROM `nvidia/cuda` in CI, "
+        "where a registry answers). Which one to pick for your cluster: [choose.md](choose.md). The same "
+        "rows for tools: [images.json](images.json).",
+        "",
+        "Columns: **CUDA** is the toolkit the image carries (from NVIDIA's wheels on Debian, from the "
+        "`nvidia/cuda` base on Ubuntu); **driver** is the oldest NVIDIA driver that runs it, through CUDA's "
+        "minor-version compatibility (a newer toolkit on an older driver of the same major runs, without "
+        "features that need the newer driver; an older major needs NVIDIA's forward-compatibility package on a "
+        "data-center GPU, which no image here carries); **GPU arch** the compute capabilities the CUDA row "
+        "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
+        "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
+        "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
+        "with their passed checks counted.",
+    ]
+    current = None
+    header = ("| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
+              "| driver | size | tiers (where built) |")
+    for r in ordered:
+        heading = f"{'Debian' if r.os.startswith('debian') else 'Ubuntu'} {r.os.removeprefix('debian').removeprefix('ubuntu')}" \
+            f" ({r.base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
+        if heading != current:
+            lines += ["", f"## {heading}", "", header, "|" + "---|" * 13]
+            current = heading
+        where = f" ({r.built['where']}, {r.built['date']})" if r.built else ""
+        lines.append(f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | "
+                     f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
+                     f"{r.min_driver} | {_size(r)} | {_tiers(r)}{where} |")
+    return "\n".join(lines) + "\n"
+
+
+def twin(all_rows: Iterable[Row]) -> str:
+    return json.dumps({"schema": 1, "images": [asdict(r) for r in sorted(all_rows, key=_group)]}, indent=1) + "\n"
+
+
+def expected(m: Matrix, root: Path) -> dict[Path, str]:
+    found = rows(m, root, load_record(root))
+    return {PAGE: markdown(found), TWIN: twin(found)}
+
+
+def drift(m: Matrix, root: Path) -> list[str]:
+    """The generated files that differ from what the sources say now."""
+    return [str(p) for p, text in expected(m, root).items()
+            if not (root / p).is_file() or (root / p).read_text() != text]
+
+
+def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, where: str | None) -> int:
+    if report:
+        if not where:
+            print("build.py --catalogue --report: say where the run was (--where 'ci profile, .ci/run, 2-core x86_64')")
+            return 2
+        record = load_record(root)
+        tiers = tiers_from_junit(Path(junitxml)) if junitxml else {}
+        done = record_run(record, json.loads(Path(report).read_text()), tiers, where, date.today().isoformat())
+        (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"{RECORD}: {len(done)} cell(s) recorded from {report}" + (f" and {junitxml}" if junitxml else ""))
+    for path, text in expected(m, root).items():
+        (root / path).write_text(text)
+        print(f"wrote {path}")
+    return 0
