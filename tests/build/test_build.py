@@ -145,37 +145,49 @@ def test_anonymous_existence_check_is_an_auth_error(registry, docker, build_repo
 def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(registry, docker, build_report,
                                                                              tmp_path):
     """Logged in (`docker login`, the CLI's credential store): --push stages the immutable tag
-    only (a second push leaves it alone); --promote with an empty gate holds the cell back
-    (exit 1, no alias); --promote points `latest` at exactly the immutable tag's digest,
-    registry side (skopeo, nothing pushed from the engine); a second promote has nothing to do."""
+    only; --promote with an empty gate holds the cell back (exit 1, no alias), and so does a
+    gate that passed it while its SBOM and provenance are not attached (the push's attest step
+    "failed": this push had no --sign-key); the next push finds the tag published -- immutable,
+    left as is -- and attaches what it lacks; then --promote points `latest` at exactly the
+    immutable tag's digest, registry side (skopeo, nothing pushed from the engine); a second
+    promote has nothing to do."""
+    from .test_registry_side import _keypair
+
     c = _base_cell(build_report)
     reg = ["--registry", f"{registry.host}/trainbase"]
+    key, pub = _keypair(tmp_path, "promote")
     args = ["--select", f"name={c['name']}", "--push", *reg, "--report", "/dev/null"]
     first = _build(ROOT, *args, env=registry.env())
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"pushed {registry.host}/trainbase/{c['name']}:{c['tag']} sha256:" in first.stdout
-    second = _build(ROOT, *args, env=registry.env())
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert "already published (immutable; left as is)" in second.stdout
     repo = f"trainbase/{c['name']}"
     assert registry.tags(repo) == [c["tag"]], "publishing must not move the alias"
     staged = registry.digest(repo, c["tag"])
     gate = tmp_path / "gate"
     gate.mkdir()
-    held = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    promote = ["--select", f"name={c['name']}", "--promote", *reg, "--public-key", str(pub)]
+    held = _cli(ROOT, *promote, "--gate", str(gate), env=registry.env())
     assert held.returncode == 1 and f"NOT promoted: the gate has no pass for {registry.host}/{repo}@{staged}" in held.stdout
     assert registry.digest(repo, "latest") is None
     ref = f"{registry.host}/{repo}@{staged}"
     # fail closed: the GPU tier's pass alone is not enough while the scan left no record
     (gate / "gpu.json").write_text(json.dumps({"ref": ref, "check": "gpu", "platform": c["platform"], "passed": True}))
-    held = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    held = _cli(ROOT, *promote, "--gate", str(gate), env=registry.env())
     assert held.returncode == 1 and "missing vulnerability-scan" in held.stdout, held.stdout + held.stderr
     (gate / "scan.json").write_text(json.dumps({"ref": ref, "check": "vulnerability-scan", "passed": True}))
-    promoted = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, "--gate", str(gate), env=registry.env())
+    # every check passed, but nothing is attested: held, and the message says the next build attests it
+    held = _cli(ROOT, *promote, "--gate", str(gate), env=registry.env())
+    assert held.returncode == 1 and f"NOT promoted: {ref} is not attested" in held.stdout, held.stdout + held.stderr
+    assert registry.digest(repo, "latest") is None
+    second = _build(ROOT, *args, "--sign-key", str(key), env=registry.env())
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "already published (immutable; left as is)" in second.stdout
+    assert registry.digest(repo, c["tag"]) == staged, "attaching must not move the immutable tag"
+    promoted = _cli(ROOT, *promote, "--gate", str(gate), env=registry.env())
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     assert f"latest -> {staged} (was absent)" in promoted.stdout
     assert registry.digest(repo, "latest") == staged
-    again = _cli(ROOT, "--select", f"name={c['name']}", "--promote", *reg, env=registry.env())
+    again = _cli(ROOT, *promote, env=registry.env())
     assert again.returncode == 0 and f"latest is already {staged}" in again.stdout, again.stdout + again.stderr
 
 
