@@ -8,14 +8,19 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .define import base_lock
 from .define import pip_locks as lockmod
 from .define.matrix import Cell, Matrix, load, parse_selects
 from .errors import TrainbaseError
 from .render import hadolint
-from .render.pipefail_lint import command as pipefail_command
 from .render import recipes as rendermod
+from .render.pipefail_lint import command as pipefail_command
+
+if TYPE_CHECKING:
+    from .run.executor import Executor
 
 
 def parser() -> argparse.ArgumentParser:
@@ -244,7 +249,7 @@ def check(m: Matrix, root: Path) -> int:
     return 0
 
 
-def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | None = None) -> dict:
+def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | None = None) -> dict[str, Any]:
     rec = {
         "name": c.name,
         "dockerfile": f"{rendermod.IMAGES_DIR}/{c.name}/Dockerfile" if not c.excluded else None,
@@ -259,7 +264,8 @@ def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | No
         r = rendered[c.name]
         rec["tag"] = r.tag
         rec["image"] = f"{m.spec.naming.namespace}/{c.name}:{r.tag}"
-        chain, x = [], r
+        chain: list[str] = []
+        x: rendermod.Rendered | None = r
         while x is not None:               # a cell cannot build while anything under it is pending
             chain += [a for a in x.context.artifacts if m.spec.artifacts[a].file_for(x.cell.platform).pending]
             x = rendered.get(x.cell.parent) if x.cell.parent else None
@@ -272,7 +278,7 @@ def _level(m: Matrix, c: Cell) -> int:
     return 0 if not c.parent else 1 + _level(m, m.cell(c.parent))
 
 
-def list_cells(m: Matrix, filters: dict, profile: str | None, *, as_json: bool, include_excluded: bool) -> int:
+def list_cells(m: Matrix, filters: dict[str, Any], profile: str | None, *, as_json: bool, include_excluded: bool) -> int:
     if include_excluded:
         cells = [c for c in m.cells if all((c.name if k == "name" else getattr(c, k)) in v for k, v in filters.items())]
         if profile:
@@ -333,7 +339,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
             break
     fmt = m.spec.naming.framework_prefix.format
     versions = [[r.version for r in m.spec.frameworks[fw].releases] for fw in chain]
-    return ["".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo)) + x.name
+    return ["".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo, strict=True)) + x.name
             for combo in itertools.product(*versions)]
 
 
@@ -386,7 +392,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
 
         tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "trainbase_conformance" / "checks"),
                                  "--report", args.report, "--junitxml", str(root / "reports" / "conformance.xml")],
-                                cwd=root)
+                                cwd=root, check=False)
         if tested.returncode and code in (0, executor.INCOMPLETE):
             code = 1            # a conformance failure outranks "incomplete"
         if args.push and code == 0:
@@ -399,7 +405,7 @@ def build_matrix(m: Matrix, root: Path, selected: list[Cell], args: argparse.Nam
     return code
 
 
-def _summary(report, b) -> None:
+def _summary(report: ModuleType, b: Executor) -> None:
     """The summary table; if it cannot be printed (a terminal that went away, a rich bug), a
     plain line per cell instead -- never a traceback in place of the result and exit code."""
     try:

@@ -18,7 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainbase.deliver import attest, mirror, promote, registry as regmod
+from trainbase.deliver import attest, mirror, promote
+from trainbase.deliver import registry as regmod
 from trainbase.supply import vulnscan
 
 from .conftest import ROOT
@@ -40,7 +41,7 @@ def _stage(docker, registry, tmp_path: Path, tag: str, content: str, key: Path) 
     ref = f"{registry.host}/{REPO}:{tag}"
     for args in (["build", "-t", ref, str(ctx)], ["push", ref]):
         r = subprocess.run([docker, "--config", str(registry.config), *args], capture_output=True, text=True,
-                           timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "1"})
+                           timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "1"}, check=False)
         assert r.returncode == 0, r.stderr[-1500:]
     docs = tmp_path / "supply" / "week-openmpi" / tag
     docs.mkdir(parents=True)

@@ -405,7 +405,7 @@ def write_credentials(job: dict) -> list[str]:
     elif isinstance(perms, dict):
         held += [f"{k}: write" for k, v in perms.items() if v == "write"]
     for secret in set(re.findall(r"secrets\.([\w-]+)", yaml.safe_dump(job))):
-        if secret not in READ_ONLY_SECRETS and secret != "GITHUB_TOKEN":
+        if secret not in READ_ONLY_SECRETS and secret != "GITHUB_TOKEN":  # noqa: S105 -- a secret's name, not its value
             held.append(f"secrets.{secret}")
     return held
 
@@ -596,7 +596,7 @@ def test_publishing_waits_for_ci_on_the_same_commit():
     runs = " ".join(s.get("run", "") for s in gate["steps"])
     assert "trainbase.deliver.ci_gate" in runs
     assert "ci-passed" in doc["jobs"]["plan"]["needs"]
-    for wf, name, job in [(w, n, j) for w, n, j in all_jobs() if w == "build.yml" and n != "ci-passed"]:
+    for _wf, name, job in [(w, n, j) for w, n, j in all_jobs() if w == "build.yml" and n != "ci-passed"]:
         for s in job.get("steps", []):
             if "actions/checkout" in s.get("uses", ""):
                 assert s["with"]["ref"] == "${{ needs.ci-passed.outputs.sha }}", f"{name}: build the commit ci.yml passed"
@@ -648,7 +648,7 @@ def refresh_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
         f.chmod(0o755)
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, env=env, check=False, capture_output=True, text=True).stdout.strip()
     env.update(PATH=f"{fake}:{os.environ['PATH']}", FAKE_LOG=str(tmp_path / "gh.log"), FAKE_ORIGIN=str(origin),
-               GITHUB_REF="refs/heads/main", GITHUB_SHA=sha, WORKFLOW_TOKEN="t0ken")
+               GITHUB_REF="refs/heads/main", GITHUB_SHA=sha, WORKFLOW_TOKEN="t0ken")  # noqa: S106 -- a fake token for a fake gh
     (tmp_path / "gh.log").write_text("")
     (tmp_path / "body.txt").write_text("cells\n")
     return work, origin, env

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import TrainbaseError
 
-Log = Callable[[str], None]
+Log = Callable[[str], object]   # print, or a writer: what it returns is not read
 
 LOCK_DIR = "locks"
 
@@ -163,7 +163,7 @@ def resolve(ls: LockSet, log: Log = print) -> str:
         log(f"lock {ls.name}: {name} has no wheel for Python {ls.python} here: its sdist is built "
             "(its build backend runs to read the metadata)")
         sdists.append(name)
-    assert data is not None
+    assert data is not None  # noqa: S101 -- pip's --report was asked for and read above
     built = sorted({_canonical(i["metadata"]["name"]) for i in data["install"] if not _is_wheel(i)})
     if built:
         log(f"lock {ls.name}: resolved from sdists: {', '.join(built)}")

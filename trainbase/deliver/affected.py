@@ -26,6 +26,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..define.matrix import Matrix, load
 from ..errors import TrainbaseError
@@ -62,7 +63,7 @@ class Affected:
     removed: list[str] = field(default_factory=list)        # cells the base had and the change drops
     paths: dict[str, list[str]] = field(default_factory=dict)  # kind -> changed paths
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"build": self.build, "test": self.test, "removed": self.removed,
                 "paths": {k: self.paths.get(k, []) for k in KINDS}}
 
@@ -104,7 +105,7 @@ def compare(head: Matrix, head_tags: dict[str, str], base_tags: dict[str, str] |
 
 # -- git plumbing ---------------------------------------------------------------------------------
 def _git(root: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise TrainbaseError(f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip()[:300]}")
     return proc.stdout

@@ -29,6 +29,8 @@ from . import referrers, registry
 if TYPE_CHECKING:
     from securesystemslib.signer import Key
 
+    from .publish import Publishable
+
 
 def _subjects(client: referrers.Client, repo: str, ref: str, platform: str = "") -> list[referrers.Descriptor]:
     """The descriptors a pull of REPO:REF resolves to: the PLATFORM manifest of an index (every
@@ -56,7 +58,7 @@ class Attester:
             raise TrainbaseError(str(e)) from None
         self.client: referrers.Client | None = None
 
-    def attach(self, j, repo: str, ref: str) -> None:
+    def attach(self, j: Publishable, repo: str, ref: str) -> None:
         from trainbase_common import engine
 
         docs = self.supply_dir / j.name / j.tag
@@ -85,13 +87,15 @@ class Attester:
                            f"{self.host}/{repo}@{subject.digest} as {d.digest[:19]}\n")
 
 
-def verify_ref(client: referrers.Client, repo: str, ref: str, platform: str, key, out: TextIO) -> bool:
+def verify_ref(client: referrers.Client, repo: str, ref: str, platform: str, key: Key, out: TextIO) -> bool:
     """Whether REPO:REF (its PLATFORM manifest; of an index, every platform's when PLATFORM is
     empty) has both predicates signed by KEY; each finding printed."""
-    return all([_verify_subject(client, repo, s, key, out) for s in _subjects(client, repo, ref, platform)])
+    # every subject verified and printed (a list, not all()'s generator: no early stop)
+    return all([_verify_subject(client, repo, s, key, out) for s in _subjects(client, repo, ref, platform)])  # noqa: C419
 
 
-def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Descriptor, key, out: TextIO) -> bool:
+def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Descriptor, key: Key,
+                    out: TextIO) -> bool:
     found = client.referrers(repo, subject.digest)
     where = f"{client.host}/{repo}@{subject.digest}"
     ok = True
@@ -168,7 +172,7 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
 SIGSTORE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"   # what actions/attest and cosign write
 
 
-def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dict | None:
+def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dict[str, Any] | None:
     """The CycloneDX SBOM attached to what REPO:REF resolves to on PLATFORM: the predicate of a
     key-signed DSSE envelope or of a keyless Sigstore bundle's envelope. Read, not verified:
     the security check only decides whether to rebuild (verification: verify_ref, or gh/cosign)."""
@@ -187,7 +191,8 @@ def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dic
         envelope = doc.get("dsseEnvelope", doc)          # a Sigstore bundle holds the envelope
         stmt = json.loads(base64.b64decode(envelope["payload"]))
         if stmt.get("predicateType") == att.SBOM:
-            return stmt["predicate"]
+            predicate: dict[str, Any] = stmt["predicate"]
+            return predicate
     return None
 
 
@@ -345,7 +350,7 @@ def attestation_check(public_key: str | None, github_repo: str = "") -> Callable
 
 
 def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
-                   client_for=referrers.Client) -> dict[str, str]:
+                   client_for: Callable[[str], referrers.Client] = referrers.Client) -> dict[str, str]:
     """For CI's keyless signing (actions/attest, build-cells.yml): the digests of the one cell of
     a publish report that still need their attestations -- what it pushed, and what it found
     already published without them (a run whose attestation step failed after the push: its
@@ -370,7 +375,7 @@ def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
         raise TrainbaseError(f"{report_path}: {c['name']} published no immutable tag, only {twins}")
     name = tags[0].rsplit(":", 1)[0]
     host, repo = name.split("/", 1)
-    client = None
+    client: referrers.Client | None = None
 
     def needs(ref: str, digest: str) -> str:
         nonlocal client

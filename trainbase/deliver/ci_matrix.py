@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..build.plan import Plan
 from ..define.matrix import Cell, Matrix
@@ -34,7 +35,7 @@ class TooDeep(Exception):
     """The matrix needs more FROM levels than the workflow has jobs for."""
 
 
-def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tuple[list[dict], dict[str, str]]:
+def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """One matrix entry per buildable cell (plan order, parents first): name, level, the
     immutable tag and the local image reference. Cells that cannot be built (an artifact
     without a verified checksum, in themselves or under them) are left out, with the reason --
@@ -62,13 +63,13 @@ def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tupl
     return out, refused
 
 
-def by_level(items: list[dict], max_levels: int | None) -> list[list[dict]]:
+def by_level(items: list[dict[str, Any]], max_levels: int | None) -> list[list[dict[str, Any]]]:
     """Entries grouped by FROM level (index = level). Raises TooDeep past ``max_levels``."""
     depth = 1 + max((e["level"] for e in items), default=-1)
     if max_levels is not None and depth > max_levels:
         raise TooDeep(f"the matrix has {depth} FROM levels but the workflow declares {max_levels} level jobs: "
                       f"add a build-level{max_levels} job to .github/workflows/build.yml and raise BUILD_LEVELS")
-    levels: list[list[dict]] = [[] for _ in range(max(depth, max_levels or 0))]
+    levels: list[list[dict[str, Any]]] = [[] for _ in range(max(depth, max_levels or 0))]
     for e in items:
         levels[e["level"]].append(e)
     return levels
@@ -102,9 +103,9 @@ def cover(m: Matrix, cells: list[Cell]) -> list[Cell]:
     return [c for c in cells if c.name in keep]
 
 
-def with_registry_state(items: list[dict], registry_arg: str, only: str,
+def with_registry_state(items: list[dict[str, Any]], registry_arg: str, only: str,
                         digest: Callable[[str, str, str], str | None],
-                        unattested: Callable[[str, str, str], list[str]] | None = None) -> tuple[list[dict], dict[str, str]]:
+                        unattested: Callable[[str, str, str], list[str]] | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Keep the entries whose immutable tag is (``only="published"``) or is not
     (``"unpublished"``) in the registry, or is published while the alias points elsewhere
     (``"unpromoted"``: what the GPU tier must pass before promote.py moves the alias).
@@ -122,7 +123,8 @@ def with_registry_state(items: list[dict], registry_arg: str, only: str,
 
     host, ns = split_registry(registry_arg)
     kept, left_out = [], {}
-    for e in items:
+    for item in items:
+        e = item
         repo = f"{ns}/{e.get('repository', e['name'])}"
         d = digest(host, repo, e.get("release_tag", e["tag"]))
         lacking: list[str] = []
@@ -157,7 +159,7 @@ def _unattested() -> Callable[[str, str, str], list[str]]:
     return lambda host, repo, d: attest.unattested(clients.setdefault(host, referrers.Client(host)), repo, d)
 
 
-def github_outputs(items: list[dict], levels: list[list[dict]], left_out: dict[str, str]) -> list[str]:
+def github_outputs(items: list[dict[str, Any]], levels: list[list[dict[str, Any]]], left_out: dict[str, str]) -> list[str]:
     """`KEY=JSON` lines for $GITHUB_OUTPUT (and for a person): every entry, each level, and
     what was left out with why."""
     lines = [f"cells={json.dumps(items, separators=(',', ':'))}", f"count={len(items)}",

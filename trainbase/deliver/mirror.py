@@ -48,7 +48,7 @@ from ..errors import TrainbaseError
 from . import referrers, registry
 from .publish import ALIAS, ZSTD
 
-Run = Callable[..., subprocess.CompletedProcess]
+Run = Callable[..., subprocess.CompletedProcess[str]]
 _ECR = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com$")
 
 

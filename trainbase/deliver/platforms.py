@@ -165,6 +165,7 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
             missing_any += 1
             out.write(f"merge: {repo}: NOT published: no staged image for {', '.join(absent)}\n")
             continue
+        assert release.tag is not None  # noqa: S101 -- two cells or more (above): their tags make one
         digest = _index_of_staged(host, f"{ns}/{repo}", release.tag,
                                   {c.platform: (staging_repo(ns, c.name), tags[c.name]) for c in cells})
         merged += 1

@@ -30,12 +30,19 @@ ZSTD = "-zstd"            # suffix of an immutable tag's zstd twin, and of lates
 
 
 class Publishable(Protocol):
-    name: str
-    repository: str       # the published repository (every platform of one recipe shares it)
-    platform: str         # OCI platform, linux/amd64
+    # read here, never set: read-only members, which plan.Job's properties satisfy (as plain
+    # attributes they declared a settable field that Job does not have)
+    @property
+    def name(self) -> str: ...
+    @property
+    def repository(self) -> str: ...  # the published repository (every platform of one recipe shares it)
+    @property
+    def platform(self) -> str: ...    # OCI platform, linux/amd64
     image: str            # namespace/name:immutable-tag (local)
-    tag: str
-    parent: str | None
+    @property
+    def tag(self) -> str: ...
+    @property
+    def parent(self) -> str | None: ...
     status: JobState
     pushed: list[str]
     present: list[str]    # what was already published (immutable, left as is): it may lack attestations
@@ -62,6 +69,7 @@ def releases(items: list[tuple[str, str]]) -> dict[str, str]:
 
 # attest(job, repository, tag): attach signed statements to what REPOSITORY:TAG names (attest.py)
 Attach = Callable[[Publishable, str, str], None]
+TagLocal = Callable[[str, str], None]   # tag_local(src, dst): engine.tag
 
 STAGING = "staging"      # <namespace>/staging/<cell name>: one platform's image, until its index is made
 
@@ -70,7 +78,7 @@ def staging_repo(ns: str, cell_name: str) -> str:
     return f"{ns}/{STAGING}/{cell_name}"
 
 
-def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: TextIO, zstd_twin: bool = False,
+def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local: TagLocal, out: TextIO, zstd_twin: bool = False,
             platforms: dict[str, set[str]] | None = None, attest: Attach | None = None) -> int:
     """Push every publishable job (parents first); returns how many cells were published.
     Jobs that share a repository (the platforms of one recipe) are published together as one
@@ -123,19 +131,21 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local, out: Text
                     attest(j, staging_repo(ns, j.name), j.tag)
         elif len(group) == 1:
             _publish_one(group[0], host, f"{ns}/{group[0].repository}", tag_local, out, zstd_twin)
-            for tag in [group[0].tag] + [group[0].tag + ZSTD] * zstd_twin if attest else []:
-                attest(group[0], f"{ns}/{group[0].repository}", tag)
+            if attest:
+                for tag in [group[0].tag] + [group[0].tag + ZSTD] * zstd_twin:
+                    attest(group[0], f"{ns}/{group[0].repository}", tag)
         else:
             _publish_index(group, host, ns, out, zstd_twin)
             tag = release_tag([g.tag for g in group])
-            for j in group if attest else []:
-                for t in [tag] + [tag + ZSTD] * zstd_twin:
-                    attest(j, f"{ns}/{j.repository}", t)
+            if attest:
+                for j in group:
+                    for t in [tag] + [tag + ZSTD] * zstd_twin:
+                        attest(j, f"{ns}/{j.repository}", t)
         published.update(j.name for j in group)
     return len(published)
 
 
-def _publish_one(j: Publishable, host: str, repo: str, tag_local, out: TextIO, zstd_twin: bool,
+def _publish_one(j: Publishable, host: str, repo: str, tag_local: TagLocal, out: TextIO, zstd_twin: bool,
                  note: str = "") -> None:
     target = f"{host}/{repo}:{j.tag}"
     note = f" ({note})" if note else ""

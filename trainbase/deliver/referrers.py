@@ -23,6 +23,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .registry import RegistryAuthError, RegistryError, _loopback, login_hint
 
@@ -53,8 +54,8 @@ class Descriptor:
     artifact_type: str = ""
     annotations: tuple[tuple[str, str], ...] = ()
 
-    def as_json(self) -> dict:
-        d: dict = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+    def as_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
         if self.artifact_type:
             d["artifactType"] = self.artifact_type
         if self.annotations:
@@ -62,7 +63,7 @@ class Descriptor:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> Descriptor:
+    def from_json(cls, d: dict[str, Any]) -> Descriptor:
         return cls(d["mediaType"], d["digest"], int(d["size"]), d.get("artifactType", ""),
                    tuple(sorted((d.get("annotations") or {}).items())))
 
@@ -98,7 +99,7 @@ class Client:
         except requests.RequestException as e:
             raise RegistryError(f"registry {self.host} cannot be reached: {e}") from None
 
-    def _request(self, method: str, path: str, what: str, ok: tuple[int, ...], **kw):
+    def _request(self, method: str, path: str, what: str, ok: tuple[int, ...], **kw: Any) -> Any:  # requests.Response
         """PATH under /v2/ (or an absolute URL the registry handed out: an upload's Location)."""
         import requests
 
@@ -132,7 +133,7 @@ class Client:
         return Descriptor(media_type, sha256(data), len(data))
 
     def blob(self, repo: str, digest: str) -> bytes:
-        data = self._request("GET", f"{repo}/blobs/{digest}", f"serve blob {digest} of {repo}", (200,)).content
+        data: bytes = self._request("GET", f"{repo}/blobs/{digest}", f"serve blob {digest} of {repo}", (200,)).content
         if sha256(data) != digest:
             raise RegistryError(f"registry {self.host}: blob {digest} of {repo} does not have its digest")
         return data
@@ -163,7 +164,7 @@ class Client:
         src = self._request("GET", f"{src_repo}/blobs/{digest}", f"serve blob {digest} of {src_repo}", (200,),
                             stream=True)
         h = hashlib.sha256()
-        with tempfile.NamedTemporaryFile(prefix="trainbase-blob-", dir=os.environ.get("TMPDIR") or "/var/tmp") as f:
+        with tempfile.NamedTemporaryFile(prefix="trainbase-blob-", dir=os.environ.get("TMPDIR") or "/var/tmp") as f:  # noqa: S108 -- tempfile picks the private name
             for chunk in src.iter_content(8 << 20):
                 h.update(chunk)
                 f.write(chunk)
@@ -180,7 +181,7 @@ class Client:
             raise RegistryError(f"registry {self.host} did not take blob {desc.digest} into {repo}: "
                                 f"HTTP {r.status_code} {r.text[:300]}")
 
-    def put_manifest(self, repo: str, ref: str, data: bytes, media_type: str):
+    def put_manifest(self, repo: str, ref: str, data: bytes, media_type: str) -> Any:  # requests.Response
         return self._request("PUT", f"{repo}/manifests/{ref}", f"accept a manifest as {repo}:{ref}", (201,),
                              data=data, headers={"Content-Type": media_type})
 
@@ -204,7 +205,8 @@ class Client:
     def _add_to_fallback(self, repo: str, subject_digest: str, desc: Descriptor) -> None:
         tag = fallback_tag(subject_digest)
         got = self.manifest(repo, tag)
-        index = json.loads(got[0]) if got else {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+        index: dict[str, Any] = (json.loads(got[0]) if got
+                                 else {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
         if any(m.get("digest") == desc.digest for m in index["manifests"]):
             return
         index["manifests"].append(desc.as_json())

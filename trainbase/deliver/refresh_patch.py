@@ -74,7 +74,7 @@ def _unquote(name: str) -> str:
             nxt = body[i + 1]
             if nxt in "01234567":
                 digits = re.match(r"[0-7]{1,3}", body[i + 1:])
-                assert digits is not None
+                assert digits is not None  # noqa: S101 -- nxt is an octal digit: the match has one
                 out.append(int(digits.group(0), 8))
                 i += 1 + len(digits.group(0))
                 continue

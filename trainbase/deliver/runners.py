@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import TrainbaseError
 
@@ -48,7 +49,7 @@ class UntrustedRunner(TrainbaseError):
     """A pull request's plan names a runner that is not GitHub-hosted."""
 
 
-def route(items: list[dict], env: Mapping[str, str]) -> list[str]:
+def route(items: list[dict[str, Any]], env: Mapping[str, str]) -> list[str]:
     """Set each CI-matrix entry's ``runs_on`` to the runner build-cells.yml builds it on: the
     repository variable for its architecture (ARM64_RUNNER, else BUILD_RUNNER) when set, else
     matrix.yaml's runner for its platform. For a pull request (``env["GITHUB_EVENT_NAME"]``) a
@@ -86,13 +87,13 @@ FROM_JSON = re.compile(r"\$\{\{\s*fromJSON\(\s*(needs\.([\w-]+)\.outputs\.[\w-]+
 NEEDS_OUTPUT = re.compile(r"\$\{\{\s*needs\.([\w-]+)\.outputs\.[\w-]+\s*\}\}")
 
 
-def events(doc: dict) -> set[str]:
+def events(doc: dict[Any, Any]) -> set[str]:
     """The events that start a workflow (YAML 1.1 reads the key ``on`` as True)."""
     on = doc.get("on", doc.get(True)) or {}
     return {on} if isinstance(on, str) else set(on)
 
 
-def excludes_pull_requests(condition) -> bool:
+def excludes_pull_requests(condition: object) -> bool:
     """Whether a job's ``if:`` is false for every pull request event: one of its top-level
     ``&&`` terms is ``!startsWith(github.event_name, 'pull_request')``, or two are
     ``github.event_name != 'pull_request'`` and ``... != 'pull_request_target'``. Any ``||``
@@ -106,17 +107,17 @@ def excludes_pull_requests(condition) -> bool:
             or all(f"github.event_name != '{e}'" in terms for e in PULL_REQUEST_EVENTS))
 
 
-def _jobs(doc: dict) -> dict[str, dict]:
+def _jobs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return doc.get("jobs") or {}
 
 
-def _callers(workflows: dict[str, dict], path: str) -> list[tuple[str, dict]]:
+def _callers(workflows: dict[str, dict[str, Any]], path: str) -> list[tuple[str, dict[str, Any]]]:
     """(caller workflow, job) of each job that calls ``path`` (``uses: ./PATH``)."""
     return [(p, job) for p, doc in workflows.items() for job in _jobs(doc).values()
             if str(job.get("uses", "")).removeprefix("./") == path]
 
 
-def reached_by_pull_requests(workflows: dict[str, dict]) -> set[str]:
+def reached_by_pull_requests(workflows: dict[str, dict[str, Any]]) -> set[str]:
     """The workflows a pull request event starts: on its own, or called (``uses: ./...``) by a
     job of one it starts whose ``if:`` does not exclude pull requests."""
     reached = {p for p, doc in workflows.items() if events(doc) & set(PULL_REQUEST_EVENTS)}
@@ -132,12 +133,12 @@ def reached_by_pull_requests(workflows: dict[str, dict]) -> set[str]:
     return reached
 
 
-def _runs_ci_matrix(doc: dict, job_name: str) -> bool:
+def _runs_ci_matrix(doc: dict[str, Any], job_name: str) -> bool:
     steps = (_jobs(doc).get(job_name) or {}).get("steps") or []
     return any("build.py --ci-matrix" in str(s.get("run", "")) for s in steps)
 
 
-def _plan_matrix(workflows: dict[str, dict], path: str, job: dict) -> bool:
+def _plan_matrix(workflows: dict[str, dict[str, Any]], path: str, job: dict[str, Any]) -> bool:
     """Whether the job's ``matrix.cell`` is what `build.py --ci-matrix` printed: fromJSON of a
     plan job's output, or of an input every caller fills with one."""
     source = FROM_JSON.fullmatch(str(((job.get("strategy") or {}).get("matrix") or {}).get("cell", "")).strip())
@@ -150,7 +151,7 @@ def _plan_matrix(workflows: dict[str, dict], path: str, job: dict) -> bool:
     return bool(callers) and all(m is not None and _runs_ci_matrix(workflows[p], m.group(1)) for p, m in passed)
 
 
-def self_hosted(workflows: dict[str, dict], path: str, job: dict) -> str | None:
+def self_hosted(workflows: dict[str, dict[str, Any]], path: str, job: dict[str, Any]) -> str | None:
     """Why the job can run on a runner outside HOSTED_LABELS; None when it cannot (or calls a
     workflow, whose own jobs say where they run)."""
     runs_on = job.get("runs-on")
@@ -171,7 +172,7 @@ def self_hosted(workflows: dict[str, dict], path: str, job: dict) -> str | None:
     return None
 
 
-def pull_request_findings(workflows: dict[str, dict]) -> list[str]:
+def pull_request_findings(workflows: dict[str, dict[str, Any]]) -> list[str]:
     """Each job that can run on a runner outside HOSTED_LABELS and that a pull request event
     can start (its workflow is reached by one, and its ``if:`` does not exclude them)."""
     reached = reached_by_pull_requests(workflows)
@@ -186,7 +187,7 @@ def pull_request_findings(workflows: dict[str, dict]) -> list[str]:
     return found
 
 
-def unguarded(workflows: dict[str, dict]) -> list[str]:
+def unguarded(workflows: dict[str, dict[str, Any]]) -> list[str]:
     """Each job that can run on a runner outside HOSTED_LABELS whose ``if:`` does not exclude
     pull requests, whether or not one reaches it today: a trigger added later, or a call from
     ci.yml, must not be what puts a pull request's code on a GPU host."""

@@ -26,9 +26,12 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any, Literal
 
 from ..errors import TrainbaseError
 from .audit import AuditVerdict, Finding, evaluate, load_allowlist
+
+Kind = Literal["pypi", "deb", "binary"]   # audit.Finding.kind
 
 CHECK = "vulnerability-scan"
 BLOCKING_SEVERITY = "CRITICAL"
@@ -44,11 +47,11 @@ class ScanReportError(Exception):
     pass
 
 
-def _trivy(doc: dict) -> list[ScanFinding]:
+def _trivy(doc: dict[str, Any]) -> list[ScanFinding]:
     out = []
     for result in doc.get("Results") or []:
         klass, typ = result.get("Class", ""), result.get("Type", "")
-        kind = "deb" if klass == "os-pkgs" else "pypi" if typ == "python-pkg" else "binary"
+        kind: Kind = "deb" if klass == "os-pkgs" else "pypi" if typ == "python-pkg" else "binary"
         for v in result.get("Vulnerabilities") or []:
             ids = (v["VulnerabilityID"], *(a for a in v.get("VendorIDs") or [] if a != v["VulnerabilityID"]))
             out.append(ScanFinding(Finding(kind, v["PkgName"], v.get("InstalledVersion", ""),
@@ -57,12 +60,12 @@ def _trivy(doc: dict) -> list[ScanFinding]:
     return out
 
 
-def _grype(doc: dict) -> list[ScanFinding]:
+def _grype(doc: dict[str, Any]) -> list[ScanFinding]:
     out = []
     for m in doc.get("matches") or []:
         v, a = m["vulnerability"], m["artifact"]
         typ = a.get("type", "")
-        kind = "deb" if typ == "deb" else "pypi" if typ == "python" else "binary"
+        kind: Kind = "deb" if typ == "deb" else "pypi" if typ == "python" else "binary"
         fix = v.get("fix") or {}
         fixed = (fix.get("versions") or [""])[0] if fix.get("state") == "fixed" else ""
         ids = (v["id"], *(r["id"] for r in m.get("relatedVulnerabilities") or [] if r.get("id") != v["id"]))
@@ -88,7 +91,7 @@ def read_report(path: Path) -> tuple[str, list[ScanFinding]]:
     raise ScanReportError(f"{path}: neither a Trivy nor a Grype JSON report")
 
 
-def gate(findings: list[ScanFinding], allowlist_path: Path | None, cell: str, today: date) -> tuple[AuditVerdict, Counter]:
+def gate(findings: list[ScanFinding], allowlist_path: Path | None, cell: str, today: date) -> tuple[AuditVerdict, Counter[str]]:
     """The verdict over the blocking findings (critical, fixable), and counts of the rest."""
     blocking = [s.finding for s in findings if s.severity == BLOCKING_SEVERITY and s.finding.fixed]
     counts = Counter(f"{s.severity.lower()} {'fixable' if s.finding.fixed else 'unfixed'}" for s in findings)
