@@ -116,7 +116,7 @@ def to_cyclonedx(inv: Inventory) -> str:
     bom.metadata.component = image
     # The library sets "now" when given no timestamp; None is how it leaves the field out (it is
     # optional in the schema), and a build time would make every SBOM of one image differ.
-    bom.metadata.timestamp = None  # type: ignore[assignment]
+    bom.metadata.timestamp = None  # type: ignore[assignment]  # typed datetime; None is accepted (above)
     # The image holds every package; saying so completes the dependency graph the library checks.
     bom.register_dependency(image, components)
     return canonical(make_outputter(bom, OutputFormat.JSON, SPEC).output_as_string())
