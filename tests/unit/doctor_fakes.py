@@ -145,3 +145,14 @@ class FakeNode(core.Node):
 
 def result(node: core.Node, check_id: str) -> core.Result:
     return core.run_checks(node, [core.CHECKS[check_id]])[0]
+
+
+def fake_mpi_launchers(prefix: Path) -> tuple[Path, Path]:
+    """Executable `mpirun` and `mpiexec` stubs under PREFIX/bin (what the launcher checks look
+    for on PATH); (mpirun, mpiexec)."""
+    for name in ("mpirun", "mpiexec"):
+        f = prefix / "bin" / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("#!/bin/sh\n")
+        f.chmod(0o755)
+    return prefix / "bin" / "mpirun", prefix / "bin" / "mpiexec"

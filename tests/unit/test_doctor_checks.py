@@ -4,7 +4,7 @@ import ctypes
 
 import pytest
 
-from .doctor_fakes import MANIFEST, FakeCuda, FakeNccl, FakeNode, core, doctor, result
+from .doctor_fakes import MANIFEST, FakeCuda, FakeNccl, FakeNode, core, doctor, fake_mpi_launchers, result
 
 stack = __import__("trainbase_doctor.checks_stack", fromlist=["x"])
 NCCL_PATH = "/opt/trainbase/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"
@@ -173,12 +173,7 @@ def test_launcher_off_path_fails(tmp_path):
 
 def test_launcher_version_prefix_and_login_shell(tmp_path):
     prefix = tmp_path / "opt" / "openmpi"
-    for name in ("mpirun", "mpiexec"):
-        f = prefix / "bin" / name
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text("#!/bin/sh\n")
-        f.chmod(0o755)
-    mpirun, mpiexec = prefix / "bin" / "mpirun", prefix / "bin" / "mpiexec"
+    mpirun, mpiexec = fake_mpi_launchers(prefix)
     env = {"PATH": str(mpirun.parent)}
     manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
         "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}

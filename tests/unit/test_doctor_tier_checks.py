@@ -19,7 +19,7 @@ from trainbase_conformance.checks import test_azureml as aml
 from trainbase_conformance.checks import test_doctor, test_mpi, test_nccl
 from trainbase_conformance.plugin import DOCTOR_SCHEMA, Target
 
-from .doctor_fakes import FakeCuda, FakeNccl, FakeNode, core
+from .doctor_fakes import FakeCuda, FakeNccl, FakeNode, core, fake_mpi_launchers
 from .framework_fakes import cluster
 from .test_azureml_tier import azure_job, launch_envs, probe_lines
 from .test_launch_contract import tl
@@ -206,12 +206,7 @@ def test_the_nccl_version_check_fails_on_another_nccl_than_the_manifest_s(tmp_pa
 
 def launcher_node(root, path_ok=True, version="4.1.4"):
     prefix = root / "opt" / "openmpi"
-    for name in ("mpirun", "mpiexec"):
-        f = prefix / "bin" / name
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text("#!/bin/sh\n")
-        f.chmod(0o755)
-    mpirun, mpiexec = prefix / "bin" / "mpirun", prefix / "bin" / "mpiexec"
+    mpirun, mpiexec = fake_mpi_launchers(prefix)
     from .doctor_fakes import MANIFEST
     manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
         "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}
