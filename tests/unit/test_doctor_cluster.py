@@ -204,3 +204,79 @@ def test_the_suite_s_torch_allreduce_check_fails_on_wrong_values(tmp_path, monke
     with pytest.raises(AssertionError, match=r"the gloo all-reduce of 4 ranks: \{'backend': 'gloo', 'ranks': 4, .*"
                                              r"'ok': False, 'error': 'rank 0: wrong values; rank 1: wrong values"):
         checks.test_doctor_cluster_allreduce_through_torch(target, None)
+
+
+def with_defect(monkeypatch, defect):
+    """The fake start_cluster of doctor_cluster, each launch's result passed through
+    ``defect(cmd, result)`` first: what a broken doctor or launcher would have printed instead."""
+    real = checks.start_cluster
+
+    @contextmanager
+    def start_cluster(target, caps, extra=None):
+        with real(target, caps, extra) as c:
+            yield SimpleNamespace(hosts=c.hosts, launch=lambda per_host, cmd, timeout=180:
+                                  defect(cmd, c.launch(per_host, cmd, timeout)))
+    monkeypatch.setattr(checks, "start_cluster", start_cluster)
+
+
+def in_json(change):
+    """A defect on the JSON run only: ``change(report)`` edits its document."""
+    def defect(cmd, r):
+        if "--json" not in cmd:
+            return r
+        report = json.loads(r.stdout)
+        change(report)
+        return SimpleNamespace(returncode=r.returncode, stdout=json.dumps(report), stderr=r.stderr)
+    return defect
+
+
+def in_text(edit, rc=None):
+    """A defect on the table run only: ``edit(stdout)``, and its exit code ``rc`` where given."""
+    def defect(cmd, r):
+        if "--json" in cmd:
+            return r
+        return SimpleNamespace(returncode=r.returncode if rc is None else rc, stdout=edit(r.stdout), stderr=r.stderr)
+    return defect
+
+
+@pytest.mark.parametrize("defect, message", [
+    # a launcher that passes on 0 whatever its ranks exit with
+    (in_text(lambda out: out, rc=0), r"the job exited 0 though b lacks the /data a has"),
+    # every rank prints the table, not rank 0 alone
+    (in_text(lambda out: out * 4), r"the table must be printed once \(rank 0\)"),
+    # the ranks placed round-robin, not by node (what the table says of them)
+    (in_text(lambda out: out.replace("a     0-1", "a     0,2").replace("b     2-3", "b     1,3")), r"a\s+0,2"),
+    # --allreduce mpi ignored: no collective run or checked
+    (in_text(lambda out: "".join(ln for ln in out.splitlines(True) if not ln.startswith("all-reduce"))),
+     r"no checked MPI all-reduce of 4 ranks"),
+    (lambda cmd, r: SimpleNamespace(returncode=r.returncode, stdout=r.stdout * 2 if "--json" in cmd else r.stdout,
+                                    stderr=r.stderr), r"one JSON document \(rank 0\)"),
+    # the JSON document's exit code not raised for the difference
+    (in_json(lambda rep: rep.update(exit_code=0)), r"exit_code"),
+    # the difference blamed on the node that has the mount
+    (in_json(lambda rep: rep["differences"][0].update(nodes=["a"])), r"\[\['a'\]\]"),
+], ids=["exit-0", "table-on-every-rank", "ranks-round-robin", "no-all-reduce", "json-on-every-rank",
+        "json-exit-code-0", "difference-on-a"])
+def test_the_suite_s_mount_check_fails_on_each_defect(tmp_path, monkeypatch, defect, message):
+    doctor_cluster(monkeypatch, four_ranks(tmp_path))
+    with_defect(monkeypatch, defect)
+    with pytest.raises(AssertionError, match=message):
+        checks.test_doctor_cluster_names_the_node_without_the_mount(None, None)
+
+
+@pytest.mark.parametrize("defect, message", [
+    # every rank prints the JSON document
+    (lambda cmd, r: SimpleNamespace(returncode=r.returncode, stdout=r.stdout * 2, stderr=r.stderr), r"^exit 0: "),
+    # the all-reduce checked correct, but the job exits 1 (a rank died at teardown)
+    (lambda cmd, r: SimpleNamespace(returncode=1, stdout=r.stdout, stderr=r.stderr), r"exit 1 \(report: 0\)"),
+    # correct values, no bandwidth measured
+    (in_json(lambda rep: rep["allreduce"].update(busbw_GBps=0.0)), r"busbw 0\.0 GB/s"),
+], ids=["json-on-every-rank", "exit-1", "no-bandwidth"])
+def test_the_suite_s_torch_allreduce_check_fails_on_each_defect(tmp_path, monkeypatch, defect, message):
+    only = [core.CHECKS["image.manifest"], core.CHECKS["launch.contract"]]
+    monkeypatch.setattr(core, "CHECKS", {c.id: c for c in only})
+    target = type("T", (), {"manifest": {"frameworks": {"pytorch": "2.10.0"}}, "name": "fake"})()
+    doctor_cluster(monkeypatch, four_ranks(tmp_path, b_mounts=("/data", "/dev/shm")))
+    with_defect(monkeypatch, defect)
+    with pytest.raises(AssertionError, match=message):
+        checks.test_doctor_cluster_allreduce_through_torch(target, None)

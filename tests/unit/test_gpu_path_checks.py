@@ -115,3 +115,12 @@ def test_a_cpu_adam_that_computes_another_update_fails():
         gp.test_deepspeed_cpu_adam_steps_match_torch_adamw(t)
     t.answer = {"max_err": 2.4e-7}
     gp.test_deepspeed_cpu_adam_steps_match_torch_adamw(t)
+
+
+@pytest.mark.parametrize("linked", [[], ["not found"]], ids=["static", "not-found"])
+def test_horovod_that_does_not_link_the_image_s_nccl_fails(linked):
+    """Built with HOROVOD_NCCL_LINK=STATIC (no libnccl.so in ldd), or linked against a libnccl.so.2
+    the image does not have (ldd: `libnccl.so.2 => not found`)."""
+    t = FakeTarget(HVD, {"cuda": True, "nccl": 23007, "lib": "mpi_lib_v2.so", "nccl_linked": linked})
+    with pytest.raises(AssertionError, match=r"Horovod's extension does not link the image's NCCL as a shared library"):
+        gp.test_horovod_built_with_nccl_gpu_operations(t)

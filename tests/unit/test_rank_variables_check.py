@@ -34,3 +34,26 @@ def test_local_ranks_numbered_wrongly_on_a_node_fail():
 def test_open_mpi_s_variables_pass():
     ranks = [_rank("node-a", 0, 0), _rank("node-a", 1, 1), _rank("node-b", 2, 0), _rank("node-b", 3, 1)]
     test_launch_env.test_every_rank_sees_rank_variables(None, (CLUSTER, ranks))
+
+
+def _four(**change) -> list[dict]:
+    """The 4 healthy ranks, ``change`` (rank -> {variable: value}) applied."""
+    ranks = [_rank("node-a", 0, 0), _rank("node-a", 1, 1), _rank("node-b", 2, 0), _rank("node-b", 3, 1)]
+    for r, env in change.items():
+        ranks[int(r[1:])].update(env)
+    return ranks
+
+
+@pytest.mark.parametrize("ranks, message", [
+    # one rank never printed (its node's launcher daemon died)
+    (_four()[:3], r"3 ranks reported, 4 launched"),
+    # two ranks told the same world rank
+    (_four(r3={"OMPI_COMM_WORLD_RANK": "2"}), r"ranks \[0, 1, 2, 2\]"),
+    # node-b's ranks in a world of their own
+    (_four(r2={"OMPI_COMM_WORLD_SIZE": "2"}, r3={"OMPI_COMM_WORLD_SIZE": "2"}), r"world sizes \[4, 4, 2, 2\]"),
+    # a launcher that counts every rank of the job as local
+    (_four(**{f"r{i}": {"OMPI_COMM_WORLD_LOCAL_SIZE": "4"} for i in range(4)}), r"local sizes \[4, 4, 4, 4\]"),
+], ids=["a-rank-missing", "rank-twice", "two-worlds", "local-size-of-the-job"])
+def test_each_inconsistent_rank_variable_fails(ranks, message):
+    with pytest.raises(AssertionError, match=message):
+        test_launch_env.test_every_rank_sees_rank_variables(None, (CLUSTER, ranks))

@@ -140,3 +140,48 @@ def test_srun_enroot_fails_when_every_task_is_a_world_of_one():
     with pytest.raises(AssertionError, match=r"srun --mpi=pmix enroot start: MPI ranks \[\(0, 1\), \(0, 1\)\], "
                                              r"want 0\.\.1 of 2"):
         rt.test_srun_enroot(FakeTarget({}), container, USER, "/tmp/probes", FakeSlurm(singletons))
+
+
+# ----------------------------------------------------------------------------- each assert, its own defect
+
+def system_python(argv):
+    """An image whose PATH puts Debian's python3 first: MPI runs, the framework is not there."""
+    if "runtime_world.py" in argv[-1]:
+        return 0, world().replace(f'"prefix": "{PREFIX}"', '"prefix": "/usr"').replace(f"{PREFIX}/bin/python3",
+                                                                                        "/usr/bin/python3"), ""
+    return healthy(argv)
+
+
+@pytest.mark.parametrize("answer, message", [
+    (system_python, r"ch-run --set-env as tbconf: python3 is not the image's \(/opt/trainbase/venv\): "
+                    r"\['/usr/bin/python3', '/usr/bin/python3'\]"),
+    # the tools are not on the image's PATH under ch-run (installed in /root/.local)
+    (lambda argv: (127, "", "sh: 1: tb-launch: not found\n") if argv[-1] == "tb-launch --json" else healthy(argv),
+     r"ch-run --set-env as tbconf: `tb-launch --json` exited 127: sh: 1: tb-launch: not found"),
+], ids=["system-python", "no-tb-launch"])
+def test_charliecloud_fails_on_each_defect(monkeypatch, answer, message):
+    runtime(monkeypatch, answer)
+    with pytest.raises(AssertionError, match=message):
+        rt.test_charliecloud_as_user(FakeTarget({}), ("/var/tmp/tbconf-ch/img", "/tmp/probes"), USER, True)
+
+
+def doctor_answering(rc: int, checks: list[dict], stderr: str = ""):
+    def answer(argv):
+        if "tb-doctor --json" in argv[-1]:
+            return rc, json.dumps({"checks": checks}) + "\n" if checks is not None else "", stderr
+        return healthy(argv)
+    return answer
+
+
+@pytest.mark.parametrize("answer, message", [
+    (system_python, r"podman-rootless: python3 is not the image's: \['/usr/bin/python3', '/usr/bin/python3'\]"),
+    # tb-doctor itself crashed (a traceback, exit 2), not a verdict of 0 or 1
+    (doctor_answering(2, None, "Traceback (most recent call last):\nKeyError: 'HOME'\n"),
+     r"podman-rootless: tb-doctor exited 2: Traceback \(most recent call last\):\n\s*KeyError: 'HOME'"),
+    (doctor_answering(1, [{"id": "node.shm", "status": "fail", "summary": "/dev/shm is 64 MB"}]),
+     r"podman-rootless: tb-doctor fails: \['node\.shm: /dev/shm is 64 MB'\]"),
+], ids=["system-python", "doctor-crashed", "doctor-fails"])
+def test_podman_fails_on_each_defect(monkeypatch, answer, message):
+    runtime(monkeypatch, answer)
+    with pytest.raises(AssertionError, match=message):
+        rt.test_podman_rootless_as_user(FakeTarget({}), "localhost/tbconf:img", USER, "/tmp/probes", "podman-rootless")
