@@ -6,6 +6,6 @@ flow runs (each imports only from the ones before it; tests/unit/test_architectu
     build/    rendered cells                     -> a plan, base images, images in the engine
     supply/   built images                       -> inventory, SBOM, audit and budget verdicts
     deliver/  completed images and tags          -> published tags, the CI job matrix
-    run/      one plan through build, supply and deliver (build.py --matrix)
-    cli.py    the command line; errors.py: the errors every stage raises
+    run/      one plan through build, supply and deliver (build.py build, alias --matrix)
+    cli/      the command line: one subcommand per action; errors.py: the errors every stage raises
 """

@@ -19,7 +19,7 @@ def matrix_data() -> dict:
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    from trainbase.cli import main
+    from trainbase.cli.main import main
 
     code = main(args)
     out = capsys.readouterr()

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from trainbase.cli import main
+from trainbase.cli.main import main
 from trainbase.deliver import attest
 from trainbase.supply import attestation as att
 
@@ -85,7 +85,7 @@ def test_a_bad_key_is_refused_before_any_build(tmp_path, capsys):
     assert main(["--matrix", "--push", "--registry", "127.0.0.1:5000/t", "--select", "name=openmpi5.0.11-cuda13.0-cudnn9-debian12",
                  "--sign-key", str(tmp_path / "k.pem")]) != 0
     assert "not a usable PEM private key" in capsys.readouterr().err
-    assert main(["--verify-attestations", "127.0.0.1:5000/t/x:latest"]) != 0
+    assert main(["verify-attestations", "127.0.0.1:5000/t/x:latest"]) != 0
     assert "needs --public-key" in capsys.readouterr().err
 
 

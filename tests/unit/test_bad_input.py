@@ -59,7 +59,7 @@ def test_malformed_matrix_is_rejected_with_one_line(workdir, matrix_data, capsys
     data = copy.deepcopy(matrix_data)
     _set(data, path, value)
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    code, out, err = run_cli(["--list", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["list", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -74,12 +74,12 @@ def test_malformed_matrix_is_rejected_with_one_line(workdir, matrix_data, capsys
 ])
 def test_unparseable_matrix(workdir, capsys, text, expected):
     (workdir / "matrix.yaml").write_text(text)
-    code, _, err = run_cli(["--check", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["check", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_matrix_file(tmp_path, capsys):
-    code, _, err = run_cli(["--list", "--file", str(tmp_path / "nope.yaml")], capsys)
+    code, _, err = run_cli(["list", "--file", str(tmp_path / "nope.yaml")], capsys)
     assert code == 2 and "file not found" in err
 
 
@@ -91,14 +91,14 @@ def test_missing_matrix_file(tmp_path, capsys):
     (["--profile", "nightly"], "unknown profile 'nightly'"),
 ])
 def test_bad_selection(workdir, capsys, args, expected):
-    code, _, err = run_cli(["--list", "--file", str(workdir / "matrix.yaml"), *args], capsys)
+    code, _, err = run_cli(["list", "--file", str(workdir / "matrix.yaml"), *args], capsys)
     assert code == 2 and expected in err
 
 
 def test_template_undefined_variable_names_template_and_line(workdir, capsys):
     p = workdir / "templates" / "blocks" / "nccl.j2"
     p.write_text(p.read_text().replace("{{ nccl.version }}", "{{ nccl.versoin }}", 1))
-    code, _, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2
     assert "template blocks/nccl.j2 line" in err and "versoin" in err
     assert len(err.strip().splitlines()) == 1
@@ -107,7 +107,7 @@ def test_template_undefined_variable_names_template_and_line(workdir, capsys):
 def test_template_syntax_error_names_template_and_line(workdir, capsys):
     p = workdir / "templates" / "blocks" / "ucx.j2"
     p.write_text(p.read_text() + "\n{% if %}\n")
-    code, _, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2 and "ucx.j2 line" in err
 
 

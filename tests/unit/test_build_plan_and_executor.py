@@ -282,7 +282,7 @@ def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
 def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, monkeypatch, tmp_path, capsys):
     """Even when printing the summary raises, the report is on disk and the exit code is the
     documented 1 for a failed cell."""
-    from trainbase import cli
+    from trainbase.cli import main as cli
     from trainbase.run import report
 
     def run_failing(self):

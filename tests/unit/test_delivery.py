@@ -25,7 +25,7 @@ def outputs(text: str) -> dict:
 
 
 def ci(args: list[str], capsys, matrix_file=ROOT / "matrix.yaml") -> tuple[int, dict, str]:
-    code, out, err = run_cli(["--file", str(matrix_file), "--ci-matrix", *args], capsys)
+    code, out, err = run_cli(["ci-matrix", "--file", str(matrix_file), *args], capsys)
     return code, (outputs(out) if code == 0 else {}), err
 
 

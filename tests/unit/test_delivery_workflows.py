@@ -332,9 +332,9 @@ def test_a_gpu_runner_without_python_3_11_fails_its_job_saying_why(job, tmp_path
 def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(capsys):
     """The fan-out entries carry each cell's platform, its native runner and its GPU runner
     label, from matrix.yaml (no workflow names a platform)."""
-    from trainbase.cli import main
+    from trainbase.cli.main import main
 
-    code = main(["--ci-matrix", "--profile", "local"])
+    code = main(["ci-matrix", "--profile", "local"])
     out = capsys.readouterr().out
     cells = json.loads(next(ln for ln in out.splitlines() if ln.startswith("cells="))[len("cells="):])
     arm = [c for c in cells if c["arch"] == "arm64"]

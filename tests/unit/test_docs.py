@@ -5,7 +5,8 @@ Six checkers, each a pure function (a document's text -> the problems in it):
 
 1. `command_problems`: every option a doc shows for `build.py`, `trainbase-conformance`,
    `tb-launch`, `tb-doctor` or a pytest run of the suite is an option of that command's own
-   argument parser (built here, not read from the source), and the `--profile`, `--select`
+   argument parser (for build.py: of the subcommand it names, `build.py render`, or the one its
+   old action flag stands for, `build.py --list`) (built here, not read from the source), and the `--profile`, `--select`
    and `--explain` values it names exist in matrix.yaml; an option shown on its own
    (`--select`) must belong to one of those commands or be a flag of another tool the docs
    explain (EXTERNAL_FLAGS).
@@ -24,9 +25,11 @@ Six checkers, each a pure function (a document's text -> the problems in it):
    page says which Python has the dependencies (`.venv/bin/python`, or `source
    .venv/bin/activate` / `pip install -r requirements*.txt` once on the page).
 
-And one check of README.md's `## CLI` section (`cli_reference_problems`): every option of
-build.py's parser has a row there, every choice value and `--select` key is named, and every
-option in its tables is build.py's.
+And one check of README.md's `## CLI` section (`cli_reference_problems`), per command of
+build.py (one subcommand per action, trainbase/cli/parser.py): every command has a row there,
+every option a command reads has a row naming that command, no row names a command that does not
+read its option, every choice value and `--select` key is named, and every old action flag
+(`--render`, trainbase/cli/legacy.py) has a row naming its command.
 
 Each checker is run over the real docs (no problems allowed) and over a planted defect (the
 problem must be reported)."""
@@ -197,8 +200,8 @@ def pytest_options() -> frozenset[str]:
 
 @functools.cache
 def suite_plugin_options() -> frozenset[str]:
-    """The options trainbase_conformance/plugin.py adds, asked of the plugin itself."""
-    from trainbase_conformance import plugin
+    """The options the suite's plugin adds (trainbase_conformance/options.py), asked of it."""
+    from trainbase_conformance import options
 
     names = []
 
@@ -213,13 +216,27 @@ def suite_plugin_options() -> frozenset[str]:
         def addoption(self, *opts, **kwargs):
             names.extend(opts)
 
-    plugin.pytest_addoption(Parser())
+    options.pytest_addoption(Parser())
     return frozenset(names)
+
+
+def build_py_tools() -> dict[str, Tool]:
+    """build.py as the docs may show it: ``build.py SUBCOMMAND`` (each its own Tool, named
+    "build.py SUBCOMMAND", with only the options that subcommand reads), and ``build.py`` before
+    a subcommand, which takes the old action flags (``--matrix``, ``--list``: legacy.py) and,
+    for a line that uses one, every option (the old flag's subcommand then checks them)."""
+    from trainbase.cli import legacy
+    from trainbase.cli.parser import parser, subparsers
+
+    subs = {f"build.py {name}": argparse_tool(f"build.py {name}", sp) for name, sp in subparsers(parser()).items()}
+    every = set().union(*(t.options for t in subs.values()))
+    valued = {flag for flag, old in legacy.OLD_FLAGS.items() if old.value == "1"}
+    return {"build.py": Tool("build.py", frozenset(every | set(legacy.OLD_FLAGS) | set(subparsers(parser()))),
+                             frozenset(valued)), **subs}
 
 
 @functools.cache
 def tools() -> dict[str, Tool]:
-    from trainbase import cli as build_cli
     from trainbase_conformance import cli as suite_cli
 
     launch = import_module_at("_docs_trainbase_launch", IMAGE_LIB / "trainbase_launch.py")
@@ -230,7 +247,7 @@ def tools() -> dict[str, Tool]:
              for path in sorted((ROOT / "bench").glob("*.py")) if "argparse" in path.read_text()}
     return {
         **bench,   # bench/*.py: the measurements the docs quote say how to reproduce them
-        "build.py": argparse_tool("build.py", build_cli.parser()),
+        **build_py_tools(),
         # anything trainbase-conformance does not know goes to pytest (with the suite's plugin)
         "trainbase-conformance": argparse_tool("trainbase-conformance", suite_cli.parser(),
                                                extra=pytest_options()),
@@ -322,6 +339,14 @@ def command_uses(line: str, offset: int, tool: str | None = None) -> tuple[list[
                 continue
             if tool is None:
                 continue
+            if tool == "build.py" and (sub := build_py_subcommand(word)):
+                if flag := flag_of(word):   # an old action flag: its value (--explain NAME) is checked
+                    uses.append(Use(tool, flag, nxt if "=" not in word else clean(word).split("=", 1)[1], offset + at))
+                    skip = 1 if flag in known[tool].takes_value and "=" not in word else 0
+                elif sub == "explain":      # `build.py explain NAME`: the NAME is checked
+                    uses.append(Use(tool, "explain", nxt, offset + at))
+                tool = f"build.py {sub}"    # the options after it are the subcommand's
+                continue
             if clean(word) == "--":
                 tool = None if known[tool].options_end_at_command else tool
                 continue
@@ -354,6 +379,17 @@ def command_lines(text: str) -> list[tuple[int, str, bool | None]]:
     return out
 
 
+def build_py_subcommand(word: str) -> str | None:
+    """The subcommand a word after ``build.py`` selects: its name, or an old flag's (``--list``)."""
+    from trainbase.cli import legacy
+
+    w = clean(word)
+    if f"build.py {w}" in tools():
+        return w
+    old = legacy.OLD_FLAGS.get(w.split("=", 1)[0])
+    return old.command if old else None
+
+
 def matrix_values() -> tuple[set[str], dict[str, set[str]], set[str]]:
     from trainbase.define.schema import AXES
 
@@ -367,16 +403,16 @@ def placeholder(value: str) -> bool:
 
 
 def value_problems(use: Use) -> str | None:
-    """A --profile / --select / --explain value of build.py that matrix.yaml does not declare."""
-    if use.tool != "build.py" or placeholder(use.value):
+    """A --profile / --select / explain value of build.py that matrix.yaml does not declare."""
+    if use.tool.split(" ")[0] != "build.py" or placeholder(use.value):
         return None
-    from trainbase import cli as build_cli
+    from trainbase.cli import cells as build_cells
 
     profiles, axes, included = matrix_values()
     if use.flag == "--profile" and use.value not in profiles:
         return f"build.py --profile {use.value}: no such profile (matrix.yaml: {', '.join(sorted(profiles))})"
-    if use.flag == "--explain" and build_cli.find(matrix(), use.value) is None:
-        return f"build.py --explain {use.value}: no such cell, included or excluded"
+    if use.flag in ("--explain", "explain") and build_cells.find(matrix(), use.value) is None:
+        return f"build.py {use.flag} {use.value}: no such cell, included or excluded"
     if use.flag == "--select":
         key, _, values = use.value.partition("=")
         if key != "name" and key not in axes:
@@ -766,25 +802,55 @@ def cli_reference(text: str) -> str:
     return m.group(1) if m else ""
 
 
+def table_rows(section: str) -> list[list[str]]:
+    """Each table row's cells (an escaped ``\\|`` stays inside its cell)."""
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            for line in section.split("\n") if line.startswith("|") and not re.match(r"\|[-|\s]+\|?$", line)]
+
+
 def cli_reference_problems(section: str) -> list[str]:
-    """Every option of build.py's parser has a row in the reference (the first column of one of
-    its tables), every value of a choice and every --select key is named there, and every option
-    in a first column is build.py's."""
-    from trainbase import cli as build_cli
+    """Per command of build.py: it has a row in the reference's command table, and each option it
+    reads has a row in the option table whose "read by" column names the command (or says "every
+    command"); every command a row names reads that row's options; every value of a choice and
+    every --select key is named; every old action flag has a row naming its command."""
+    from trainbase.cli import legacy
+    from trainbase.cli.parser import parser, subparsers
     from trainbase.define.schema import AXES
 
-    actions = [a for a in build_cli.parser()._actions if a.option_strings]
-    first_cells = re.findall(r"^\|([^|\n]*)", section, re.M)   # a table row's first column
-    shown = {flag for cell in first_cells for flag in OPTION.findall(cell)}
-    problems = [f"{o}: an option of build.py that the CLI reference does not list"
-                for a in actions for o in a.option_strings if o not in shown]
-    problems += [f"{a.option_strings[-1]} {c}: a value build.py takes that the CLI reference does not name"
-                 for a in actions for c in a.choices or () if not re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", section)]
+    subs = subparsers(parser())
+    reads = {name: {o for a in sp._actions for o in a.option_strings} for name, sp in subs.items()}
+    rows = table_rows(section)
+    shown_commands = {c for row in rows for c in re.findall(r"`build\.py ([a-z][a-z-]*)", row[0])}
+    problems = [f"build.py {name}: a command the CLI reference does not list"
+                for name in subs if name not in shown_commands]
+    option_rows = []   # (flags in the first column, the commands the second names)
+    for row in rows:
+        flags = OPTION.findall(row[0]) if row[0].startswith("`-") else []
+        if not flags or len(row) < 2:
+            continue
+        if set(flags) <= set(legacy.OLD_FLAGS):     # the old spellings' table
+            problems += [f"{f}: the CLI reference does not say it is now `build.py {legacy.OLD_FLAGS[f].command}`"
+                         for f in flags if not re.search(rf"(?<![\w-]){legacy.OLD_FLAGS[f].command}(?![\w-])", row[1])]
+            continue
+        readers = set(subs) if "every command" in row[1] else \
+            {c for c in re.findall(r"`([a-z][a-z-]*)`", row[1]) if c in subs}
+        option_rows.append((flags, readers))
+        problems += [f"{flag}: the CLI reference says `{c}` reads it; build.py {c} has no such option"
+                     for flag in flags for c in sorted(readers) if flag not in reads[c]]
+        if not readers:
+            problems += [f"{flag}: the CLI reference's row names no command that reads it" for flag in flags]
+    problems += [f"build.py {name} {o}: an option of build.py {name} that the CLI reference does not list for it"
+                 for name, opts in reads.items() for o in sorted(opts)
+                 if not any(o in flags and name in readers for flags, readers in option_rows)]
+    known = set().union(*reads.values())
+    problems += [f"{flag}: in the CLI reference's table, not an option of build.py"
+                 for flags, _ in option_rows for flag in flags if flag not in known]
+    actions = [a for sp in subs.values() for a in sp._actions if a.option_strings]
+    problems += sorted({f"{a.option_strings[-1]} {c}: a value build.py takes that the CLI reference does not name"
+                        for a in actions for c in a.choices or ()
+                        if not re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", section)})
     problems += [f"--select {k}=: a selection key the CLI reference does not name"
                  for k in (*AXES, "name") if not re.search(rf"`{k}`|\b{k}=", section)]
-    known = {o for a in actions for o in a.option_strings}
-    problems += [f"{flag}: in the CLI reference's table, not an option of build.py"
-                 for cell in first_cells for flag in OPTION.findall(cell) if flag not in known]
     return problems
 
 
@@ -825,7 +891,11 @@ def whats(problems: list[Problem]) -> list[str]:
 HONEST_COMMANDS = """
 ```sh
 python build.py --matrix --profile local --dry-run -j 2
+python build.py build --profile local --dry-run -j 2 --select platform=linux/amd64
 python build.py --list --all --select os=debian12 --select framework=pytorch,deepspeed
+python build.py list --all --json --profile local
+python build.py explain {PYTORCH_128}-openmpi4.1.4-cuda12.9-cudnn9-debian12
+python build.py affected origin/main --json && python build.py bump torch --dry-run
 python build.py --explain {PYTORCH_128}-openmpi4.1.4-cuda12.9-cudnn9-debian12    # an excluded combination
 python build.py --ci-matrix --profile production \\
     --registry ghcr.io/OWNER/trainbase --only published
@@ -848,10 +918,14 @@ def test_commands_honest_lines_pass():
 
 
 @pytest.mark.parametrize("planted, reported", [
-    ("```sh\npython build.py --matrix --profile local --dryrun\n```", "build.py has no option --dryrun"),
-    ("`python build.py --matrix --profile local --no-such-flag`", "build.py has no option --no-such-flag"),
-    ("```\npython build.py --list     the cells\n  [--since REV] [--cover-all]\n```",
-     "build.py has no option --cover-all"),
+    ("```sh\npython build.py --matrix --profile local --dryrun\n```", "build.py build has no option --dryrun"),
+    ("`python build.py --matrix --profile local --no-such-flag`", "build.py build has no option --no-such-flag"),
+    ("```\npython build.py ci-matrix     the plan\n  [--since REV] [--cover-all]\n```",
+     "build.py ci-matrix has no option --cover-all"),
+    # each command takes only the options it reads, in the new spelling and the old alike
+    ("`python build.py render --profile local`", "build.py render has no option --profile"),
+    ("`python build.py --list --since HEAD`", "build.py list has no option --since"),
+    ("`python build.py build --json`", "build.py build has no option --json"),
     ("```sh\nmpirun -np 4 tb-launch --tf-config python train.py --epochs 3\n```",
      "tb-launch has no option --tf-config"),
     ("Run `tb-doctor --cluster --all-reduce` under mpirun.", "tb-doctor has no option --all-reduce"),
@@ -867,6 +941,9 @@ def test_commands_honest_lines_pass():
      "is not declared"),
     ("`python build.py --explain openmpi9.9-cuda12.8-cudnn9-debian12`",
      "build.py --explain openmpi9.9-cuda12.8-cudnn9-debian12: no such cell"),
+    ("`python build.py explain openmpi9.9-cuda12.8-cudnn9-debian12`",
+     "build.py explain openmpi9.9-cuda12.8-cudnn9-debian12: no such cell"),
+    ("`python build.py list --select os=debian13`", "build.py --select os=debian13: os 'debian13' is not declared"),
 ])
 def test_commands_report_a_planted_option_or_value(planted, reported):
     found = whats(command_problems(HONEST_COMMANDS + planted))
@@ -1082,9 +1159,10 @@ def test_interpreter_passes_a_page_that_says_which_python(honest):
 
 # --------------------------------------------------------------------------- the CLI reference
 
-def test_the_cli_reference_lists_every_option_of_build_py():
+def test_the_cli_reference_lists_every_command_and_option_of_build_py():
     section = cli_reference((ROOT / "README.md").read_text())
     assert section.count("\n| `--") > 20, "README.md has a `## CLI` section with the option tables"
+    assert section.count("\n| `build.py ") >= 17, "README.md's `## CLI` section has the command table"
     assert cli_reference_problems(section) == []
 
 
@@ -1095,10 +1173,18 @@ def drop_row(section: str, row_start: str) -> str:
 
 
 @pytest.mark.parametrize("change, reported", [
-    (lambda s: drop_row(s, "| `--prune`"), "--prune: an option of build.py that the CLI reference does not list"),
-    (lambda s: drop_row(s, "| `--merge-platforms"), "--merge-platforms: an option of build.py"),
-    (lambda s: drop_row(s, "| `--locked`"), "--locked: an option of build.py"),
-    (lambda s: drop_row(s, "| `-j N`"), "-j: an option of build.py"),
+    (lambda s: drop_row(s, "| `build.py prune`"), "build.py prune: a command the CLI reference does not list"),
+    (lambda s: drop_row(s, "| `build.py merge-platforms"), "build.py merge-platforms: a command"),
+    (lambda s: drop_row(s, "| `--locked`"), "build.py build --locked: an option of build.py build"),
+    (lambda s: drop_row(s, "| `-j N`"), "build.py build -j: an option of build.py build"),
+    # per command: a command the row leaves out, and one it names that does not read the option
+    (lambda s: s.replace("| `--json` | `list`, `outdated`, `affected` |", "| `--json` | `list`, `outdated` |"),
+     "build.py affected --json: an option of build.py affected that the CLI reference does not list"),
+    (lambda s: s.replace("| `--no-cache` | `build` |", "| `--no-cache` | `build`, `lint` |"),
+     "--no-cache: the CLI reference says `lint` reads it; build.py lint has no such option"),
+    (lambda s: s.replace("| `--explain NAME`, `--affected REV` | `build.py explain NAME`, `build.py affected REV` |",
+                         "| `--explain NAME`, `--affected REV` | `build.py explain NAME` |"),
+     "--affected: the CLI reference does not say it is now `build.py affected`"),
     (lambda s: s.replace("\\|unpromoted", ""), "--only unpromoted: a value build.py takes"),
     (lambda s: s.replace("`--select platform=linux/amd64`", "`--select os=debian12`").replace("`platform`, ", ""),
      "--select platform=: a selection key"),

@@ -38,7 +38,7 @@ def test_a_second_release_for_the_same_cuda_is_refused_naming_both(workdir, caps
     data = yaml.safe_load((workdir / "matrix.yaml").read_text())
     data["frameworks"]["pytorch"]["releases"].append(_new_release())
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    code, out, err = run_cli(["--list", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["list", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 2 and "releases[2.15.9].cuda: CUDA 13.2 is already release 2.15.0's" in err, out + err
 
 
@@ -47,7 +47,7 @@ def test_a_release_whose_torch_pin_moved_without_its_version_is_refused(workdir,
     the image would carry PyTorch 2.15.0 under 2.9.1's name, CUDA rows and NCCL. Refused."""
     path = workdir / "matrix.yaml"
     path.write_text(path.read_text().replace("torch==2.14.1", "torch==2.15.0"))
-    code, out, err = run_cli(["--list", "--file", str(path)], capsys)
+    code, out, err = run_cli(["list", "--file", str(path)], capsys)
     assert code == 2 and "releases[2.14.1].packages: torch==2.15.0, but the release is 2.14.1" in err, out + err
 
 
@@ -67,14 +67,14 @@ def test_a_release_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock
             profile["cells"] = [c.replace("pytorch2.15.0", "pytorch2.15.9") for c in profile["cells"]]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
-    code, out, err = run_cli(["--list", "--json", "--select", "framework=pytorch", "--file",
+    code, out, err = run_cli(["list", "--json", "--select", "framework=pytorch", "--file",
                               str(workdir / "matrix.yaml")], capsys)
     assert code == 0, err
     new = [c for c in json.loads(out)["cells"] if c["framework_version"] == "2.15.9"]
     assert new and all(c["tag"] for c in new), "the documented entry made no cells"
     assert any(c["axes"]["os"] == "debian12" for c in new)
 
-    code, out, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code != 0 and "pytorch2.15.9" in out + err and "--lock" in out + err, out + err
 
 
@@ -92,9 +92,9 @@ def test_a_cuda_row_added_as_the_page_says_gets_cells_and_waits_only_for_the_loc
     release["cuda"].append("13.9")
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
-    code, out, err = run_cli(["--list", "--json", "--select", "cuda=13.9", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["list", "--json", "--select", "cuda=13.9", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 0, err
     cells = json.loads(out)["cells"]
     assert {c["axes"]["framework"] for c in cells} >= {"none", "pytorch"} and all(c["tag"] for c in cells)
-    code, out, err = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code != 0 and "cuda13.9" in out + err and "--lock" in out + err, out + err

@@ -48,11 +48,11 @@ def name_problems(text: str, built: set[str], foreign: set[str]) -> list[str]:
     for m in NAME.finditer(text):
         name, before = m.group(1), text[max(0, m.start() - 40):m.start()]
         after = text[m.end():m.end() + 14]
-        if name in built or before.rstrip().endswith("--explain") or before.endswith(AZURE) \
+        if name in built or re.search(r"(?:--|build\.py )explain\s*$", before) or before.endswith(AZURE) \
                 or name in foreign or re.match(r":r[0-9a-f]{12}\b", after):
             continue
         line = text.count("\n", 0, m.start()) + 1
-        out.append(f"{line}: {name}: no cell the matrix builds (`build.py --explain {name}` says why)")
+        out.append(f"{line}: {name}: no cell the matrix builds (`build.py explain {name}` says why)")
     for m in ELIDED.finditer(text):
         head, tail = m.group(1), (m.group(2) or "")
         if not re.search(r"(openmpi|intelmpi|pytorch|tensorflow|horovod|deepspeed|cuda)\d", head + tail):
@@ -79,6 +79,7 @@ def test_the_scan_finds_a_refused_name_in_yaml_prose_and_shell_and_an_elided_one
             "docker run --rm trainbase/openmpi4.1.4-cuda12.8-cudnn9-ubuntu22.04 true\n"
             "see `openmpi4.1.4-...-ubuntu22.04` and `openmpi4.1.8-…-ubuntu22.04`\n"
             "build.py --explain openmpi4.1.4-cuda12.8-cudnn9-ubuntu22.04\n"
+            "build.py explain openmpi4.1.4-cuda12.8-cudnn9-ubuntu22.04\n"
             "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04\n"
             "| pytorch2.9.1-openmpi4.1.4-cuda12.8-cudnn9-debian12:r54645df7f127 | gzip |\n")
     found = name_problems(text, built, set())

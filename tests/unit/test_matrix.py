@@ -105,7 +105,7 @@ def test_select_by_name(m):
 
 
 def test_list_json_is_what_ci_fans_out(capsys):
-    code, out, _ = run_cli(["--list", "--json", "--profile", "local", "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(["list", "--json", "--profile", "local", "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0
     data = json.loads(out)
     assert data["count"] == len(data["cells"]) >= 6
@@ -116,7 +116,7 @@ def test_list_json_is_what_ci_fans_out(capsys):
 
 
 def test_list_all_shows_excluded_with_reasons(capsys):
-    code, out, _ = run_cli(["--list", "--all", "--select", "os=debian12", "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(["list", "--all", "--select", "os=debian12", "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0
     assert "EXCLUDED  rule doca-on-ubuntu" in out
 
@@ -124,26 +124,26 @@ def test_list_all_shows_excluded_with_reasons(capsys):
 def test_explain_excluded_by_its_would_be_name(capsys):
     # the 12.8 row's PyTorch named on the 12.9 row, which no PyTorch release lists
     would_be = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch").replace("cuda12.8", "cuda12.9")
-    code, out, _ = run_cli(["--explain", would_be,
+    code, out, _ = run_cli(["explain", would_be,
                             "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0
     assert "EXCLUDED" in out and "pytorch has no release for CUDA 12.9" in out
 
 
 def test_explain_rule_exclusion(capsys):
-    code, out, _ = run_cli(["--explain", "openmpi4.1.4-doca3.2-cuda12.8-cudnn9-debian12",
+    code, out, _ = run_cli(["explain", "openmpi4.1.4-doca3.2-cuda12.8-cudnn9-debian12",
                             "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0 and "rule doca-on-ubuntu" in out
 
 
 def test_explain_included(capsys):
-    code, out, _ = run_cli(["--explain", "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+    code, out, _ = run_cli(["explain", "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
                             "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0 and "INCLUDED" in out and "built on: pytorch2.15.0-openmpi4.1.4" in out
 
 
 def test_explain_unknown_name_is_bad_input(capsys):
-    code, _, err = run_cli(["--explain", "nonsense-cuda99", "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["explain", "nonsense-cuda99", "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 2 and "no such cell" in err
 
 

@@ -33,12 +33,12 @@ def outputs(text: str) -> dict:
 def pair() -> tuple[str, str]:
     """(a base repository of the production profile, its arm64 twin the CI plan refuses), as
     build.yml's plan reports it (``left_out``); EXAMPLE while it is one."""
-    from trainbase.cli import main
+    from trainbase.cli.main import main
 
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sys.stdout", out)
-        assert main(["--ci-matrix", "--profile", "production"]) == 0
+        assert main(["ci-matrix", "--profile", "production"]) == 0
     plan = outputs(out.getvalue())
     bases = {e["name"] for e in plan["cells"] if e["level"] == 0}
     pairs = sorted((n.removesuffix("-arm64"), n) for n in plan["left_out"] if n.removesuffix("-arm64") in bases)
@@ -85,7 +85,7 @@ def matrix():
 
 def ci_plan(capsys, *names) -> dict:
     """What `build.py --ci-matrix` (build.yml's plan) says about the named cells."""
-    code, out, _ = run_cli(["--ci-matrix", "--select", f"name={','.join(names)}"], capsys)
+    code, out, _ = run_cli(["ci-matrix", "--select", f"name={','.join(names)}"], capsys)
     assert code == 0
     return outputs(out)
 

@@ -110,15 +110,15 @@ def test_render_is_deterministic(rendered):
 
 
 def test_rerender_writes_nothing(workdir, capsys):
-    code, out, _ = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     first = {p: p.read_bytes() for p in (workdir / "images").rglob("*") if p.is_file()}
-    code2, out2, _ = run_cli(["--render", "--file", str(workdir / "matrix.yaml")], capsys)
+    code2, out2, _ = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert "0 changed, 0 removed" in out2
     assert first == {p: p.read_bytes() for p in (workdir / "images").rglob("*") if p.is_file()}
 
 
 def test_check_passes_on_the_committed_tree(capsys):
-    code, out, err = run_cli(["--check", "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, err = run_cli(["check", "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0, err
     assert "ok:" in out
 
@@ -127,7 +127,7 @@ def test_check_names_a_hand_edited_cell(workdir, capsys):
     name = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
     df = workdir / "images" / name / "Dockerfile"
     df.write_text(df.read_text().replace("mpiexec --version", "mpiexec --version || true"))
-    code, _, err = run_cli(["--check", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["check", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 1
     assert f"{name}: images/{name}/Dockerfile differs" in err
 
@@ -137,7 +137,7 @@ def test_check_names_a_deleted_and_an_orphaned_cell(workdir, capsys):
     (workdir / "images" / name / "manifest.json").unlink()
     (workdir / "images" / "handmade-image").mkdir()
     (workdir / "images" / "handmade-image" / "Dockerfile").write_text("FROM scratch\n")
-    code, _, err = run_cli(["--check", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["check", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 1
     assert f"{name}: images/{name}/manifest.json is missing" in err
     assert "handmade-image: images/handmade-image belongs to no cell" in err
@@ -147,7 +147,7 @@ def test_check_sees_a_stale_lock(workdir, matrix_data, capsys):
     import yaml
     matrix_data["python"]["packages"] = ["mpi4py==4.1.0"]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data, sort_keys=False))
-    code, _, err = run_cli(["--check", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, _, err = run_cli(["check", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 1 and "locks/python-py3.11.txt is stale" in err
 
 

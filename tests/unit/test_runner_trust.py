@@ -42,7 +42,7 @@ def ci_matrix(capsys, monkeypatch, matrix_file, event: str, **variables) -> tupl
         monkeypatch.delenv(var, raising=False)
     for var, value in variables.items():
         monkeypatch.setenv(var, value)
-    code, out, err = run_cli(["--file", str(matrix_file), "--ci-matrix", "--profile", "local"], capsys)
+    code, out, err = run_cli(["ci-matrix", "--file", str(matrix_file), "--profile", "local"], capsys)
     cells = json.loads(next(ln for ln in out.splitlines() if ln.startswith("cells="))[6:]) if code == 0 else []
     return code, {c["name"]: c["runs_on"] for c in cells}, err
 
