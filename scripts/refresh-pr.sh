@@ -14,7 +14,7 @@
 # GH_TOKEN: the environment secret TRAINBASE_REFRESH_TOKEN (REFRESH_TOKEN) when set, so the
 # pull request's CI starts; else the job's own token (WORKFLOW_TOKEN), said in a warning. gh is
 # git's credential helper for the push: nothing is written to .git/config.
-#   scripts/refresh-pr.sh BODY.txt     (BODY: the affected cells, `build.py --affected HEAD`)
+#   scripts/refresh-pr.sh BODY.txt     (BODY: the affected cells, `build.py affected HEAD`)
 set -euo pipefail
 body="${1:?usage: refresh-pr.sh BODY.txt}"
 default_branch="${TRAINBASE_DEFAULT_BRANCH:-main}"

@@ -24,10 +24,10 @@ mkdir -p reports
 PROFILE="${TRAINBASE_TEST_PROFILE:-ci}"
 
 echo "==> drift check"
-"$PY" build.py --check
+"$PY" build.py check
 
 echo "==> hadolint + pipefail rule"
-"$PY" build.py --lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
+"$PY" build.py lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
 tail -n 2 reports/hadolint.txt
 
 # Mutation testing of the checks against their unit evidence (scripts/mutation.sh: each check made a

@@ -180,7 +180,7 @@ def test_every_workflow_runs_its_steps_with_pipefail():
 def test_the_pull_request_tier_is_derived_from_the_diff_not_a_profile():
     doc = workflow("ci.yml")
     plan = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
-    assert "--ci-matrix --since" in plan and "--profile" not in plan
+    assert "build.py ci-matrix --since" in plan and "--profile" not in plan
     assert doc["jobs"]["cpu-conformance"]["uses"] == "./.github/workflows/build-cells.yml"
     assert doc["jobs"]["cpu-conformance"]["with"]["publish"] is False
 
@@ -264,18 +264,18 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     assert any("trainbase.supply.vulnscan" in s.get("run", "") and "--gate-dir gate/" in s["run"] for s in scan_steps)
     assert any(s.get("with", {}).get("name", "").startswith("gate-scan-") and s.get("if") == "always()" for s in scan_steps)
     assert "refs/heads/main" in promote["if"] and promote["permissions"]["packages"] == "write"
-    assert "build.py --promote" in promote["steps"][-1]["run"] and "--gate gate/" in promote["steps"][-1]["run"]
+    assert "build.py promote" in promote["steps"][-1]["run"] and "--gate gate/" in promote["steps"][-1]["run"]
     assert all(j["permissions"].get("packages") != "write" for n, j in doc["jobs"].items() if n != "promote")
     build = workflow("build.yml")
     assert "github.ref == 'refs/heads/main'" in build["jobs"]["ci-passed"]["if"]
     assert build["jobs"]["plan"]["needs"] == "ci-passed"
     assert "needs.plan.result == 'success'" in build["jobs"]["gpu"]["if"]
     cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
-    assert not [s for s in cells if "latest" in s.get("run", "") or "--promote" in s.get("run", "")]
+    assert not [s for s in cells if "latest" in s.get("run", "") or re.search(r"build\.py (--)?promote", s.get("run", ""))]
     assert any("--push stage --zstd-twin" in s.get("run", "") for s in cells)
     # each platform staged; one job merges each multi-platform repository's index before the GPU tier
     assert "merge-platforms" in build["jobs"]["gpu"]["needs"]
-    assert "--merge-platforms" in " ".join(s.get("run", "") for s in build["jobs"]["merge-platforms"]["steps"])
+    assert "build.py merge-platforms" in " ".join(s.get("run", "") for s in build["jobs"]["merge-platforms"]["steps"])
 
 
 def test_promote_runs_past_a_red_cell_and_decides_each_repository_on_its_records():
@@ -371,14 +371,14 @@ def test_the_refresh_runs_upstream_code_only_where_no_credential_is():
     assert jobs["propose"]["permissions"] == {"contents": "read"}
     propose = yaml.safe_dump(jobs["propose"])
     assert "secrets." not in propose and "registry" not in " ".join(s.get("uses", "") for s in jobs["propose"]["steps"])
-    assert "build.py --bump" in propose and "build.py --lock --all" in propose
+    assert "build.py bump" in propose and "build.py lock --all" in propose
     writer = jobs["pull-request"]
     assert writer["needs"] == "propose" and writer["permissions"] == {"contents": "write", "pull-requests": "write"}
     runs = " ".join(s.get("run", "") for s in writer["steps"])
     assert "pip" not in runs and "build.py" not in runs and "git apply" in runs
     assert not any("setup-python" in s.get("uses", "") for s in writer["steps"])
     assert jobs["security"]["permissions"] == {"contents": "read", "packages": "read"}
-    assert "--bump" not in yaml.safe_dump(jobs["security"]) and "--lock" not in yaml.safe_dump(jobs["security"])
+    assert not re.search(r"build\.py (--)?(bump|lock)", yaml.safe_dump(jobs["security"]))
 
 
 # -- credentials: who holds a write credential, and what runs beside it ----------------------

@@ -88,7 +88,7 @@ def test_build_cells_runs_on_the_plans_label_and_the_plans_pass_the_variables():
     assert cell["runs-on"] == "${{ matrix.cell.runs_on }}"
     for name in ("ci.yml", "build.yml"):
         plan = yaml.safe_load((WORKFLOWS / name).read_text())["jobs"]["plan"]
-        step = next(s for s in plan["steps"] if "--ci-matrix" in s.get("run", ""))
+        step = next(s for s in plan["steps"] if "build.py ci-matrix" in s.get("run", ""))
         for var in (runners.BUILD_RUNNER, runners.ARM64_RUNNER):
             assert step["env"][var] == f"${{{{ vars.{var} }}}}", (name, var)
 
@@ -221,3 +221,16 @@ def test_the_rdma_pools_job_runs_only_where_the_pool_is_declared_and_says_so_oth
     assert len(notice) == 1 and notice[0]["runs-on"] in runners.HOSTED_LABELS
     assert notice[0]["needs"] == rdma["multinode-fabric"]["needs"]
     assert any("::notice" in s.get("run", "") and "TRAINBASE_RDMA_RUNNERS" in s["run"] for s in notice[0]["steps"])
+
+
+def test_the_plan_step_is_recognised_in_the_new_spelling_and_the_old():
+    """`build.py ci-matrix` (the subcommand) and `build.py --ci-matrix` (its old spelling) are the
+    same plan step; anything else printing a matrix is not."""
+    def plan(run: str) -> dict:
+        return {"jobs": {"plan": {"steps": [{"run": run}]}}}
+
+    for run in ('python build.py ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"',
+                'python build.py --ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"'):
+        assert runners._runs_ci_matrix(plan(run), "plan"), run
+    for run in ("bash make-cells.sh", "python build.py ci-matrixes", "python build.py list"):
+        assert not runners._runs_ci_matrix(plan(run), "plan"), run

@@ -83,6 +83,8 @@ def route(items: list[dict[str, Any]], env: Mapping[str, str]) -> list[str]:
 
 # -- the workflows ------------------------------------------------------------------------------
 PLAN_LABEL = re.compile(r"\$\{\{\s*matrix\.cell\.runs_on\s*\}\}")
+# the plan step: `build.py ci-matrix` (or its old spelling, `build.py --ci-matrix`)
+CI_MATRIX = re.compile(r"build\.py\s+(?:--)?ci-matrix(?![\w-])")
 FROM_JSON = re.compile(r"\$\{\{\s*fromJSON\(\s*(needs\.([\w-]+)\.outputs\.[\w-]+|inputs\.([\w-]+))\s*\)\s*\}\}")
 NEEDS_OUTPUT = re.compile(r"\$\{\{\s*needs\.([\w-]+)\.outputs\.[\w-]+\s*\}\}")
 
@@ -135,7 +137,7 @@ def reached_by_pull_requests(workflows: dict[str, dict[str, Any]]) -> set[str]:
 
 def _runs_ci_matrix(doc: dict[str, Any], job_name: str) -> bool:
     steps = (_jobs(doc).get(job_name) or {}).get("steps") or []
-    return any("build.py --ci-matrix" in str(s.get("run", "")) for s in steps)
+    return any(CI_MATRIX.search(str(s.get("run", ""))) for s in steps)
 
 
 def _plan_matrix(workflows: dict[str, dict[str, Any]], path: str, job: dict[str, Any]) -> bool:
