@@ -86,6 +86,9 @@ FIX = "use tb-launch (or call trainbase_launch.apply()) under another MPI"
     ([(None, res(0, "OK rank=0 world=1\n"))], "exited 0 without Open MPI's variables"),
     ([(None, res(1, "", "Traceback (most recent call last):\nKeyError: 'OMPI_COMM_WORLD_RANK'"))], "KeyError"),
     ([(None, res(1, "", "OMPI_COMM_WORLD_RANK is not set"))], "no fix named"),
+    # the fix printed, then the helper crashed on the variable it had just said was missing
+    ([(None, res(1, FIX + "\n", "Traceback (most recent call last):\nKeyError: 'OMPI_COMM_WORLD_RANK'"))],
+     r"what: use tb-launch .*\n\s*Traceback"),
 ])
 def test_the_guides_helper_must_stop_naming_the_fix(results, why):
     aml.helper_refuses_with_the_fix(JOB, [(None, res(1, "", FIX))], "what")

@@ -124,3 +124,14 @@ def test_horovod_that_does_not_link_the_image_s_nccl_fails(linked):
     t = FakeTarget(HVD, {"cuda": True, "nccl": 23007, "lib": "mpi_lib_v2.so", "nccl_linked": linked})
     with pytest.raises(AssertionError, match=r"Horovod's extension does not link the image's NCCL as a shared library"):
         gp.test_horovod_built_with_nccl_gpu_operations(t)
+
+
+def test_a_gpu_probe_that_dies_before_it_prints_fails_naming_its_exit():
+    """The probe process killed before its JSON line (a CUDA init that segfaults): no line to
+    judge, and the check says so with the exit code, not with an IndexError or a count."""
+    crashed = "Segmentation fault (core dumped)\n"
+    with pytest.raises(AssertionError, match=r"the deepspeed_gpu probe printed nothing \(exit 139\): Segmentation fault"):
+        gp.test_deepspeed_fused_adam_steps_on_the_gpu(
+            FakeTarget({"deepspeed": "0.19.8", "pytorch": "2.15.0"}, stdout=crashed, rc=139))
+    with pytest.raises(AssertionError, match=r"no rank reported \(exit 139\): Segmentation fault"):
+        gp.test_horovod_nccl_allreduce_of_cuda_tensors(FakeTarget(HVD, stdout=crashed, rc=139, gpus=2))
