@@ -149,7 +149,7 @@ def test_environment_the_emulator_the_engine_and_the_disk(native_host, monkeypat
     got = failures.classify_exception(emulation.EmulationError("arm64", "needs root", "run as root"), arch="arm64")
     assert (got.kind, got.fix) == (failures.ENVIRONMENT, "run as root")
     full = failures.classify_exception(OSError(errno.ENOSPC, "No space left on device"), arch="amd64")
-    assert full.kind == failures.ENVIRONMENT and "--prune" in full.fix
+    assert full.kind == failures.ENVIRONMENT and "build.py prune" in full.fix
     monkeypatch.setattr(engine, "available", lambda: False)
     gone = failures.classify_exception(engine.EngineError("connection aborted"), arch="amd64")
     assert gone.kind == failures.ENVIRONMENT and "scripts/setup.sh" in gone.fix

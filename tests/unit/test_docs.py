@@ -5,11 +5,11 @@ Six checkers, each a pure function (a document's text -> the problems in it):
 
 1. `command_problems`: every option a doc shows for `build.py`, `trainbase-conformance`,
    `tb-launch`, `tb-doctor` or a pytest run of the suite is an option of that command's own
-   argument parser (for build.py: of the subcommand it names, `build.py render`, or the one its
-   old action flag stands for, `build.py --list`) (built here, not read from the source), and the `--profile`, `--select`
-   and `--explain` values it names exist in matrix.yaml; an option shown on its own
-   (`--select`) must belong to one of those commands or be a flag of another tool the docs
-   explain (EXTERNAL_FLAGS).
+   argument parser (built here, not read from the source; for build.py, the parser of the
+   subcommand it names, `build.py render`, or of the one its old action flag stands for,
+   `build.py --list`), and the `--profile`, `--select` and `explain` values it names exist in
+   matrix.yaml; an option shown on its own (`--select`) must belong to one of those commands
+   or be a flag of another tool the docs explain (EXTERNAL_FLAGS).
 2. `path_problems`: every relative Markdown link, and every repository path a doc names
    (`scripts/foo.sh`, `docs/x.md`, `locks/*.txt`), exists in the repository.
 3. `figure_problems`: counts the docs state in a sentence (cells and images of the `local` and

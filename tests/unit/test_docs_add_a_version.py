@@ -1,7 +1,7 @@
 """docs/matrix.md's "Add a CUDA version" and "Add a framework release", followed as written in a
 scratch copy: the entries the page shows are accepted by the schema as they stand, a CUDA row and
 a release made from them get their cells and tags, and the render names the one command left
-(`--lock`). The page cannot drift from the
+(`build.py lock`). The page cannot drift from the
 schema again (a user once met a documented entry the schema refused)."""
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_a_release_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock
     assert any(c["axes"]["os"] == "debian12" for c in new)
 
     code, out, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
-    assert code != 0 and "pytorch2.15.9" in out + err and "--lock" in out + err, out + err
+    assert code != 0 and "pytorch2.15.9" in out + err and "build.py lock" in out + err, out + err
 
 
 def test_a_cuda_row_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock(workdir, capsys):
@@ -97,4 +97,4 @@ def test_a_cuda_row_added_as_the_page_says_gets_cells_and_waits_only_for_the_loc
     cells = json.loads(out)["cells"]
     assert {c["axes"]["framework"] for c in cells} >= {"none", "pytorch"} and all(c["tag"] for c in cells)
     code, out, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
-    assert code != 0 and "cuda13.9" in out + err and "--lock" in out + err, out + err
+    assert code != 0 and "cuda13.9" in out + err and "build.py lock" in out + err, out + err

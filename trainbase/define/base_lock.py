@@ -95,7 +95,7 @@ def load(root: Path) -> dict[str, BaseLock]:
                                 packages=list(e.get("packages") or []), note=e.get("note", ""))
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `python build.py --lock-bases`)") from None
+        raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `python build.py lock-bases`)") from None
 
 
 def write(root: Path, entries: dict[str, BaseLock]) -> None:
@@ -140,5 +140,5 @@ def mismatch(lock: BaseLock, resolved: dict[str, str], packages: list[str] | Non
            f"{resolved.get('identity') or 'nothing'} ({resolved.get('how', '?')} {resolved.get('ref', '')})"
     if lock.how == BOOTSTRAP and packages is not None:
         what += f"; packages: {package_changes(lock.packages, packages)}"
-    return what + ". If the new base is wanted, re-lock it with `python build.py --lock-bases` " \
+    return what + ". If the new base is wanted, re-lock it with `python build.py lock-bases` " \
                   "(every cell of the row gets a new tag) and commit locks/bases.json"

@@ -69,7 +69,7 @@ class Matrix:
         try:
             return self.by_name()[name]
         except KeyError:
-            raise MatrixError(f"no cell named {name!r} in {self.path.name} (see `build.py --list`)") from None
+            raise MatrixError(f"no cell named {name!r} in {self.path.name} (see `build.py list`)") from None
 
     # -- selection -----------------------------------------------------------------------
     def select(self, filters: dict[str, list[str]] | None = None, profile: str | None = None) -> list[Cell]:

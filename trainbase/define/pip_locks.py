@@ -72,9 +72,9 @@ def status(root: Path, ls: LockSet) -> str | None:
     """None when the lock exists and matches its inputs; otherwise what is wrong."""
     p = root / ls.path
     if not p.exists():
-        return f"{ls.path} is missing (run `python build.py --lock`)"
+        return f"{ls.path} is missing (run `python build.py lock`)"
     if f"# inputs-sha256: {ls.inputs_sha256}\n" not in p.read_text():
-        return f"{ls.path} is stale: matrix.yaml changed its inputs (run `python build.py --lock`)"
+        return f"{ls.path} is stale: matrix.yaml changed its inputs (run `python build.py lock`)"
     return None
 
 

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"security check: {len(rows)} OS row(s) to rebuild" + (f": {', '.join(sorted(rows))}" if rows else ""))
     if rows and a.write:
         print(f"{security_rebuilds.FILE}: epoch {a.today} for {', '.join(sorted(rows))} "
-              "(render: `python build.py --render`)")
+              "(render: `python build.py render`)")
     return 0
 
 

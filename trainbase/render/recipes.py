@@ -203,7 +203,7 @@ def check(m: Matrix, rendered: dict[str, Rendered], root: Path, orphans: bool = 
         if st:
             problems.append(f"lock: {st}")
     if orphans and (root / lockmod.LOCK_DIR).exists():
-        problems += [f"lock: locks/{p.name} belongs to no cell (run `python build.py --lock`, which removes it)"
+        problems += [f"lock: locks/{p.name} belongs to no cell (run `python build.py lock`, which removes it)"
                      for p in lockmod.orphans(root, lock_sets(rendered))]
     return problems
 

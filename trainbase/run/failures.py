@@ -47,10 +47,10 @@ NEXT_STEP = {
     TRANSIENT: "this looks transient (network, package mirror, a process killed by a signal): run the same "
                "command again -- every cell that completed is reused from cache, only this one and the cells "
                "skipped because of it are built",
-    ENVIRONMENT: "this is the machine, not the recipe: fix it (free disk space with `build.py --prune` / "
+    ENVIRONMENT: "this is the machine, not the recipe: fix it (free disk space with `build.py prune` / "
                  "`docker builder prune`, start the engine with scripts/setup.sh), then run the same command again",
     RECIPE: "this is the recipe (a pinned input, a package name, a command in a block): rerunning will fail "
-            "the same way; read the log, fix matrix.yaml or the block, `build.py --render`, and build again",
+            "the same way; read the log, fix matrix.yaml or the block, `build.py render`, and build again",
     UNKNOWN: "read the log; if the failing step does not fail when run again (a race, a flaky mirror) it is "
              "transient and a rerun reuses every cell that completed",
 }
@@ -118,7 +118,7 @@ def classify_exception(e: BaseException, *, arch: str) -> Failure:
     text = f"{type(e).__name__}: {e}"
     if isinstance(e, OSError) and e.errno == errno.ENOSPC or re.search(r"(?i)no space left on device", text):
         return Failure(ENVIRONMENT, "the disk is full",
-                       "free disk space (`build.py --prune`, `docker builder prune`)")
+                       "free disk space (`build.py prune`, `docker builder prune`)")
     if any(t.__name__ in _NETWORK_ERRORS for t in type(e).__mro__) or _TRANSIENT.search(text):
         return Failure(TRANSIENT)
     return Failure(UNKNOWN)
