@@ -89,23 +89,24 @@ def _value_words(action: argparse.Action | None, rest: list[str]) -> int:
         return 1 if rest else 0
     if action.nargs == "?":
         return 1 if rest and not rest[0].startswith("-") else 0
-    n = 0
-    while n < len(rest) and not rest[n].startswith("-"):
-        n += 1
-    return n
+    return _leading_words(rest)
 
 
 def _positional_words(kind: str, rest: list[str]) -> int:
+    """How many of ``rest`` an old flag's value takes (OldFlag.value)."""
     if kind == "1":
         return 1 if rest else 0
     if kind == "?":
         return 1 if rest and not rest[0].startswith("-") else 0
-    if kind == "*":
-        n = 0
-        while n < len(rest) and not rest[n].startswith("-"):
-            n += 1
-        return n
-    return 0
+    return _leading_words(rest) if kind == "*" else 0
+
+
+def _leading_words(rest: list[str]) -> int:
+    """The words before the next option."""
+    n = 0
+    while n < len(rest) and not rest[n].startswith("-"):
+        n += 1
+    return n
 
 
 def translate(argv: list[str], p: argparse.ArgumentParser) -> Translated:
@@ -114,7 +115,7 @@ def translate(argv: list[str], p: argparse.ArgumentParser) -> Translated:
     subcommand's positional, the options the subcommand does not read dropped."""
     subs = subparsers(p)
     every = {s: a for sp in subs.values() for s, a in _options(sp).items()}
-    old: list[tuple[int, str, list[str]]] = []   # (index, flag, its positional words)
+    found: tuple[int, str, list[str]] | None = None   # the old flag: (index, flag, its positional words)
     command: str | None = None
     i = 0
     while i < len(argv):
@@ -125,22 +126,22 @@ def translate(argv: list[str], p: argparse.ArgumentParser) -> Translated:
             if command is not None:
                 raise TwoActions(f"{name} is the old spelling of '{PROG} {flag.command}', and {command} is already "
                                  f"the action: give one ('{PROG} {command} --help' lists what {command} reads)")
-            if old:
-                first = OLD_FLAGS[old[0][1]].command
-                raise TwoActions(f"{old[0][1]} and {name} are two actions; give one: '{PROG} {first}' "
+            if found:
+                first = OLD_FLAGS[found[1]].command
+                raise TwoActions(f"{found[1]} and {name} are two actions; give one: '{PROG} {first}' "
                                  f"or '{PROG} {flag.command}'")
             words = [value] if eq else argv[i + 1:i + 1 + _positional_words(flag.value, argv[i + 1:])]
-            old.append((i, name, words))
+            found = (i, name, words)
             i += 1 + (0 if eq else len(words))
         elif word.startswith("-") and word != "-":
             i += 1 + (0 if eq else _value_words(every.get(name), argv[i + 1:]))
         else:
-            if command is None and not old:
+            if command is None and not found:
                 command = word          # the new form's subcommand; later plain words are its own
             i += 1
-    if not old:
+    if not found:
         return Translated(list(argv))
-    at, flag_name, words = old[0]
+    at, flag_name, words = found
     target = OLD_FLAGS[flag_name].command
     reads = _options(subs[target])
     rest = argv[:at] + argv[at + 1 + (0 if "=" in argv[at] else len(words)):]
