@@ -36,10 +36,12 @@ MANIFEST = {"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "schema": 1, "compo
 
 
 class FakeCuda:
-    """libcuda.so.1 as the CUDA driver API answers: cuInit's code, the driver's CUDA version."""
+    """libcuda.so.1 as the CUDA driver API answers: cuInit's code, the driver's CUDA version, and
+    whether the GPU supports DMA-BUF (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 124; None: a driver
+    older than CUDA 11.7 that does not know the attribute, CUDA_ERROR_INVALID_VALUE)."""
 
-    def __init__(self, init_rc: int = 0, driver_cuda: int = 12080, gpus: int = 1):
-        self.init_rc, self.driver_cuda, self.gpus = init_rc, driver_cuda, gpus
+    def __init__(self, init_rc: int = 0, driver_cuda: int = 12080, gpus: int = 1, dmabuf: bool | None = None):
+        self.init_rc, self.driver_cuda, self.gpus, self.dmabuf = init_rc, driver_cuda, gpus, dmabuf
 
     def cuInit(self, flags):
         return self.init_rc
@@ -61,7 +63,9 @@ class FakeCuda:
         return 0
 
     def cuDeviceGetAttribute(self, ref, attr, dev):
-        ref._obj.value = 9 if attr == 75 else 0
+        if attr == 124 and self.dmabuf is None:
+            return 1
+        ref._obj.value = 9 if attr == 75 else int(bool(self.dmabuf)) if attr == 124 else 0
         return 0
 
 

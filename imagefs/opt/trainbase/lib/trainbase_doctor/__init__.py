@@ -7,7 +7,7 @@
 Checks register themselves in core.CHECKS; the conformance suite runs the same checks through
 this tool, so a check is written once. Standard library only (mpi4py/torch only for --cluster
 and --allreduce, from the image)."""
-from . import checks_node, checks_fabric, checks_stack  # noqa: F401 -- registers the checks
+from . import checks_node, checks_fabric, checks_stack, checks_gpudirect  # noqa: F401 -- registers the checks
 from .core import CHECKS, Node, Result, run_checks, select
 
 __all__ = ["CHECKS", "Node", "Result", "run_checks", "select"]

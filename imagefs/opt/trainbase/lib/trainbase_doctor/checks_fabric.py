@@ -4,10 +4,9 @@ opening each device, and NCCL_* settings that contradict what is here."""
 from __future__ import annotations
 
 import ctypes
-import re
 
 from .core import FAIL, OK, WARN, Node, Result, check
-from .hardware import absent, rdma
+from .hardware import absent, nccl_settings, rdma
 
 DEVICE_FLAGS = ("pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
                 "an RDMA device-plugin resource (Kubernetes), or the cluster's container plugin (Slurm)")
@@ -101,17 +100,6 @@ def ib_provider(node: Node) -> Result:
                       "(rdma-core's ibverbs-providers, or MOFED/DOCA userspace matching the host's OFED)", facts=facts)
     return Result("", OK, "opened through their providers: " + ", ".join(
         f"{d} (lib{r['devices'][d]['provider']})" for d in sorted(r["uverbs"])), facts=facts)
-
-
-def nccl_settings(node: Node) -> dict[str, tuple[str, str]]:
-    """NCCL_* from /etc/nccl.conf, then the environment (which wins, as in NCCL): {name: (value, source)}."""
-    out: dict[str, tuple[str, str]] = {}
-    for line in (node.read("/etc/nccl.conf") or "").splitlines():
-        m = re.match(r"\s*(NCCL_\w+)\s*=\s*(.*?)\s*$", line)
-        if m and not line.lstrip().startswith("#"):
-            out[m.group(1)] = (m.group(2), "/etc/nccl.conf")
-    out.update({k: (v, "environment") for k, v in node.env.items() if k.startswith("NCCL_")})
-    return out
 
 
 def _matches(spec: str, names: list[str]) -> list[str]:

@@ -54,6 +54,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--only", metavar="ID[,ID]", help="run only these checks (an id or a prefix: nccl, ib)")
     ap.add_argument("--expect", metavar="gpu,ib", default="",
                     help="hardware that must be here: its absence fails instead of skipping")
+    ap.add_argument("--nccl-log", metavar="FILE", help="an NCCL INFO log of a real job (NCCL_DEBUG=INFO, "
+                    "NCCL_DEBUG_SUBSYS=INIT,NET,ENV): gpudirect.nccl judges its channels instead of starting NCCL here")
     ap.add_argument("--list", action="store_true", help="list the checks and exit")
     ap.add_argument("--cluster", action="store_true",
                     help="under mpirun/srun: every rank checks, rank 0 prints one node x check table")
@@ -80,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         checks = select([o for o in (a.only or "").split(",") if o])
     except ValueError as e:
         ap.error(str(e))
-    node = Node(expect=expect)
+    nccl_log = os.path.abspath(a.nccl_log) if a.nccl_log else None
+    if nccl_log and not os.access(nccl_log, os.R_OK):
+        ap.error(f"--nccl-log {a.nccl_log}: not a readable file")
+    node = Node(expect=expect, nccl_log=nccl_log)
     t0 = time.monotonic()
     report = node_report(node, run_checks(node, checks), time.monotonic() - t0)
     if not a.cluster:

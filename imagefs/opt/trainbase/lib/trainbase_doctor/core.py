@@ -77,13 +77,15 @@ def select(only: list[str] | None) -> list[Check]:
 
 class Node:
     """What the checks may read. ``root`` prefixes every absolute path (tests use a fake
-    tree); ``env`` is the process environment the job sees."""
+    tree); ``env`` is the process environment the job sees; ``nccl_log``, an NCCL INFO log
+    of a real job (--nccl-log) that the GPUDirect check reads instead of running NCCL itself."""
 
     def __init__(self, env: dict[str, str] | None = None, root: str | Path = "/",
-                 expect: tuple[str, ...] = ()) -> None:
+                 expect: tuple[str, ...] = (), nccl_log: str | None = None) -> None:
         self.env = dict(os.environ if env is None else env)
         self.root = Path(root)
         self.expect = tuple(expect)
+        self.nccl_log = nccl_log
         self.cache: dict[str, Any] = {}
 
     # -- files -------------------------------------------------------------------------

@@ -99,3 +99,14 @@ def rdma(node: Node) -> dict[str, Any]:
     nodes_here = sorted(p.name for p in dev_dir.iterdir()) if dev_dir.is_dir() else []
     node.cache["rdma"] = {"devices": devices, "uverbs": uverbs, "dev_nodes": nodes_here}
     return node.cache["rdma"]
+
+
+def nccl_settings(node: Node) -> dict[str, tuple[str, str]]:
+    """NCCL_* from /etc/nccl.conf, then the environment (which wins, as in NCCL): {name: (value, source)}."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in (node.read("/etc/nccl.conf") or "").splitlines():
+        m = re.match(r"\s*(NCCL_\w+)\s*=\s*(.*?)\s*$", line)
+        if m and not line.lstrip().startswith("#"):
+            out[m.group(1)] = (m.group(2), "/etc/nccl.conf")
+    out.update({k: (v, "environment") for k, v in node.env.items() if k.startswith("NCCL_")})
+    return out
