@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.conformance import verdict  # noqa: E402
-from trainbase_conformance.plugin import PROBE_DIR  # noqa: E402
+from trainbase_conformance.fixtures import PROBE_DIR  # noqa: E402
 
 
 def _no_compiler(scratch: Path) -> dict[str, str]:

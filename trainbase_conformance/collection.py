@@ -1,5 +1,8 @@
-"""The order and the selection of the conformance checks, decided at collection (plugin.py's
-pytest_collection_modifyitems): checks grouped by image, and --derived-tiers."""
+"""Which checks run, on which image, in which order, and which are skipped before any container
+starts: the ``image`` parameter from the options, --derived-tiers, the checks grouped by image,
+each check's one tier and one evidence kind, and the tiers this host cannot run. Also what a
+collected item is called in the results (its image, module and check)."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +10,82 @@ from pathlib import Path
 
 import pytest
 
-from . import TIERS
+from . import EVIDENCE, TIERS, session
 from .containers import short_name
+from .options import image_refs
 
 DERIVED_NOTE = pytest.StashKey[str]()
+_MISSING_HARDWARE = pytest.StashKey[str]()
+
+
+# --------------------------------------------------------------------------- the images
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "image" not in metafunc.fixturenames:
+        return
+    refs = image_refs(metafunc.config)
+    if refs:
+        metafunc.parametrize("image", refs, ids=[short_name(r) for r in refs], scope="session")
+    else:
+        no_image = pytest.mark.skip(reason="no image given: pass --image REF or --report BUILD.json")
+        metafunc.parametrize("image", [pytest.param(None, marks=no_image)], ids=["no-image"], scope="session")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The self-test builds images and re-runs this suite: only when asked for by name.
+    if collection_path.name == "test_broken_variants.py":
+        named = any(Path(a.split("::")[0]).resolve() == collection_path.resolve() for a in config.args)
+        return None if (named or config.getoption("--broken-variants")) else True
+    return None
+
+
+# --------------------------------------------------------------------------- selection and order
+
+@pytest.hookimpl(trylast=True)   # after pytest's own reordering by fixture, which group_by_image corrects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--derived-tiers, the checks grouped by image; each has one tier, and one this host cannot
+    run is skipped here, with the reason, before any container starts."""
+    deselect_derived_tiers(config, items, image_refs(config))
+    group_by_image(items)
+    for item in items:
+        if "image" not in getattr(item, "fixturenames", ()):
+            continue
+        tiers = [t for t in TIERS if item.get_closest_marker(t)]
+        if len(tiers) != 1:
+            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one tier marker "
+                                    f"({', '.join(TIERS)}), found {tiers or 'none'}")
+        kinds = [m.args[0] if m.args else None for m in item.iter_markers("evidence")]
+        if len(kinds) != 1 or kinds[0] not in EVIDENCE:
+            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one "
+                                    f"@pytest.mark.evidence(KIND), KIND in {', '.join(EVIDENCE)}; "
+                                    f"found {kinds}")
+        session.results(config).evidence[(module_name(item), check_name(item))] = kinds[0]
+        _skip_without_hardware(config, item, tiers[0])
+
+
+def _skip_without_hardware(config: pytest.Config, item: pytest.Item, tier: str) -> None:
+    """The gpu and fabric tiers on a host without a GPU / RDMA device: skipped with the reason,
+    or (--require-hardware) failed with it at setup (pytest_runtest_setup)."""
+    if tier not in ("gpu", "fabric"):
+        return
+    caps = session.host_caps(config)
+    if tier == "gpu" and not caps.gpu:
+        missing = f"tier gpu: no usable GPU on this host ({caps.gpu_why})"
+    elif tier == "fabric" and not caps.ib:
+        missing = f"tier fabric: no RDMA device on this host ({caps.ib_why})"
+    else:
+        return
+    if config.getoption("--require-hardware"):
+        item.stash[_MISSING_HARDWARE] = missing
+    else:
+        item.add_marker(pytest.mark.skip(reason=missing))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _MISSING_HARDWARE in item.stash:
+        pytest.fail(f"{item.stash[_MISSING_HARDWARE]}; --require-hardware makes that a failure",
+                    pytrace=False)
 
 
 def _derived_images(config: pytest.Config, refs: list[str]) -> dict[str, str]:
@@ -40,41 +115,54 @@ def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs
     drop: list[pytest.Item] = []
     for item in items:
         tier = next((t for t in TIERS if item.get_closest_marker(t)), None)
-        ref = _image_param(item)
-        (drop if ref is not None and short_name(ref) in derived and tier not in keep_tiers else keep).append(item)
+        ref = image_ref(item)
+        derived_only = ref is not None and short_name(ref) in derived and tier not in keep_tiers
+        (drop if derived_only else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
         config.stash[DERIVED_NOTE] = (
             f"--derived-tiers {','.join(sorted(keep_tiers))}: {len(drop)} check(s) of "
-            + ", ".join(sorted({short_name(_image_param(i) or "") for i in drop}))
+            + ", ".join(sorted({short_name(image_ref(i) or "") for i in drop}))
             + " deselected; their tiers ran on the parent image(s) "
-            + ", ".join(sorted({short_name(derived[short_name(_image_param(i) or "")]) for i in drop})))
+            + ", ".join(sorted({short_name(derived[short_name(image_ref(i) or "")]) for i in drop})))
 
 
 def group_by_image(items: list[pytest.Item]) -> None:
     """Run every check of one image before the next image's, module by module (a stable sort:
-    within a module, pytest's own order stays). pytest keeps one value of a session-scoped parameter alive at a
-    time, and its reordering interleaves the images wherever a test has parameters of its own
-    (the runtime ways, the PMI kinds): measured on the ci profile's three images, the image's
-    container started 68 times, the two-node cluster 41, the Charliecloud unpack 19 and the
-    rootless Podman load 6 -- about a third of the suite's time spent starting things again."""
+    within a module, pytest's own order stays). pytest keeps one value of a session-scoped
+    parameter alive at a time, and its reordering interleaves the images wherever a test has
+    parameters of its own (the runtime ways, the PMI kinds): measured on the ci profile's three
+    images, the image's container started 68 times, the two-node cluster 41, the Charliecloud
+    unpack 19 and the rootless Podman load 6 -- about a third of the suite's time spent
+    starting things again."""
     images: dict[str | None, int] = {}      # None: a check with no image parameter
     modules: dict[str, int] = {}
     for item in items:
-        images.setdefault(_image_param(item), len(images))
+        images.setdefault(image_ref(item), len(images))
         modules.setdefault(item.nodeid.split("::")[0], len(modules))
-    items.sort(key=lambda it: (images[_image_param(it)], modules[it.nodeid.split("::")[0]]))
+    items.sort(key=lambda it: (images[image_ref(it)], modules[it.nodeid.split("::")[0]]))
 
 
-def _image_param(item: pytest.Item) -> str | None:
+# --------------------------------------------------------------------------- what an item is called
+
+def image_ref(item: pytest.Item) -> str | None:
+    """The image reference the item is parametrized with; None for a check with no image (or
+    the "no image given" placeholder)."""
     callspec = getattr(item, "callspec", None)
     return callspec.params.get("image") if callspec else None
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    # The self-test builds images and re-runs this suite: only when asked for by name.
-    if collection_path.name == "test_broken_variants.py":
-        named = any(Path(a.split("::")[0]).resolve() == collection_path.resolve() for a in config.args)
-        return None if (named or config.getoption("--broken-variants")) else True
-    return None
+def check_name(item: pytest.Item) -> str:
+    """The test name without the image parameter (other parameters kept): a row of the matrix."""
+    cs = getattr(item, "callspec", None)
+    other = {k: v for k, v in cs.params.items() if k != "image"} if cs is not None else {}
+    if not other:
+        return getattr(item, "originalname", item.name)
+    return f"{getattr(item, 'originalname', item.name)}[{'-'.join(str(v) for v in other.values())}]"
+
+
+def module_name(item: pytest.Item) -> str:
+    """The check module's short name (test_nccl); "" for an item no Python module collected."""
+    module = getattr(item, "module", None)
+    return module.__name__.rsplit(".", 1)[-1] if module else ""

@@ -26,7 +26,7 @@ from tests.conformance import verdict
 from trainbase.build import docker_build
 from trainbase_common import engine
 from trainbase_conformance.containers import Container, short_name
-from trainbase_conformance.plugin import _image_refs
+from trainbase_conformance.options import image_refs
 from trainbase_conformance.resources import CHECKS
 
 HERE = Path(__file__).resolve().parent
@@ -86,7 +86,7 @@ def _needs(v: str) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "base" in metafunc.fixturenames:
-        refs = _image_refs(metafunc.config)
+        refs = image_refs(metafunc.config)
         if not refs:
             metafunc.parametrize(("base", "variant"), [pytest.param(
                 None, v, marks=pytest.mark.skip(reason="no base image: pass --image REF")) for v in VARIANTS],
@@ -119,7 +119,7 @@ def control(base, request, tmp_path_factory) -> dict[str, str]:
     runs it first), its verdict is the control, if it ran every check the variants claim (a
     framework image's deselected tiers did not run there: then the control runs here)."""
 
-    mine = [v for v, b in plan(_image_refs(request.config)).items() if b == base]
+    mine = [v for v, b in plan(image_refs(request.config)).items() if b == base]
     junit = request.config.getoption("--control-junit")
     if junit:
         states = control_from_junit(Path(junit).read_bytes(), base)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from trainbase_conformance.fixtures import Cluster, Target
 from trainbase_conformance.flavors import MpiFlavor
-from trainbase_conformance.plugin import Cluster, Target
 
 HOSTS = ["a", "b"]
 IPS = ["172.30.0.2", "172.30.0.3"]

@@ -153,7 +153,7 @@ def test_image_history_is_bottom_first_in_the_shape_check_budget_takes(monkeypat
     class Client:
         images = Images()
 
-    monkeypatch.setattr(engine, "client", lambda: Client())
+    monkeypatch.setattr(engine.images, "client", lambda: Client())   # where image_history looks it up
     layers = engine.image_history("trainbase/x:latest")
     assert layers == [{"created_by": "/bin/sh -c #(nop) ADD file:abc in / ", "size": 80},
                       {"created_by": "ENV A=b", "size": 0},

@@ -91,7 +91,11 @@ def test_the_wheel_carries_the_checks_probes_data_and_plugin(tmp_path):
     for probe in PROBES.iterdir():
         assert f"trainbase_conformance/probes/{probe.name}" in names
     assert {"trainbase_conformance/data/doctor.schema.json", "trainbase_conformance/expectations.schema.json",
-            "trainbase_common/engine.py", "trainbase_conformance/data/examples/pytorch_ddp.py"} <= names
+            "trainbase_conformance/data/examples/pytorch_ddp.py"} <= names
+    # every module of both packages, subpackages included (the engine adapter is one)
+    for package in ("trainbase_conformance", "trainbase_common"):
+        for module in (ROOT / package).rglob("*.py"):
+            assert str(module.relative_to(ROOT)) in names
     assert not [n for n in names if "__pycache__" in n]
     dist = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(wheel).read(dist).decode()

@@ -17,7 +17,7 @@ import pytest
 
 from trainbase_conformance.checks import test_azureml as aml
 from trainbase_conformance.checks import test_doctor, test_mpi, test_nccl
-from trainbase_conformance.plugin import DOCTOR_SCHEMA, Target
+from trainbase_conformance.fixtures import DOCTOR_SCHEMA, Target
 
 from .doctor_fakes import FakeCuda, FakeNccl, FakeNode, core, fake_mpi_launchers
 from .framework_fakes import cluster

@@ -1,5 +1,6 @@
 """The engine adapter's pure parts, without an engine."""
 from trainbase_common import engine
+from trainbase_common.engine import containers as engine_containers
 
 
 def test_exec_stream_demux_splits_stdout_and_stderr():
@@ -14,7 +15,7 @@ def test_exec_stream_demux_splits_stdout_and_stderr():
             out, self.data = self.data[:n], self.data[n:]
             return out
 
-    out, err = engine._demux(Sock(frame(1, b"hello ") + frame(2, b"oops") + frame(1, b"world")))
+    out, err = engine_containers.demux(Sock(frame(1, b"hello ") + frame(2, b"oops") + frame(1, b"world")))
     assert (out, err) == (b"hello world", b"oops")
 
 
@@ -51,7 +52,9 @@ def test_gpu_runner_containers_get_every_gpu_the_rdma_devices_and_ipc_lock(monke
             seen.update(kw)
             return type("C", (), {"id": "c0"})()
 
-    monkeypatch.setattr(engine, "client", lambda: type("Client", (), {"containers": Containers()})())
+    # the client run_detached asks for, where it looks it up
+    fake = type("Client", (), {"containers": Containers()})()
+    monkeypatch.setattr(engine_containers, "client", lambda: fake)
     assert engine.run_detached("img", ["sleep", "1"], name="n", labels={}, opts=caps.run_options()) == "c0"
     (req,) = seen["device_requests"]
     assert isinstance(req, docker.types.DeviceRequest) and req["Count"] == -1 and req["Capabilities"] == [["gpu"]]

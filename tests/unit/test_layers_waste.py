@@ -131,9 +131,12 @@ def test_an_export_that_would_fill_the_disk_is_refused_naming_what_it_needs(monk
     from collections import namedtuple
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
-        id="sha256:" + "1" * 64, size=8_000_000_000, labels={}, env={}, raw={}))
-    monkeypatch.setattr(engine, "info", lambda: engine.EngineInfo(root_dir=str(tmp_path), driver="overlay2", runtimes=()))
+    image = engine.ImageInfo(id="sha256:" + "1" * 64, size=8_000_000_000, labels={}, env={}, raw={})
+    facts = engine.EngineInfo(root_dir=str(tmp_path), driver="overlay2", runtimes=())
+    # where each is looked up: check_export_space in its own module, the layer folders through engine
+    for where in (engine, engine.export):
+        monkeypatch.setattr(where, "inspect_image", lambda ref: image)
+        monkeypatch.setattr(where, "info", lambda: facts)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 5_000_000_000))
     with pytest.raises(engine.EngineError, match=r"reading the layers of x:1 needs about 9.0 GB free under .*"
                                                  r"5.0 GB free: prune"):

@@ -21,7 +21,7 @@ import pytest
 
 from trainbase_conformance import azureml
 from trainbase_conformance.checks.test_frameworks import EX, need, ok_lines, put_examples
-from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
+from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
 
 PER_NODE = 2
 WORLD = 2 * PER_NODE

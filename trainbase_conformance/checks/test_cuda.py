@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.flavors import cuda_version_code, cudnn_version_code
-from trainbase_conformance.plugin import PROBE_DIR
 
 
 def _sonames(target) -> dict[str, str]:

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from trainbase_conformance.containers import Container
-from trainbase_conformance.plugin import DOCTOR_SCHEMA, start_cluster
+from trainbase_conformance.fixtures import DOCTOR_SCHEMA, start_cluster
 
 DOCTOR_BUDGET_S = 10  # the bound for a run without a collective
 

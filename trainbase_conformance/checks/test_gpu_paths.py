@@ -11,7 +11,7 @@ import json
 import pytest
 
 from trainbase_conformance.checks.test_frameworks import need, py_json
-from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.fixtures import PROBE_DIR
 
 
 @pytest.mark.static

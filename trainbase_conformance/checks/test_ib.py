@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.transport_settings import defects, parse_config_file, parse_env
 
 TOOLS = ("ibv_devinfo", "ibv_devices", "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ibstat",

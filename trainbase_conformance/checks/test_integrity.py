@@ -12,8 +12,8 @@ import pytest
 
 from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
 from trainbase_conformance.emulation import ELF_MACHINE, image_arch
+from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.linkage import unexplained_gaps
-from trainbase_conformance.plugin import PROBE_DIR
 
 # Where the image's own software lives: trainbase's prefixes (MPI, venv, tools), the CUDA
 # toolkit, the distro programs, and the verbs providers and UCX modules (found by name, so the

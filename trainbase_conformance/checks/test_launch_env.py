@@ -5,7 +5,7 @@ rank // local_size when ranks are placed by node -- not OMPI_COMM_WORLD_NODE_RAN
 the rank within a node."""
 import pytest
 
-from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
+from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
 
 PER_HOST = 2
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
+from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
 
 # Lines that must never appear on a healthy run's stderr (CMA without SYS_PTRACE, transport
 # fallbacks, Open MPI's help-file banners).

@@ -5,7 +5,7 @@ tier) the same allreduce must cross between the containers over InfiniBand/RoCE,
 away from the MPI."""
 import pytest
 
-from trainbase_conformance.plugin import PROBE_DIR, tbconf_lines
+from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
 
 PER_HOST = 2
 

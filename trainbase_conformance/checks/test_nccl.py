@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.fixtures import PROBE_DIR
 
 SONAME = "libnccl.so.2"
 

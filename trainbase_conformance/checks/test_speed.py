@@ -10,7 +10,7 @@ import re
 import pytest
 
 from trainbase_conformance import speed
-from trainbase_conformance.plugin import PROBE_DIR
+from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.resources import PROBES
 
 ROUNDS = 2      # host and image alternate at least this many times; each keeps its best figures
