@@ -141,6 +141,16 @@ def test_gpu_and_hca_too_far_apart_fail_with_nccl_s_distance_named(tmp_path):
     assert "distance PXB > LOC" in level.summary, level.summary
 
 
+def test_a_gdr_level_below_the_distance_is_named_where_nccl_logs_no_distance(tmp_path):
+    node = gdr_node(tmp_path, peermem=True, log="gdr-2.30-proxy.log")
+    node.write("/var/log/nccl.log", (LOGS / "gdr-2.30-proxy.log").read_text().replace("/GDRDMA", "") +
+               "h:1:1 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PIX\n")
+    r = result(node, "gpudirect.nccl")
+    assert r.status == core.FAIL and "NCCL_NET_GDR_LEVEL=PIX (from NCCL's log) allows GPUDirect RDMA only" in r.summary
+    unexplained = gdr_result(tmp_path / "b", "gdr-2.30-proxy.log", peermem=True)
+    assert unexplained.status == core.OK
+
+
 def test_sockets_fail_as_host_memory(tmp_path):
     r = gdr_result(tmp_path, "socket-2.30.log", peermem=True)
     assert r.status == core.FAIL and "NCCL's network is sockets" in r.summary and "nccl.network" in r.hint

@@ -208,6 +208,9 @@ def staging_reasons(log: dict[str, Any], kernel: dict[str, Any], settings: dict[
             if rel in ("PHB", "NODE", "SYS") and not any(k == "module" for k, _ in why):
                 why.append(("distance", f"GPU {index} ({gpus[index]['pci']}) and {hca_name} are {rel} apart on this "
                             "node's PCIe (sysfs): beyond NCCL's default GDR level (PXB)"))
+    if not why and level:  # NCCL 2.30 logs no distance line: a level set below the GPU/HCA distance is silent
+        why.append(("env", f"NCCL_NET_GDR_LEVEL={level[0]} (from {level[1]}) allows GPUDirect RDMA only for GPUs "
+                    "that close to the HCA"))
     return why or [("unknown", f"NCCL gives no reason in this log for {hca_name}")]
 
 
