@@ -2,8 +2,10 @@
 what proves that an image does what its name and its own manifest (/etc/trainbase/manifest.json)
 claim -- or, for an image trainbase did not build, what its user's expectations file claims.
 The checks are the pytest modules in `checks/`, `plugin` is the pytest plugin that gives them
-their images, containers, tiers and reports, `cli` the console command; the rest is the plumbing
-they share:
+their images, containers, tiers and reports (the entry point; its parts: `options`, `collection`
+-- which checks run on which image, in which order, skipped why --, `fixtures` -- `target`,
+`cluster` and what a check imports from there --, `reporting`, with `session` holding what they
+share), `cli` the console command; the rest is the plumbing they share:
 
 * `host` -- what this host offers containers (GPU, RDMA devices) and the run options that follow;
 * `containers` -- long-running containers to exec into, private networks;
