@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -270,7 +271,7 @@ def test_torchrun_over_nccl_fails_when_it_exits_non_zero_after_every_rank_report
             return 0, "2\n"
         return 1, "".join(ddp(r, world=2) for r in range(2)), "[rank1]: NCCL watchdog thread terminated with exception\n"
     target = FakeTarget(PYTORCH, answer)
-    target.caps = type("Caps", (), {"gpu_count": 2})()
+    target.caps = SimpleNamespace(gpu_count=2)
     with pytest.raises(AssertionError, match=r"torchrun --nproc-per-node 2 over NCCL exited 1: \[rank1\]: NCCL watchdog"):
         fw.test_pytorch_nccl_allreduce_on_all_local_gpus(target)
 
