@@ -80,7 +80,7 @@ def main() -> int:
                  f"env={env} params={digest[:12]}\n").encode())
     # leave together, and tear the process group down before the interpreter does: with torch
     # 2.15 a group still alive at exit sometimes aborted one rank ("terminate called without an
-    # active exception", signal 6) after training had succeeded (seen in 1 of 2 runs here)
+    # active exception", signal 6) after training had succeeded (seen in 1 of 2 runs on a 2-core x86_64 host)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -189,7 +189,7 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "`nvidia/cuda` base on Ubuntu); **driver** is the oldest NVIDIA driver that runs it, through CUDA's "
         "minor-version compatibility (a newer toolkit on an older driver of the same major runs, without "
         "features that need the newer driver; an older major needs NVIDIA's forward-compatibility package on a "
-        "data-center GPU, which no image here carries); **GPU arch** the compute capabilities the CUDA row "
+        "data-center GPU, which no trainbase image carries); **GPU arch** the compute capabilities the CUDA row "
         "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
         "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
         "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
@@ -199,8 +199,11 @@ def markdown(all_rows: Iterable[Row]) -> str:
     header = ("| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
               "| driver | size | tiers (where built) |")
     for r in ordered:
+        # one heading per OS and framework: the Ubuntu base differs per CUDA version, so naming it
+        # here would split a group into one heading per row
+        base = r.base if r.os.startswith("debian") else f"nvidia/cuda:CUDA-cudnn-devel-{r.os}"
         heading = f"{'Debian' if r.os.startswith('debian') else 'Ubuntu'} {r.os.removeprefix('debian').removeprefix('ubuntu')}" \
-            f" ({r.base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
+            f" ({base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
         if heading != current:
             lines += ["", f"## {heading}", "", header, "|" + "---|" * 13]
             current = heading
