@@ -49,7 +49,7 @@ HOW_IT_WAS_MADE = [
     r"\b(?:tried|measured|tested|seen|unlocked|built|builds|buildable|installed|killed|ran|pulled)"
     r" here\b",
     r"\b(?:images?|hosts?|machines?) here\b",
-    r"\b(?:run to run|reliably|mutated|that reason) here\b",
+    r"\b(?:run to run|reliably|mutated|that reason|from|\d+\.\d+) here\b",
     r"\(here, ",
     r"\bthis session\b",
     r"\bissues? #?\d+\b",
@@ -285,4 +285,22 @@ def size_figures() -> list[str]:
 def test_each_image_size_quoted_is_the_catalogues() -> None:
     assert catalogue_sizes(), "docs/images.json records no measured size: nothing to compare"
     problems = size_figures()
+    assert not problems, "\n".join(problems)
+
+
+def github_anchor(heading: str) -> str:
+    """The fragment GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_each_link_into_the_catalogue_names_a_heading_it_has() -> None:
+    # the README's answer for a cluster points into the generated catalogue by a heading's anchor,
+    # which moves when the generator's grouping does
+    headings = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", (ROOT / "docs" / "images.md").read_text(), re.M)}
+    problems = []
+    for doc in user_docs():
+        text = doc.read_text()
+        for m in re.finditer(r"\]\((?:docs/|\.\./docs/)?images\.md#([\w-]+)\)", text):
+            if m.group(1) not in headings:
+                problems.append(f"{rel(doc)}:{line_of(text, m.start())}: images.md#{m.group(1)}: no such heading")
     assert not problems, "\n".join(problems)
