@@ -7,11 +7,12 @@ import hashlib
 import json
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
 from trainbase_conformance.checks import test_hygiene as hygiene
-from trainbase_conformance.layers import LayerFile, conda_meta_hashes, shipped_sha256
+from trainbase_conformance.layers import LayerFile, LayerScan, conda_meta_hashes, shipped_sha256
 
 # built here, never written whole in the repository, so no secret scanner takes this file for a leak
 BEGIN = "-----BEGIN " + "PRIVATE KEY-----"
@@ -79,3 +80,64 @@ def test_a_wheels_or_conda_packages_own_file_is_known_byte_for_byte():
     assert conda_meta_hashes(b"not json", "opt/conda") == {}
     # the layer scan reads conda's package records as it reads wheels' RECORDs
     assert hygiene._want("opt/conda/conda-meta/python-3.12.0-h1.json", 1 << 20)
+
+
+# ----------------------------------------------------------------------------- the check itself
+
+class TreeImage:
+    """An image whose final filesystem is ``root``: `target.sh` runs the check's KEY_SCAN over it
+    (find's root moved), or answers ``scan`` as given (stdout, stderr, exit code)."""
+
+    def __init__(self, root, scan: tuple[str, str, int] | None = None):
+        self.root, self.scan = root, scan
+
+    def sh(self, cmd, timeout=None):
+        if self.scan is not None:
+            out, err, rc = self.scan
+            return SimpleNamespace(rc=rc, stdout=out, stderr=err)
+        assert cmd == hygiene.KEY_SCAN
+        r = subprocess.run(["sh", "-c", cmd.replace("find / ", f"find {self.root} ", 1)], capture_output=True,
+                           text=True, timeout=120, check=False)
+        return SimpleNamespace(rc=r.returncode, stdout=r.stdout, stderr=r.stderr)
+
+
+def layer_scan(*files: LayerFile) -> LayerScan:
+    return LayerScan("trainbase/fake:r1", ["l1.tar", "l2.tar"], ["RUN apt-get install -y openssh-server", "COPY . /opt"],
+                     list(files))
+
+
+@pytest.fixture
+def clean_root(tmp_path):
+    """A filesystem of 1100 small files without a key (the scan must have read over 1000)."""
+    root = tmp_path / "clean"
+    for i in range(1100):
+        (root / f"d{i // 100}").mkdir(parents=True, exist_ok=True)
+        (root / f"d{i // 100}" / f"f{i}.conf").write_text(f"setting_{i} = {i}\n")
+    return root
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("find", "xargs", "grep", "sha256sum")), reason="GNU tools")
+def test_the_check_passes_a_clean_image_and_fails_a_key_in_its_filesystem(clean_root):
+    hygiene.test_no_private_keys(TreeImage(clean_root), layer_scan())
+    (clean_root / "d3" / "app.json").write_text(json.dumps({"tls_key": PEM}))
+    with pytest.raises(AssertionError, match=r"1 file\(s\) in the image's filesystem hold a private key .*\n"
+                                             r"\s*\S*/d3/app\.json"):
+        hygiene.test_no_private_keys(TreeImage(clean_root), layer_scan())
+
+
+@pytest.mark.skipif(not all(shutil.which(p) for p in ("find", "xargs", "grep", "sha256sum")), reason="GNU tools")
+def test_the_check_fails_an_ssh_host_key_in_a_layer(clean_root):
+    """A key the final filesystem no longer holds (deleted by a later layer) is still in its layer."""
+    key = LayerFile(0, "etc/ssh/ssh_host_ed25519_key", "file", 411, None)
+    with pytest.raises(AssertionError, match=r"1 private keys in the image's layers:\n\s*/etc/ssh/ssh_host_ed25519_key "
+                                             r"\(layer 1/2: RUN apt-get install -y openssh-server\)"):
+        hygiene.test_no_private_keys(TreeImage(clean_root), layer_scan(key))
+
+
+def test_the_check_fails_when_the_scan_read_almost_nothing(tmp_path):
+    """find stopped at the first unreadable folder: 12 files read, no key among them, and the
+    check must not take that for a clean image."""
+    with pytest.raises(AssertionError, match=r"the key scan read 12 files of the filesystem \(exit 1; .*\[\(12, 0\)\]\): "
+                                             r"find: '/root': Permission denied"):
+        hygiene.test_no_private_keys(TreeImage(tmp_path, ("", "find: '/root': Permission denied\nscanned 12 exit 0\n", 1)),
+                                     layer_scan())
