@@ -310,3 +310,33 @@ def test_type_mpi_horovod_fails_when_every_rank_is_a_world_of_one():
     with pytest.raises(AssertionError, match=re.escape("type: mpi, plain, horovod_allreduce.py: ranks that finished: "
                                                        "['0', '0', '0', '0'], want 0..3")):
         aml.test_type_mpi_horovod(target, job)
+
+
+def tf_rendezvous(alone: bool = False):
+    """`type: tensorflow` processes answering as probes/rendezvous.py does under `tb-launch --tf`:
+    each finds its line by its own TF_CONFIG (the world tb-launch resolves from it), or, with
+    ``alone``, a tb-launch that ignored TF_CONFIG (every worker rank 0 of a world of 1)."""
+    procs = launch_envs("tensorflow", "tb-launch")
+    if alone:
+        procs = [(n, {**env, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}) for n, env in procs]
+    lines = probe_lines(procs)
+    if alone:
+        lines = [{**x, "table": [x]} for x in lines]
+    by_config = {env["TF_CONFIG"]: line for (_, env), line in zip(procs, lines, strict=True)}
+
+    def answer(node, cmd, env):
+        assert cmd.split()[2:4] == ["tb-launch", "--tf"], cmd
+        return 0, "TBCONF " + json.dumps(by_config[env["TF_CONFIG"]]) + "\n"
+    return answer
+
+
+def test_type_tensorflow_rendezvous_fails_when_tb_launch_ignores_tf_config():
+    """The check itself on Azure's 4 TF_CONFIG processes: the world tb-launch --tf resolves from
+    each passes; a tb-launch that ignores TF_CONFIG (the variant tb-launch-azure-modes-regressed's
+    second defect) leaves every worker a world of 1, and the check names rank 0's."""
+    target, job = azure_job(tf_rendezvous(), {"tensorflow": "2.20.0"})
+    aml.test_type_tensorflow_rendezvous(target, job)
+    target, job = azure_job(tf_rendezvous(alone=True), {"tensorflow": "2.20.0"})
+    with pytest.raises(AssertionError, match=re.escape("type: tensorflow, tb-launch --tf, rendezvous probe: rank 0 runs "
+                                                       "on node 0 (a): got {'world_size': 1, ")):
+        aml.test_type_tensorflow_rendezvous(target, job)
