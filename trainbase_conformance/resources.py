@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parent
 CHECKS = PACKAGE / "checks"
 PROBES = PACKAGE / "probes"
 EXPECTATIONS_SCHEMA = PACKAGE / "expectations.schema.json"
+RUNNER_SCHEMA = PACKAGE / "runner.schema.json"   # the runner's fabric and bandwidth floors (floors.py)
 
 
 def _shipped(name: str, in_checkout: str) -> Path:
