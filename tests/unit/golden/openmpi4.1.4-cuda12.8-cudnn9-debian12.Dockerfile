@@ -61,12 +61,25 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
  && apt-get install -y --no-install-recommends libucx-dev
+# CUDA-aware (issue 56): Open MPI compiles against cuda.h only and dlopens the driver's
+# libcuda.so.1 at run time, so no libcuda stub is needed. cuda.h comes from the CUDA runtime
+# wheel this image installs (nvidia-cuda-runtime-cu12, ~1-2 MB), put at the path it has in the
+# image; only that line of the row's hash-pinned lock (cuBLAS and cuDNN are not needed to compile).
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=locks,target=/tmp/locks \
+    python3 -m venv /tmp/wheel-venv \
+ && awk '/^nvidia-cuda-runtime-cu12==/{p=1} p{print} p && !/\\$/{p=0}' /tmp/locks/cuda12.8-py3.11.txt > /tmp/cuda-runtime.txt \
+ && PATH=/tmp/wheel-venv/bin:$PATH tb-pip-install --target /opt/trainbase/venv/lib/python3.11/site-packages /tmp/cuda-runtime.txt \
+ && test -f /opt/trainbase/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/include/cuda.h \
+ && rm -rf /tmp/wheel-venv /tmp/cuda-runtime.txt
 RUN --mount=type=secret,id=ca_bundle \
     tb-fetch http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263 /tmp/openmpi_4.1.4.orig.tar.xz \
  && tar -xf /tmp/openmpi_4.1.4.orig.tar.xz --strip-components=1 \
  && ./configure --prefix=/opt/openmpi --disable-dependency-tracking \
       --with-ucx=/usr \
       --with-verbs --enable-orterun-prefix-by-default \
+      --with-cuda=/opt/trainbase/venv/lib/python3.11/site-packages/nvidia/cuda_runtime \
       --enable-mca-no-build=btl-uct \
  && make -j"$(nproc)" install \
  && rm -rf /tmp/openmpi_4.1.4.orig.tar.xz ./*
@@ -135,6 +148,11 @@ RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \
 # hand-offs, each cache-resident) and allreduce 1.1x the host, on both series, 8 ranks correct
 # in Docker's default 64 MiB /dev/shm. bench/mpi_speed.py measures it; tests/conformance/
 # test_speed.py fails an image below 0.7x of the host.
+# CUDA-aware (components.mpi.cuda_aware): Open MPI opens the driver's libcuda.so.1 at MPI_Init; on
+# a host without the NVIDIA driver (CPU nodes, CI) every run otherwise prints a 12-line "CUDA-aware
+# support is disabled" banner on stderr (seen with the host build of 4.1.4 --with-cuda). Where a
+# GPU is mounted the library is there and CUDA-aware support is on; the GPU tier proves it.
+ENV OMPI_MCA_opal_warn_on_missing_libcuda=0
 ENV OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_btl_vader_single_copy_mechanism=none \

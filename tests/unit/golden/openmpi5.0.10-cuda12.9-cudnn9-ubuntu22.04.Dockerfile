@@ -143,6 +143,11 @@ RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \
 # hand-offs, each cache-resident) and allreduce 1.1x the host, on both series, 8 ranks correct
 # in Docker's default 64 MiB /dev/shm. bench/mpi_speed.py measures it; tests/conformance/
 # test_speed.py fails an image below 0.7x of the host.
+# CUDA-aware (components.mpi.cuda_aware): Open MPI opens the driver's libcuda.so.1 at MPI_Init; on
+# a host without the NVIDIA driver (CPU nodes, CI) every run otherwise prints a 12-line "CUDA-aware
+# support is disabled" banner on stderr (seen with the host build of 4.1.4 --with-cuda). Where a
+# GPU is mounted the library is there and CUDA-aware support is on; the GPU tier proves it.
+ENV OMPI_MCA_opal_warn_on_missing_libcuda=0
 ENV OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_btl_sm_single_copy_mechanism=none \
