@@ -77,3 +77,20 @@ def test_a_row_says_what_the_manifest_holds():
     manifest = json.loads((ROOT / "images" / r.name / "manifest.json").read_text())
     assert r.nccl == manifest["components"]["nccl"]["version"] and r.framework == "pytorch"
     assert r.frameworks["pytorch"]["torch"] == "2.10.0" and r.min_driver == ">= 525.60.13"
+
+
+def test_a_record_of_an_earlier_recipe_says_so_beside_its_figures():
+    """A template or in-image tool change re-tags the cell: the record's size and tiers then
+    describe the last build, not the current recipe, and the page says which."""
+    m = load(ROOT / "matrix.yaml")
+    name = "openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    record = {"cells": {name: {"tag": "r000000000000", "size_bytes": 2_930_000_000, "where": "w", "date": "d",
+                               "tiers": {"static": {"passed": 9, "failed": 0, "skipped": 0}}}}}
+    tags = catalogue.current_tags(m, ROOT)
+    stale = {r.name: r for r in catalogue.rows(m, ROOT, record, tags)}[name]
+    assert stale.recorded_at_another_recipe
+    assert f"2.93 GB (as r000000000000; the recipe is {tags[name]} since)" in catalogue.markdown([stale])
+    record["cells"][name]["tag"] = tags[name]
+    current = {r.name: r for r in catalogue.rows(m, ROOT, record, tags)}[name]
+    assert not current.recorded_at_another_recipe
+    assert "| 2.93 GB |" in catalogue.markdown([current])

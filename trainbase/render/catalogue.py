@@ -54,8 +54,15 @@ class Row:
     gpu_architectures: list[str]
     min_driver: str
     parent: str | None
-    built: dict[str, Any] | None = None          # the record: size_bytes, where, date, tiers
+    built: dict[str, Any] | None = None          # the record: size_bytes, where, date, tiers, tag
     profiles: list[str] = field(default_factory=list)
+    tag: str = ""                                 # the recipe tag the sources give the cell now
+
+    @property
+    def recorded_at_another_recipe(self) -> bool:
+        """The record measured an image whose recipe (Dockerfile, locks, in-image tools) has changed
+        since: its figures describe the last build, not what a build of this checkout gives."""
+        return bool(self.built and self.tag and self.built.get("tag") and self.built["tag"] != self.tag)
 
     @property
     def framework(self) -> str:
@@ -93,7 +100,7 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
     )
 
 
-def rows(m: Matrix, root: Path, record: dict[str, Any]) -> list[Row]:
+def rows(m: Matrix, root: Path, record: dict[str, Any], tags: dict[str, str] | None = None) -> list[Row]:
     out = []
     for cell in m.included:
         path = root / "images" / cell.name / "manifest.json"
@@ -101,6 +108,7 @@ def rows(m: Matrix, root: Path, record: dict[str, Any]) -> list[Row]:
             continue            # a cell refused at render time has no page row: --explain says why
         r = row_for(m, cell, json.loads(path.read_text()))
         r.built = record.get("cells", {}).get(cell.name)
+        r.tag = (tags or {}).get(cell.name, "")
         out.append(r)
     return out
 
@@ -145,7 +153,11 @@ def load_record(root: Path) -> dict[str, Any]:
 
 # -- the page -------------------------------------------------------------------------------------
 def _size(r: Row) -> str:
-    return f"{r.built['size_bytes'] / 1e9:.2f} GB" if r.built else "not built yet"
+    if not r.built:
+        return "not built yet"
+    size = f"{r.built['size_bytes'] / 1e9:.2f} GB"
+    # said beside the figure, so nobody takes it for the current recipe's
+    return f"{size} (as {r.built['tag']}; the recipe is {r.tag} since)" if r.recorded_at_another_recipe else size
 
 
 def _tiers(r: Row) -> str:
@@ -193,7 +205,9 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
         "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
         "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
-        "with their passed checks counted.",
+        "with their passed checks counted. A size that says \"(as rOLD; the recipe is rNEW since)\" was measured on "
+        "an image built from an earlier recipe (its Dockerfile, locks or in-image tools have changed since): "
+        "the figures are that build's, and the current recipe has not been built in a recorded run.",
     ]
     current = None
     header = ("| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
@@ -218,8 +232,14 @@ def twin(all_rows: Iterable[Row]) -> str:
     return json.dumps({"schema": 1, "images": [asdict(r) for r in sorted(all_rows, key=_group)]}, indent=1) + "\n"
 
 
+def current_tags(m: Matrix, root: Path) -> dict[str, str]:
+    from .recipes import render_all     # about a second for the whole matrix; only the page needs it
+
+    return {name: r.tag for name, r in render_all(m, root=root).items()}
+
+
 def expected(m: Matrix, root: Path) -> dict[Path, str]:
-    found = rows(m, root, load_record(root))
+    found = rows(m, root, load_record(root), current_tags(m, root))
     return {PAGE: markdown(found), TWIN: twin(found)}
 
 
@@ -227,6 +247,17 @@ def drift(m: Matrix, root: Path) -> list[str]:
     """The generated files that differ from what the sources say now."""
     return [str(p) for p, text in expected(m, root).items()
             if not (root / p).is_file() or (root / p).read_text() != text]
+
+
+def write(m: Matrix, root: Path) -> list[str]:
+    """Rewrite the page and its twin from the sources; the paths that changed. `build.py render` calls
+    it too: a recipe change re-tags cells, which the page's record columns say."""
+    changed = []
+    for path, text in expected(m, root).items():
+        if not (root / path).is_file() or (root / path).read_text() != text:
+            (root / path).write_text(text)
+            changed.append(str(path))
+    return changed
 
 
 def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, where: str | None) -> int:
