@@ -61,7 +61,7 @@ def render(m: Matrix, root: Path, args: argparse.Namespace | None = None) -> int
     changed, removed = rendermod.write(rendered, root)
     stale = rendermod.missing_locks(rendered, root)
     printing.rendered(len(rendered), changed, removed, stale)
-    from ..render import catalogue as cataloguemod      # the catalogue names each cell's recipe tag
+    from ..render import catalogue as cataloguemod  # the catalogue names each cell's recipe tag
 
     for path in cataloguemod.write(m, root):
         print(f"wrote {path} (the recipe tags changed)")

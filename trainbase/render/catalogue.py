@@ -233,7 +233,7 @@ def twin(all_rows: Iterable[Row]) -> str:
 
 
 def current_tags(m: Matrix, root: Path) -> dict[str, str]:
-    from .recipes import render_all     # about a second for the whole matrix; only the page needs it
+    from .recipes import render_all  # about a second for the whole matrix; only the page needs it
 
     return {name: r.tag for name, r in render_all(m, root=root).items()}
 
