@@ -3,11 +3,12 @@
 # of either (both always run, so one run names everything):
 #   ruff check  pyproject.toml [tool.ruff.lint]: the rule set, and each rule it does not apply
 #               (or applies elsewhere) with the reason
+#   ruff format --check  pyproject.toml [tool.ruff.format]: the tree as the formatter writes it
+#               (`ruff format .` fixes it; the one formatting commit is in .git-blame-ignore-revs)
 #   mypy        pyproject.toml [tool.mypy]: strict on trainbase/, trainbase_common/ and build.py,
 #               checked-untyped-defs on trainbase_conformance/ (its probes run in the images)
 # Each prints its whole report only when it finds something; its summary line always.
-# `ruff format --check` joins them with the one formatting commit (until then the tree keeps
-# its own layout; [tool.ruff.format] is ready). .pre-commit-config.yaml runs the same checks.
+# .pre-commit-config.yaml runs the same checks.
 #
 #   scripts/lint-python.sh        (after scripts/setup.sh: both tools come from requirements-dev.txt)
 set -euo pipefail
@@ -41,12 +42,14 @@ run() {  # NAME CMD...: the report's last line, the whole report where it failed
   fi
   # the summary line (ruff puts its fixable count after it), else the report's last line
   local summary
-  summary="$(grep -E '^(Found [0-9]+ error|All checks passed|Success: )' "$out" | tail -n 1 || true)"
+  summary="$(grep -E '^(Found [0-9]+ error|All checks passed|Success: |[0-9]+ files? (already formatted|would be reformatted))' "$out" | tail -n 1 || true)"
   echo "$name: ${summary:-$(tail -n 1 "$out")}"
 }
 
 echo "==> ruff check"
 run "ruff check" "$VENV/bin/ruff" check --no-cache .
+echo "==> ruff format --check"
+run "ruff format" "$VENV/bin/ruff" format --check --no-cache .
 echo "==> mypy"
 run "mypy" "$VENV/bin/mypy"
 exit "$status"

@@ -5,6 +5,7 @@ the largest modules reported (a smell to read, no cap); the suite's plugin parts
 import order; docker is reached only through the engine adapter (the package
 trainbase_common/engine/; buildkit.py for BuildKit builds); the in-image tools use the
 standard library only and import no circle either."""
+
 import ast
 import re
 import sys
@@ -17,7 +18,7 @@ import pytest
 from .conftest import ROOT
 
 PACKAGES = ("trainbase", "trainbase_common", "trainbase_conformance")
-ADAPTER = ("trainbase_common/engine/", "trainbase_common/buildkit.py")   # a folder, or a file
+ADAPTER = ("trainbase_common/engine/", "trainbase_common/buildkit.py")  # a folder, or a file
 
 
 def package_modules(root: Path, packages) -> dict[str, Path]:
@@ -48,7 +49,7 @@ def imports(name: str, path: Path, known: dict[str, Path] | None = None) -> set[
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = here[:len(here) - (node.level - 1)]
+                anchor = here[: len(here) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
@@ -106,7 +107,7 @@ def test_stages_import_only_earlier_stages():
     known = modules()
     backwards = []
     for name, path in build_package().items():
-        if stage_of(name) not in STAGES:      # the package root; an unplaced module fails above
+        if stage_of(name) not in STAGES:  # the package root; an unplaced module fails above
             continue
         mine = STAGES.index(stage_of(name))
         for m in sorted(imports(name, path, known)):
@@ -129,8 +130,11 @@ def test_each_stage_says_what_it_takes_and_hands_on(stage):
 
 @pytest.mark.parametrize("pkg", ["trainbase_conformance", "trainbase_common"])
 def test_package_imports_nothing_from_the_build_package(pkg):
-    bad = {name: sorted(m for m in imports(name, path) if m == "trainbase" or m.startswith("trainbase."))
-           for name, path in modules().items() if name.split(".")[0] == pkg}
+    bad = {
+        name: sorted(m for m in imports(name, path) if m == "trainbase" or m.startswith("trainbase."))
+        for name, path in modules().items()
+        if name.split(".")[0] == pkg
+    }
     assert not {k: v for k, v in bad.items() if v}, bad
     text = "\n".join(p.read_text() for n, p in modules().items() if n.split(".")[0] == pkg)
     assert not re.search(r"^\s*(from|import) trainbase(\.| |$)", text, re.M)
@@ -170,13 +174,16 @@ LARGE_MODULE_LINES = 500
 
 
 def test_largest_modules_are_reported() -> None:
-    sizes = sorted(((len(p.read_text().splitlines()), str(p.relative_to(ROOT))) for p in modules().values()),
-                   reverse=True)
+    sizes = sorted(
+        ((len(p.read_text().splitlines()), str(p.relative_to(ROOT))) for p in modules().values()), reverse=True
+    )
     assert sizes, "no modules found: the architecture tests read nothing"
     large = [f"{name} ({n} lines)" for n, name in sizes if n > LARGE_MODULE_LINES]
     if large:
-        warnings.warn(f"modules over {LARGE_MODULE_LINES} lines, read whether each is still one concern: "
-                      + ", ".join(large), stacklevel=1)
+        warnings.warn(
+            f"modules over {LARGE_MODULE_LINES} lines, read whether each is still one concern: " + ", ".join(large),
+            stacklevel=1,
+        )
 
 
 def test_the_suite_plugins_parts_are_registered_before_they_are_imported():
@@ -201,8 +208,12 @@ def test_the_suite_plugins_parts_are_registered_before_they_are_imported():
 
     parts = list(plugin.pytest_plugins)
     assert parts and all(p in known for p in parts), parts
-    early = [f"{part} imports {later}, listed after it" for i, part in enumerate(parts)
-             for later in parts[i + 1:] if later in reaches(part)]
+    early = [
+        f"{part} imports {later}, listed after it"
+        for i, part in enumerate(parts)
+        for later in parts[i + 1 :]
+        if later in reaches(part)
+    ]
     assert not early, early
     assert not set(parts) & reaches("trainbase_conformance.plugin")
 
@@ -215,8 +226,11 @@ def test_docker_is_reached_only_through_the_adapter():
         if str(path.relative_to(ROOT)).startswith(ADAPTER):
             continue
         text = path.read_text()
-        if re.search(r"^\s*(import docker|from docker)\b", text, re.M) or re.search(r"\{\{\s*(json )?\.\w", text) \
-                or re.search(r"\[\s*\"docker\"|docker_cli\(|build_cli\(\)\s*,", text):
+        if (
+            re.search(r"^\s*(import docker|from docker)\b", text, re.M)
+            or re.search(r"\{\{\s*(json )?\.\w", text)
+            or re.search(r"\[\s*\"docker\"|docker_cli\(|build_cli\(\)\s*,", text)
+        ):
             offenders.append(name)
     assert not offenders, f"docker reached outside {ADAPTER}: {offenders}"
 
@@ -231,14 +245,15 @@ IN_IMAGE_OPTIONAL = {"mpi4py", "torch"}
 def test_in_image_tools_use_the_standard_library_only():
     """tb-launch and tb-doctor run under whatever Python an image has, before any pip install
     a user makes: module-level imports are the standard library or the tools themselves; the
-    optional ones only inside functions. Each module stays under 400 lines, like the rest."""
+    optional ones only inside functions. Their size is reported with the rest's (a warning over
+    LARGE_MODULE_LINES), not capped."""
     own = {p.stem for p in IN_IMAGE.glob("*.py")} | {p.name for p in IN_IMAGE.iterdir() if p.is_dir()}
     files = sorted(IN_IMAGE.rglob("*.py"))
     assert any(f.parent.name == "trainbase_doctor" for f in files), "the doctor package is gone"
     bad, long = [], {}
     for f in files:
         tree = ast.parse(f.read_text())
-        if (n := len(f.read_text().splitlines())) > 400:
+        if (n := len(f.read_text().splitlines())) > LARGE_MODULE_LINES:
             long[str(f.relative_to(ROOT))] = n
         top = {id(node) for node in tree.body}
         for node in ast.walk(tree):
@@ -256,7 +271,10 @@ def test_in_image_tools_use_the_standard_library_only():
                     continue
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert not bad, bad
-    assert not long, f"split these by responsibility: {long}"
+    if long:
+        warnings.warn(
+            f"in-image modules over {LARGE_MODULE_LINES} lines, read whether each is one concern: {long}", stacklevel=1
+        )
 
 
 def test_no_import_circle_in_the_in_image_tools():

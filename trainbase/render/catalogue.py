@@ -54,9 +54,9 @@ class Row:
     gpu_architectures: list[str]
     min_driver: str
     parent: str | None
-    built: dict[str, Any] | None = None          # the record: size_bytes, where, date, tiers, tag
+    built: dict[str, Any] | None = None  # the record: size_bytes, where, date, tiers, tag
     profiles: list[str] = field(default_factory=list)
-    tag: str = ""                                 # the recipe tag the sources give the cell now
+    tag: str = ""  # the recipe tag the sources give the cell now
 
     @property
     def recorded_at_another_recipe(self) -> bool:
@@ -86,17 +86,27 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
     major = int(str(cuda.get("version", "0")).split(".")[0] or 0)
     driver = MIN_DRIVER_FOR_MAJOR.get(major)
     return Row(
-        name=cell.name, platform=cell.platform, os=str(comp.get("os", {}).get("id", cell.os)),
-        base=str(comp.get("os", {}).get("base", "-")), python=_version(comp.get("python")),
-        cuda=_version(cuda, "toolkit") if cuda.get("toolkit") else _version(cuda), cuda_from=str(cuda.get("from", "-")),
-        cudnn=_version(comp.get("cudnn")), nccl=_version(comp.get("nccl")),
-        mpi=f"{mpi.get('kind', '-')} {mpi.get('version', '')}".strip() + (f" ({mpi['install']})" if mpi.get("install") else ""),
-        ucx=_version(comp.get("ucx")), ib=ib_text,
-        frameworks={k: {p: str(v) for p, v in sorted(pkgs.items())}
-                    for k, pkgs in (manifest.get("framework_packages") or {}).items()},
+        name=cell.name,
+        platform=cell.platform,
+        os=str(comp.get("os", {}).get("id", cell.os)),
+        base=str(comp.get("os", {}).get("base", "-")),
+        python=_version(comp.get("python")),
+        cuda=_version(cuda, "toolkit") if cuda.get("toolkit") else _version(cuda),
+        cuda_from=str(cuda.get("from", "-")),
+        cudnn=_version(comp.get("cudnn")),
+        nccl=_version(comp.get("nccl")),
+        mpi=f"{mpi.get('kind', '-')} {mpi.get('version', '')}".strip()
+        + (f" ({mpi['install']})" if mpi.get("install") else ""),
+        ucx=_version(comp.get("ucx")),
+        ib=ib_text,
+        frameworks={
+            k: {p: str(v) for p, v in sorted(pkgs.items())}
+            for k, pkgs in (manifest.get("framework_packages") or {}).items()
+        },
         gpu_architectures=list(m.spec.cuda[cell.cuda].architectures or []),
         min_driver=f">= {driver}" if driver else "-",
-        parent=manifest.get("parent"), profiles=sorted(cell.profiles),
+        parent=manifest.get("parent"),
+        profiles=sorted(cell.profiles),
     )
 
 
@@ -105,7 +115,7 @@ def rows(m: Matrix, root: Path, record: dict[str, Any], tags: dict[str, str] | N
     for cell in m.included:
         path = root / "images" / cell.name / "manifest.json"
         if not path.is_file():
-            continue            # a cell refused at render time has no page row: --explain says why
+            continue  # a cell refused at render time has no page row: --explain says why
         r = row_for(m, cell, json.loads(path.read_text()))
         r.built = record.get("cells", {}).get(cell.name)
         r.tag = (tags or {}).get(cell.name, "")
@@ -124,15 +134,25 @@ def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
         if not image or not tier:
             continue
         name = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
-        outcome = "failed" if case.find("failure") is not None or case.find("error") is not None \
-            else "skipped" if case.find("skipped") is not None else "passed"
+        outcome = (
+            "failed"
+            if case.find("failure") is not None or case.find("error") is not None
+            else "skipped"
+            if case.find("skipped") is not None
+            else "passed"
+        )
         counts = out.setdefault(name, {}).setdefault(tier, {"passed": 0, "failed": 0, "skipped": 0})
         counts[outcome] += 1
     return out
 
 
-def record_run(record: dict[str, Any], build_report: dict[str, Any], tiers: dict[str, dict[str, dict[str, int]]],
-               where: str, day: str) -> list[str]:
+def record_run(
+    record: dict[str, Any],
+    build_report: dict[str, Any],
+    tiers: dict[str, dict[str, dict[str, int]]],
+    where: str,
+    day: str,
+) -> list[str]:
     """Fold one run's reports into the record: each usable cell's size and id, where and when,
     and its tiers' counts. Returns the cells recorded."""
     cells = record.setdefault("cells", {})
@@ -140,8 +160,14 @@ def record_run(record: dict[str, Any], build_report: dict[str, Any], tiers: dict
     for c in build_report.get("cells", []):
         if c.get("status") not in ("built", "cached") or not c.get("size_bytes"):
             continue
-        cells[c["name"]] = {"tag": c.get("tag"), "size_bytes": c["size_bytes"], "image_id": c.get("image_id"),
-                            "where": where, "date": day, "tiers": tiers.get(c["name"], {})}
+        cells[c["name"]] = {
+            "tag": c.get("tag"),
+            "size_bytes": c["size_bytes"],
+            "image_id": c.get("image_id"),
+            "where": where,
+            "date": day,
+            "tiers": tiers.get(c["name"], {}),
+        }
         done.append(c["name"])
     return done
 
@@ -167,7 +193,7 @@ def _tiers(r: Row) -> str:
     for tier in TIER_ORDER:
         n = (r.built.get("tiers") or {}).get(tier)
         if not n or not (n["passed"] or n["failed"]):
-            continue        # not run, or every check skipped (a gpu tier on a host without a GPU): not passed
+            continue  # not run, or every check skipped (a gpu tier on a host without a GPU): not passed
         said.append(f"{tier} {'FAILED ' + str(n['failed']) if n['failed'] else 'passed'} ({n['passed']})")
     return "; ".join(said) or "built, no tier recorded"
 
@@ -193,7 +219,7 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "not this page -->",
         "",
         f"{len(ordered)} images the matrix builds; {len(built)} of them built and tested in a recorded run "
-        f"(size and tiers below), the rest \"not built yet\" (the Ubuntu rows build FROM `nvidia/cuda` in CI, "
+        f'(size and tiers below), the rest "not built yet" (the Ubuntu rows build FROM `nvidia/cuda` in CI, '
         "where a registry answers). Which one to pick for your cluster: [choose.md](choose.md). The same "
         "rows for tools: [images.json](images.json).",
         "",
@@ -205,26 +231,32 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
         "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
         "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
-        "with their passed checks counted. A size that says \"(as rOLD; the recipe is rNEW since)\" was measured on "
+        'with their passed checks counted. A size that says "(as rOLD; the recipe is rNEW since)" was measured on '
         "an image built from an earlier recipe (its Dockerfile, locks or in-image tools have changed since): "
         "the figures are that build's, and the current recipe has not been built in a recorded run.",
     ]
     current = None
-    header = ("| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
-              "| driver | size | tiers (where built) |")
+    header = (
+        "| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
+        "| driver | size | tiers (where built) |"
+    )
     for r in ordered:
         # one heading per OS and framework: the Ubuntu base differs per CUDA version, so naming it
         # here would split a group into one heading per row
         base = r.base if r.os.startswith("debian") else f"nvidia/cuda:CUDA-cudnn-devel-{r.os}"
-        heading = f"{'Debian' if r.os.startswith('debian') else 'Ubuntu'} {r.os.removeprefix('debian').removeprefix('ubuntu')}" \
+        heading = (
+            f"{'Debian' if r.os.startswith('debian') else 'Ubuntu'} {r.os.removeprefix('debian').removeprefix('ubuntu')}"
             f" ({base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
+        )
         if heading != current:
             lines += ["", f"## {heading}", "", header, "|" + "---|" * 13]
             current = heading
         where = f" ({r.built['where']}, {r.built['date']})" if r.built else ""
-        lines.append(f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | "
-                     f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
-                     f"{r.min_driver} | {_size(r)} | {_tiers(r)}{where} |")
+        lines.append(
+            f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | "
+            f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
+            f"{r.min_driver} | {_size(r)} | {_tiers(r)}{where} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -245,14 +277,17 @@ def expected(m: Matrix, root: Path) -> dict[Path, str]:
 
 def drift(m: Matrix, root: Path) -> list[str]:
     """The generated files that differ from what the sources say now."""
-    return [str(p) for p, text in expected(m, root).items()
-            if not (root / p).is_file() or (root / p).read_text() != text]
+    return [
+        str(p) for p, text in expected(m, root).items() if not (root / p).is_file() or (root / p).read_text() != text
+    ]
 
 
 def write(m: Matrix, root: Path) -> list[str]:
     """Rewrite the page and its twin from the sources; the paths that changed. `build.py render` calls
     it too: a recipe change re-tags cells, which the page's record columns say."""
-    changed = []
+    changed: list[str] = []
+    if not (root / PAGE).parent.is_dir():
+        return changed  # a matrix kept without the docs (a user's own folder, a test's copy): no page to keep
     for path, text in expected(m, root).items():
         if not (root / path).is_file() or (root / path).read_text() != text:
             (root / path).write_text(text)
