@@ -10,6 +10,7 @@
 Everything lives in the `trainbase` package (the command line: trainbase/cli/); this file only
 hands over the command line.
 """
+
 import sys
 
 from trainbase.cli.main import main

@@ -17,6 +17,7 @@ Steps
                counted once, from `docker system df -v`)
 Writes a Markdown table to stdout and JSON to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,26 @@ class _Done(Exception):
 
 def build(cwd: Path, profile: str, report: Path, extra: list[str]) -> tuple[float, dict, str]:
     t0 = time.monotonic()
-    r = subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), "--profile",
-                        profile, "--report", str(report), "--log-dir", str(report.parent / "logs"), *extra],
-                       cwd=cwd, capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [
+            PY,
+            str(ROOT / "build.py"),
+            "--matrix",
+            "--file",
+            str(cwd / "matrix.yaml"),
+            "--profile",
+            profile,
+            "--report",
+            str(report),
+            "--log-dir",
+            str(report.parent / "logs"),
+            *extra,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     elapsed = time.monotonic() - t0
     data = json.loads(report.read_text()) if report.exists() else {}
     return elapsed, data, r.stdout + r.stderr
@@ -86,8 +104,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="ci")
     ap.add_argument("--network", help="passed to build.py (host, for the clean-room engine)")
-    ap.add_argument("--pin", default="python.packages:mpi4py==4.1.1:mpi4py==4.1.0",
-                    help="SECTION:OLD:NEW string replacement in matrix.yaml for step 3")
+    ap.add_argument(
+        "--pin",
+        default="python.packages:mpi4py==4.1.1:mpi4py==4.1.0",
+        help="SECTION:OLD:NEW string replacement in matrix.yaml for step 3",
+    )
     ap.add_argument("--skip-cold", action="store_true", help="start at step 2 (images already built)")
     ap.add_argument("--no-bump", action="store_true", help="skip step 3 (it rebuilds every cell above the pin)")
     ap.add_argument("--out", default=str(ROOT / "reports" / "bench.json"))
@@ -106,8 +127,7 @@ def main() -> int:
         res["noop_statuses"] = sorted({c["status"] for c in rep.get("cells", [])})
         images = [c["image"] for c in rep.get("cells", [])]
         total, used = sizes(images)
-        res["sizes"] = {"sum_of_images_bytes": total, "disk_used_bytes": used,
-                        "saved_by_sharing_bytes": total - used}
+        res["sizes"] = {"sum_of_images_bytes": total, "disk_used_bytes": used, "saved_by_sharing_bytes": total - used}
 
         if a.no_bump:
             res["bump"] = {"pin": "-", "seconds": "-", "cells": {}}
@@ -122,17 +142,25 @@ def main() -> int:
         if old not in text:
             raise SystemExit(f"--pin: {old!r} not in matrix.yaml")
         (scratch / "matrix.yaml").write_text(text.replace(old, new, 1))
-        lock = subprocess.run([PY, str(ROOT / "build.py"), "--lock", "--file", str(scratch / "matrix.yaml")],
-                              capture_output=True, text=True, check=False)
+        lock = subprocess.run(
+            [PY, str(ROOT / "build.py"), "--lock", "--file", str(scratch / "matrix.yaml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if lock.returncode != 0:
             raise SystemExit(f"--lock failed: {lock.stderr[-500:]}")
         t, rep, out = build(scratch, a.profile, work / "bump.json", extra)
         res["bump"] = {"pin": f"{old} -> {new}", "seconds": round(t, 1), "cells": {}}
         for c in rep.get("cells", []):
             ran, cached = steps(c.get("log"))
-            res["bump"]["cells"][c["name"]] = {"status": c["status"], "steps_ran": ran, "steps_cached": cached,
-                                               "duration_s": c["duration_s"]}
-        for c in rep.get("cells", []):   # the bumped images are not kept
+            res["bump"]["cells"][c["name"]] = {
+                "status": c["status"],
+                "steps_ran": ran,
+                "steps_cached": cached,
+                "duration_s": c["duration_s"],
+            }
+        for c in rep.get("cells", []):  # the bumped images are not kept
             engine.remove_image(c["image"])
     except _Done:
         pass
@@ -143,9 +171,11 @@ def main() -> int:
     print(f"| profile | cold | no-op | after `{res['bump']['pin']}` | images (sum) | on disk | saved |")
     print("|---|---|---|---|---|---|---|")
     s = res["sizes"]
-    print(f"| {a.profile} | {res.get('cold_s', '-')} s | {res['noop_s']} s | {res['bump']['seconds']} s | "
-          f"{s['sum_of_images_bytes'] / 1e9:.2f} GB | {s['disk_used_bytes'] / 1e9:.2f} GB | "
-          f"{s['saved_by_sharing_bytes'] / 1e9:.2f} GB |")
+    print(
+        f"| {a.profile} | {res.get('cold_s', '-')} s | {res['noop_s']} s | {res['bump']['seconds']} s | "
+        f"{s['sum_of_images_bytes'] / 1e9:.2f} GB | {s['disk_used_bytes'] / 1e9:.2f} GB | "
+        f"{s['saved_by_sharing_bytes'] / 1e9:.2f} GB |"
+    )
     for n, c in res["bump"]["cells"].items():
         print(f"  {n}: {c['status']}, {c['steps_ran']} steps ran, {c['steps_cached']} cached")
     return 0

@@ -15,6 +15,7 @@ with the snapshotter (bench/stargz/main.go, built here with Debian's Go against 
 stargz-snapshotter library) as its proxy plugin, and Debian's `ctr-remote` to convert, push and
 lazily pull (`rpull`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,10 +47,15 @@ def run(argv: list[str], timeout: int = 1800, **kw) -> subprocess.CompletedProce
 
 def ensure_tools() -> Path:
     """Install what is missing, build the snapshotter daemon once per source revision; its path."""
-    missing = [p for p in PACKAGES if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0]
+    missing = [
+        p for p in PACKAGES if subprocess.run(["dpkg", "-s", p], capture_output=True, check=False).returncode != 0
+    ]
     if missing:
-        run(["apt-get", "install", "-y", "--no-install-recommends", *missing], timeout=900,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            timeout=900,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
     exe = CACHE / f"containerd-stargz-grpc-{hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]}"
     if not exe.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -57,9 +63,18 @@ def ensure_tools() -> Path:
             shutil.copy(SOURCE, d)
             # GOPATH mode against /usr/share/gocode: Debian's -dev packages are the dependencies,
             # nothing is downloaded (there is no module proxy to reach here)
-            run(["go", "build", "-o", str(exe), "."], cwd=d, timeout=900,
-                env={**os.environ, "GO111MODULE": "off", "GOPATH": "/usr/share/gocode",
-                     "GOCACHE": str(CACHE / "go-build"), "GOFLAGS": ""})
+            run(
+                ["go", "build", "-o", str(exe), "."],
+                cwd=d,
+                timeout=900,
+                env={
+                    **os.environ,
+                    "GO111MODULE": "off",
+                    "GOPATH": "/usr/share/gocode",
+                    "GOCACHE": str(CACHE / "go-build"),
+                    "GOFLAGS": "",
+                },
+            )
     return exe
 
 
@@ -81,16 +96,20 @@ class PrivateContainerd:
             # the CRI plugin would want a CNI setup and is not what the bench measures
             'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
             f'[grpc]\n  address = "{self.sock}"\n'
-            f'[proxy_plugins.stargz]\n  type = "snapshot"\n  address = "{self.stargz_sock}"\n')
+            f'[proxy_plugins.stargz]\n  type = "snapshot"\n  address = "{self.stargz_sock}"\n'
+        )
         logs = self.dir / "logs"
         logs.mkdir(exist_ok=True)
-        for argv, log in (([str(self.exe), "-address", str(self.stargz_sock), "-root", str(self.dir / "stargz")],
-                           "stargz.log"),
-                          (["containerd", "--config", str(self.dir / "config.toml")], "containerd.log")):
+        for argv, log in (
+            ([str(self.exe), "-address", str(self.stargz_sock), "-root", str(self.dir / "stargz")], "stargz.log"),
+            (["containerd", "--config", str(self.dir / "config.toml")], "containerd.log"),
+        ):
             with open(logs / log, "ab") as out:
                 self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
         for _ in range(150):
-            if subprocess.run(self.ctr("plugins", "ls"), capture_output=True, text=True, check=False).stdout.count("stargz"):
+            if subprocess.run(self.ctr("plugins", "ls"), capture_output=True, text=True, check=False).stdout.count(
+                "stargz"
+            ):
                 return
             time.sleep(0.2)
         raise RuntimeError(f"private containerd did not come up: see {logs}")
@@ -104,8 +123,11 @@ class PrivateContainerd:
                 p.kill()
         self.procs = []
         # the snapshotter's FUSE mounts and the snapshots' overlays outlive a killed daemon
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
-                  if line.split()[1].startswith(str(self.dir))]
+        mounts = [
+            line.split()[1]
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(self.dir))
+        ]
         for m in sorted(mounts, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True, check=False)
 
@@ -134,11 +156,29 @@ def optimize(ctd: PrivateContainerd, src: str, dst: str, command: list[str], pla
     first, prefetched on a lazy pull. `optimize` runs the image once to record them."""
     run(ctd.ctr("images", "pull", "--plain-http", "--platform", platform, src))
     # gzip's default level 6, as skopeo writes the gzip variant (ctr-remote's own default is 9)
-    run(ctd.ctr("images", "optimize", "--oci", "--platform", platform, "--period", str(MONITOR_S),
-                "--estargz-compression-level", "6",
-                "--entrypoint", json.dumps(command[:1]), "--args", json.dumps(command[1:]), src, dst, remote=True),
-        timeout=3600, env={**os.environ, "TMPDIR": str(ctd.dir)})  # it spools whole uncompressed layers: into the
-        # private store, removed with it (a 7.75 GB image needs ~30 GB free for the whole bench)
+    run(
+        ctd.ctr(
+            "images",
+            "optimize",
+            "--oci",
+            "--platform",
+            platform,
+            "--period",
+            str(MONITOR_S),
+            "--estargz-compression-level",
+            "6",
+            "--entrypoint",
+            json.dumps(command[:1]),
+            "--args",
+            json.dumps(command[1:]),
+            src,
+            dst,
+            remote=True,
+        ),
+        timeout=3600,
+        env={**os.environ, "TMPDIR": str(ctd.dir)},
+    )  # it spools whole uncompressed layers: into the
+    # private store, removed with it (a 7.75 GB image needs ~30 GB free for the whole bench)
     run(ctd.ctr("images", "push", "--plain-http", "--platform", platform, dst, remote=True))
 
 
@@ -149,6 +189,10 @@ def lazy_pull_start(ctd: PrivateContainerd, ref: str, command: list[str], platfo
     t0 = time.monotonic()
     run(ctd.ctr("images", "rpull", "--plain-http", ref, remote=True))
     t1 = time.monotonic()
-    run(ctd.ctr("run", "--rm", "--snapshotter", "stargz", "--platform", platform, ref,
-                f"tblazy-{os.getpid()}", *command), timeout=900)
+    run(
+        ctd.ctr(
+            "run", "--rm", "--snapshotter", "stargz", "--platform", platform, ref, f"tblazy-{os.getpid()}", *command
+        ),
+        timeout=900,
+    )
     return t1 - t0, time.monotonic() - t1

@@ -26,6 +26,7 @@ Runtimes measured, two ranks each:
 Each runtime alternates with a host run; each side keeps its best of --rounds runs.
 Writes Markdown to stdout and JSON to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,21 +51,44 @@ from trainbase_conformance.containers import ssh_cluster  # noqa: E402
 from trainbase_conformance.flavors import MpiFlavor  # noqa: E402
 
 PROBE = ROOT / "trainbase_conformance" / "probes" / "pingpong_mpi4py.py"
-RUNTIMES = ("docker", "docker-uid", "docker-ptrace", "two-containers", "podman", "ch-run", "srun-ch-run-join",
-            "srun-ch-run")
+RUNTIMES = (
+    "docker",
+    "docker-uid",
+    "docker-ptrace",
+    "two-containers",
+    "podman",
+    "ch-run",
+    "srun-ch-run-join",
+    "srun-ch-run",
+)
 HPC_RUNTIMES = RUNTIMES[4:]
 
 
 def manifest(docker: str, image: str) -> dict:
-    r = subprocess.run([docker, "run", "--rm", "--entrypoint", "cat", image, MANIFEST_PATH],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [docker, "run", "--rm", "--entrypoint", "cat", image, MANIFEST_PATH], capture_output=True, text=True, check=True
+    )
     return json.loads(r.stdout)
 
 
 def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[str], env: dict[str, str]) -> dict:
     launch = mpi.local(2)
-    cmd = [docker, "run", "--rm", "--shm-size=1g", *flags, *[a for k, v in env.items() for a in ("-e", f"{k}={v}")], "-v", f"{PROBE}:/tmp/pingpong.py:ro", "-e", "HOME=/tmp",
-           image, "bash", "-c", f"{launch} {python} /tmp/pingpong.py 5"]
+    cmd = [
+        docker,
+        "run",
+        "--rm",
+        "--shm-size=1g",
+        *flags,
+        *[a for k, v in env.items() for a in ("-e", f"{k}={v}")],
+        "-v",
+        f"{PROBE}:/tmp/pingpong.py:ro",
+        "-e",
+        "HOME=/tmp",
+        image,
+        "bash",
+        "-c",
+        f"{launch} {python} /tmp/pingpong.py 5",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"exited {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}")
@@ -73,10 +97,12 @@ def in_docker(docker: str, image: str, mpi: MpiFlavor, python: str, flags: list[
 
 def across_two(image: str, mpi: MpiFlavor, python: str, env: dict[str, str]) -> dict:
     opts = engine.RunOptions(shm_size="1g")
-    with ssh_cluster(image, lambda _h: opts,
-                     prepare=lambda c: c.put(PROBE, "/tmp")) as (nodes, _net):  # noqa: S108 -- the container's /tmp
-        r = nodes[0].exec(f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 3 0.05", timeout=600,
-                          env=env or None)
+    with ssh_cluster(image, lambda _h: opts, prepare=lambda c: c.put(PROBE, "/tmp")) as (nodes, _net):  # noqa: S108 -- the container's /tmp
+        r = nodes[0].exec(
+            f"{mpi.across([n.hostname for n in nodes], 1)} {python} /tmp/pingpong_mpi4py.py 3 0.05",
+            timeout=600,
+            env=env or None,
+        )
         if r.returncode != 0:
             raise RuntimeError(f"exited {r.returncode}: {(r.stderr or r.stdout).strip()[-300:]}")
         return speed.parse(r.stdout)
@@ -137,23 +163,57 @@ class HpcSide(contextlib.ExitStack):
         probe = f"/mnt/{PROBE.name} 5"
         set_env = ["--set-env", *[f"--set-env={k}={v}" for k, v in env.items()]]
         if rt == "podman":
-            p = runtimes.podman_run(user, self.podman_ref(image), ["-v", f"{self.probes}:/mnt:ro",
-                                                                   *[f"-e={k}={v}" for k, v in env.items()]],
-                                    f"cd /tmp && {mpi.local(2)} python3 {probe}", timeout=600)
+            p = runtimes.podman_run(
+                user,
+                self.podman_ref(image),
+                ["-v", f"{self.probes}:/mnt:ro", *[f"-e={k}={v}" for k, v in env.items()]],
+                f"cd /tmp && {mpi.local(2)} python3 {probe}",
+                timeout=600,
+            )
         elif rt == "ch-run":
-            p = runtimes.as_user(user, ["ch-run", *set_env, "-b", f"{self.probes}:/mnt", str(self.unpacked(image)),
-                                        "--", "sh", "-c", f"cd /tmp && {mpi.local(2)} python3 {probe}"], timeout=600)
+            p = runtimes.as_user(
+                user,
+                [
+                    "ch-run",
+                    *set_env,
+                    "-b",
+                    f"{self.probes}:/mnt",
+                    str(self.unpacked(image)),
+                    "--",
+                    "sh",
+                    "-c",
+                    f"cd /tmp && {mpi.local(2)} python3 {probe}",
+                ],
+                timeout=600,
+            )
         else:
             join = ["--join"] if rt == "srun-ch-run-join" else []
-            p = self.slurm().srun(["-n", "2", "--mpi=pmix", "ch-run", *join, *set_env, "-b", f"{self.probes}:/mnt",
-                                   str(self.unpacked(image)), "--", "python3", *probe.split()], user=user, timeout=600)
+            p = self.slurm().srun(
+                [
+                    "-n",
+                    "2",
+                    "--mpi=pmix",
+                    "ch-run",
+                    *join,
+                    *set_env,
+                    "-b",
+                    f"{self.probes}:/mnt",
+                    str(self.unpacked(image)),
+                    "--",
+                    "python3",
+                    *probe.split(),
+                ],
+                user=user,
+                timeout=600,
+            )
         if p.returncode != 0:
             raise RuntimeError(f"exited {p.returncode}: {(p.stderr or p.stdout).strip()[-300:]}")
         return speed.parse(p.stdout)
 
 
-def measure(image: str, runtimes_: tuple[str, ...], rounds: int, hpc: HpcSide,
-            env: dict[str, str] | None = None) -> list[dict]:
+def measure(
+    image: str, runtimes_: tuple[str, ...], rounds: int, hpc: HpcSide, env: dict[str, str] | None = None
+) -> list[dict]:
     env = env or {}
     docker = buildkit.build_cli()
     man = manifest(docker, image)
@@ -171,36 +231,53 @@ def measure(image: str, runtimes_: tuple[str, ...], rounds: int, hpc: HpcSide,
                 elif rt in HPC_RUNTIMES:
                     imgs.append(hpc.run(rt, image, mpi, env))
                 else:
-                    flags = {"docker": [], "docker-uid": ["--user", "4242:4242"],
-                             "docker-ptrace": ["--cap-add", "SYS_PTRACE"]}[rt]
+                    flags = {
+                        "docker": [],
+                        "docker-uid": ["--user", "4242:4242"],
+                        "docker-ptrace": ["--cap-add", "SYS_PTRACE"],
+                    }[rt]
                     imgs.append(in_docker(docker, image, mpi, python, flags, env))
             except (RuntimeError, subprocess.TimeoutExpired, AssertionError, runtimes.RuntimeUnavailable) as e:
                 error = str(e)
                 break
         host = speed.best(hosts)
-        row = {"image": image.rsplit("/", 1)[-1] + "".join(f" {k}={v}" for k, v in env.items()), "runtime": rt, "host": host, "seconds": round(time.monotonic() - t0)}
+        row = {
+            "image": image.rsplit("/", 1)[-1] + "".join(f" {k}={v}" for k, v in env.items()),
+            "runtime": rt,
+            "host": host,
+            "seconds": round(time.monotonic() - t0),
+        }
         if imgs and not error:
             best = speed.best(imgs)
             row |= {"result": best, "ratios": speed.Ratios.of(best, host).as_dict()}
         else:
             row["error"] = error
         rows.append(row)
-        print(f"  {row['image'][:60]:<60} {rt:<16} "
-              + (json.dumps(row.get("ratios")) if "ratios" in row else f"ERROR {error}"), file=sys.stderr, flush=True)
+        print(
+            f"  {row['image'][:60]:<60} {rt:<16} "
+            + (json.dumps(row.get("ratios")) if "ratios" in row else f"ERROR {error}"),
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| image | runtime | 8 B latency µs (× host) | 64 KiB GB/s (× host) | 4 MiB GB/s (× host) | "
-           "allreduce 4 MiB ms (host ÷ image) | host 4 MiB GB/s |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| image | runtime | 8 B latency µs (× host) | 64 KiB GB/s (× host) | 4 MiB GB/s (× host) | "
+        "allreduce 4 MiB ms (host ÷ image) | host 4 MiB GB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "ratios" not in r:
             out.append(f"| {r['image']} | {r['runtime']} | error: {r['error'][:80]} | | | | |")
             continue
         x, q, h = r["result"], r["ratios"], r["host"]
-        out.append(f"| {r['image']} | {r['runtime']} | {x['lat_8B_us']:.2f} ({q['lat_8B']:.2f}×) | "
-                   f"{x['bw_64KiB_GBs']:.2f} ({q['bw_64KiB']:.2f}×) | {x['bw_4MiB_GBs']:.2f} ({q['bw_4MiB']:.2f}×) | "
-                   f"{x['allreduce_4MiB_ms']:.2f} ({q['allreduce_4MiB']:.2f}×) | {h['bw_4MiB_GBs']:.2f} |")
+        out.append(
+            f"| {r['image']} | {r['runtime']} | {x['lat_8B_us']:.2f} ({q['lat_8B']:.2f}×) | "
+            f"{x['bw_64KiB_GBs']:.2f} ({q['bw_64KiB']:.2f}×) | {x['bw_4MiB_GBs']:.2f} ({q['bw_4MiB']:.2f}×) | "
+            f"{x['allreduce_4MiB_ms']:.2f} ({q['allreduce_4MiB']:.2f}×) | {h['bw_4MiB_GBs']:.2f} |"
+        )
     return "\n".join(out)
 
 
@@ -210,8 +287,13 @@ def main() -> int:
     ap.add_argument("--report", help="every usable image of this build report")
     ap.add_argument("--runtime", action="append", choices=RUNTIMES, help="default: all")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--setenv", action="append", default=[], metavar="K=V",
-                    help="run the image with this variable set (e.g. the transport setting of an older image)")
+    ap.add_argument(
+        "--setenv",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="run the image with this variable set (e.g. the transport setting of an older image)",
+    )
     ap.add_argument("--out", default="reports/mpi-speed.json")
     a = ap.parse_args()
     images = a.image + (usable_images(a.report) if a.report else [])
@@ -224,8 +306,11 @@ def main() -> int:
     print(markdown(rows))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"rounds": a.rounds, "rows": rows}, indent=2) + "\n")
-    slow = [r for r in rows if r.get("ratios") and r["runtime"] != "two-containers"
-            and r["ratios"]["bw_4MiB"] < speed.GOAL_4MIB]
+    slow = [
+        r
+        for r in rows
+        if r.get("ratios") and r["runtime"] != "two-containers" and r["ratios"]["bw_4MiB"] < speed.GOAL_4MIB
+    ]
     print(f"\n{len(rows)} measurement(s); {len(slow)} intra-node below {speed.GOAL_4MIB}× the host's 4 MiB bandwidth")
     return 0
 

@@ -20,6 +20,7 @@ A race like that shows up only when the check runs many times under load, so thi
 Prints a Markdown table (pipeline, its block and cells, runs, failures, exit codes) and writes
 JSON to --out. Exit 1 when any pipeline failed by chance.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,39 @@ from trainbase.render import recipes  # noqa: E402
 from trainbase_common import buildkit  # noqa: E402
 
 # Commands a pipeline may consist of to be run here: they read and print, nothing else.
-READ_ONLY = {"ldconfig", "grep", "egrep", "fgrep", "sed", "awk", "head", "tail", "sort", "uniq", "cut", "tr",
-             "wc", "cat", "echo", "printf", "ls", "find", "dpkg-query", "dpkg", "ompi_info", "ucx_info",
-             "fi_info", "mpirun", "pip", "python", "python3", "readlink", "dirname", "basename", "nproc"}
+READ_ONLY = {
+    "ldconfig",
+    "grep",
+    "egrep",
+    "fgrep",
+    "sed",
+    "awk",
+    "head",
+    "tail",
+    "sort",
+    "uniq",
+    "cut",
+    "tr",
+    "wc",
+    "cat",
+    "echo",
+    "printf",
+    "ls",
+    "find",
+    "dpkg-query",
+    "dpkg",
+    "ompi_info",
+    "ucx_info",
+    "fi_info",
+    "mpirun",
+    "pip",
+    "python",
+    "python3",
+    "readlink",
+    "dirname",
+    "basename",
+    "nproc",
+}
 WRITES = ("-i", "--in-place", "-delete", "-exec", "install", "uninstall", "-w")
 
 
@@ -52,8 +83,9 @@ def checked_out(rev: str | None) -> Path:
     if not rev:
         return ROOT
     d = Path(tempfile.mkdtemp(prefix="pipefail-stress-"))
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True,
-                         capture_output=True).stdout
+    tar = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True, capture_output=True
+    ).stdout
     with tarfile.open(fileobj=__import__("io").BytesIO(tar)) as t:
         t.extractall(d, filter="data")
     return d
@@ -73,16 +105,16 @@ def pipelines(root: Path) -> dict[str, dict]:
         for ins in DockerfileParser(fileobj=io.BytesIO(text.encode())).structure:
             if ins["instruction"] != "RUN" or ins["value"].lstrip().startswith("["):
                 continue
-            block = next((mm.group(1) for ln in reversed(lines[:ins["startline"]])
-                          if (mm := pl._BLOCK.match(ln))), "-")
+            block = next(
+                (mm.group(1) for ln in reversed(lines[: ins["startline"]]) if (mm := pl._BLOCK.match(ln))), "-"
+            )
             script = pl._RUN_FLAGS.sub("", ins["value"], count=1)
             data = script.encode()
             for node in _pipes(pl._parse(script)):
                 if not all(_read_only(st) for st in _stages(node)):
                     continue
-                src = " ".join(data[node["Pos"]["Offset"]:node["End"]["Offset"]].decode().split())
-                e = out.setdefault(src, {"block": block, "cells": set(),
-                                         "flagged": bool(pl.check_shell(src, "x"))})
+                src = " ".join(data[node["Pos"]["Offset"] : node["End"]["Offset"]].decode().split())
+                e = out.setdefault(src, {"block": block, "cells": set(), "flagged": bool(pl.check_shell(src, "x"))})
                 e["cells"].add(r.cell.name)
     return out
 
@@ -114,11 +146,13 @@ def _read_only(stmt: dict) -> bool:
         return False
     if any(w in WRITES for w in words if w):
         return False
-    return all(">" not in (rd.get("Op") or "") or pl._word(rd.get("Word") or {}) == "/dev/null"
-               for rd in stmt.get("Redirs") or [])
+    return all(
+        ">" not in (rd.get("Op") or "") or pl._word(rd.get("Word") or {}) == "/dev/null"
+        for rd in stmt.get("Redirs") or []
+    )
 
 
-LOOP = r'''
+LOOP = r"""
 n=$1; shift; p=$1
 idle=$(bash -o pipefail -c "$p" >/dev/null 2>&1; echo $?)
 bad=0; codes=""
@@ -127,27 +161,45 @@ for i in $(seq "$n"); do
   if [ "$rc" != "$idle" ]; then bad=$((bad+1)); codes="$codes $rc"; fi
 done
 echo "RESULT idle=$idle bad=$bad codes=$codes"
-'''
+"""
 
 
 def stress(image: str, todo: dict[str, dict], runs: int, load: int) -> list[dict]:
     docker = buildkit.build_cli()
     name = f"pipefail-stress-{os.getpid()}"
-    subprocess.run([docker, "run", "-d", "--rm", "--name", name, "--entrypoint", "sleep", image, "infinity"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [docker, "run", "-d", "--rm", "--name", name, "--entrypoint", "sleep", image, "infinity"],
+        check=True,
+        capture_output=True,
+    )
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(load)]
     results = []
     try:
         for src, e in sorted(todo.items(), key=lambda kv: (not kv[1]["flagged"], kv[0])):
             t0 = time.monotonic()
-            r = subprocess.run([docker, "exec", name, "bash", "-c", LOOP, "loop", str(runs), src],
-                               capture_output=True, text=True, timeout=3600, check=False)
+            r = subprocess.run(
+                [docker, "exec", name, "bash", "-c", LOOP, "loop", str(runs), src],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+                check=False,
+            )
             line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")), "RESULT idle=? bad=?")
             kv = dict(x.split("=", 1) for x in line.split()[1:3])
             codes = sorted(set(line.split("codes=", 1)[1].split())) if "codes=" in line else []
-            results.append({"pipeline": src, "block": e["block"], "cells": len(e["cells"]), "flagged": e["flagged"],
-                            "runs": runs, "idle_rc": kv.get("idle"), "failures": int(kv.get("bad", "0") or 0),
-                            "exit_codes": codes, "seconds": round(time.monotonic() - t0, 1)})
+            results.append(
+                {
+                    "pipeline": src,
+                    "block": e["block"],
+                    "cells": len(e["cells"]),
+                    "flagged": e["flagged"],
+                    "runs": runs,
+                    "idle_rc": kv.get("idle"),
+                    "failures": int(kv.get("bad", "0") or 0),
+                    "exit_codes": codes,
+                    "seconds": round(time.monotonic() - t0, 1),
+                }
+            )
             print(f"  {results[-1]['failures']:>4}/{runs}  {src[:100]}", file=sys.stderr, flush=True)
     finally:
         for h in hogs:
@@ -165,19 +217,28 @@ def main() -> int:
     ap.add_argument("--out", default="reports/pipefail-stress.json")
     a = ap.parse_args()
     todo = pipelines(checked_out(a.rev))
-    print(f"{len(todo)} read-only pipeline(s) in the rendered RUN lines of {a.rev or 'the working tree'}; "
-          f"{a.runs} runs each in {a.image} under {a.load} busy loops", file=sys.stderr)
+    print(
+        f"{len(todo)} read-only pipeline(s) in the rendered RUN lines of {a.rev or 'the working tree'}; "
+        f"{a.runs} runs each in {a.image} under {a.load} busy loops",
+        file=sys.stderr,
+    )
     res = stress(a.image, todo, a.runs, a.load)
     chance = [r for r in res if r["failures"]]
     print("| pipeline | block | cells | flagged by pipefail_lint | runs | failures | exit codes |")
     print("|---|---|---|---|---|---|---|")
     for r in res:
-        print(f"| `{r['pipeline']}` | {r['block']} | {r['cells']} | {'yes' if r['flagged'] else 'no'} | {r['runs']} "
-              f"| {r['failures']} | {' '.join(r['exit_codes']) or '-'} |")
-    print(f"\n{sum(r['runs'] for r in res)} runs, {sum(r['failures'] for r in res)} failure(s) by chance in "
-          f"{len(chance)} pipeline(s)")
+        print(
+            f"| `{r['pipeline']}` | {r['block']} | {r['cells']} | {'yes' if r['flagged'] else 'no'} | {r['runs']} "
+            f"| {r['failures']} | {' '.join(r['exit_codes']) or '-'} |"
+        )
+    print(
+        f"\n{sum(r['runs'] for r in res)} runs, {sum(r['failures'] for r in res)} failure(s) by chance in "
+        f"{len(chance)} pipeline(s)"
+    )
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"image": a.image, "rev": a.rev, "load": a.load, "results": res}, indent=2) + "\n")
+    Path(a.out).write_text(
+        json.dumps({"image": a.image, "rev": a.rev, "load": a.load, "results": res}, indent=2) + "\n"
+    )
     return 1 if chance else 0
 
 

@@ -26,6 +26,7 @@ Each pull starts from an empty store after a `sync` (no earlier write-back in fl
 when the import returns, as a user's job would; the page cache keeps the write-back of the pulled
 bytes out of the figure for either compression alike. Markdown on stdout, JSON to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,7 +67,8 @@ def registry():
         s.close()
         Path(d, "config.yml").write_text(
             f"version: 0.1\nlog: {{level: error}}\nstorage: {{filesystem: {{rootdirectory: {d}/data}}}}\n"
-            f"http: {{addr: '127.0.0.1:{port}'}}\n")
+            f"http: {{addr: '127.0.0.1:{port}'}}\n"
+        )
         proc = subprocess.Popen([exe, "serve", f"{d}/config.yml"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(100):
@@ -86,9 +88,21 @@ def push(image: str, host: str, variant: str, ctd=None, command=(), platform: st
     fmt, _, level = variant.partition(":")
     ref = f"{host}/bench/image:{variant.replace(':', '-')}"
     t0 = time.monotonic()
-    run(["skopeo", "copy", "--quiet", "--format", "oci", "--dest-tls-verify=false", "--dest-compress-format",
-         "gzip" if fmt == "estargz" else fmt, *(["--dest-compress-level", level] if level else []),
-         f"docker-daemon:{image}", f"docker://{ref}{'-src' if fmt == 'estargz' else ''}"])
+    run(
+        [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--format",
+            "oci",
+            "--dest-tls-verify=false",
+            "--dest-compress-format",
+            "gzip" if fmt == "estargz" else fmt,
+            *(["--dest-compress-level", level] if level else []),
+            f"docker-daemon:{image}",
+            f"docker://{ref}{'-src' if fmt == 'estargz' else ''}",
+        ]
+    )
     if fmt == "estargz":
         lazy_pull.optimize(ctd, f"{ref}-src", ref, list(command), platform)
     seconds = time.monotonic() - t0
@@ -99,8 +113,12 @@ def push(image: str, host: str, variant: str, ctd=None, command=(), platform: st
     toc = "containerd.io/snapshot/stargz/toc.digest"
     if (fmt == "estargz") != all(toc in (x.get("annotations") or {}) for x in manifest["layers"]):
         raise RuntimeError(f"{variant}: the pushed layers {'lack' if fmt == 'estargz' else 'carry'} eStargz TOCs")
-    return {"ref": ref, "push_s": round(seconds, 1), "layers": len(manifest["layers"]),
-            "bytes": sum(x["size"] for x in manifest["layers"])}
+    return {
+        "ref": ref,
+        "push_s": round(seconds, 1),
+        "layers": len(manifest["layers"]),
+        "bytes": sum(x["size"] for x in manifest["layers"]),
+    }
 
 
 def ctr_pull_start(ref: str, command: list[str], platform: str) -> tuple[float, float]:
@@ -117,7 +135,9 @@ def ctr_pull_start(ref: str, command: list[str], platform: str) -> tuple[float, 
         # --sync waits for containerd's garbage collection: the image's content and snapshots
         # go with it, and the namespace is empty enough to be removed
         subprocess.run([*ctr, "images", "rm", "--sync", ref], capture_output=True, check=False)
-        gone = subprocess.run(["ctr", "--address", CONTAINERD, "namespaces", "rm", ns], capture_output=True, text=True, check=False)
+        gone = subprocess.run(
+            ["ctr", "--address", CONTAINERD, "namespaces", "rm", ns], capture_output=True, text=True, check=False
+        )
         if gone.returncode != 0:
             print(f"  warning: containerd namespace {ns} left behind: {gone.stderr.strip()}", file=sys.stderr)
 
@@ -131,8 +151,9 @@ def podman_pull_start(ref: str, command: list[str], platform: str) -> tuple[floa
         runtimes.as_user(user, reset, timeout=600)
         subprocess.run(["sync"], check=True)
         t0 = time.monotonic()
-        p = runtimes.as_user(user, ["podman", "pull", "--quiet", "--tls-verify=false", "--platform", platform, ref],
-                             timeout=1800)
+        p = runtimes.as_user(
+            user, ["podman", "pull", "--quiet", "--tls-verify=false", "--platform", platform, ref], timeout=1800
+        )
         if p.returncode != 0:
             raise RuntimeError(f"podman pull exited {p.returncode}: {p.stderr.strip()[-600:]}")
         t1 = time.monotonic()
@@ -145,17 +166,29 @@ def podman_pull_start(ref: str, command: list[str], platform: str) -> tuple[floa
 
 
 def first_import(image: str) -> list[str]:
-    r = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     labels = json.loads(r.stdout) or {}
-    module = "torch" if any(k.startswith("io.trainbase.framework") and "pytorch" in v for k, v in labels.items()) \
-        or "pytorch" in image else "mpi4py"
+    module = (
+        "torch"
+        if any(k.startswith("io.trainbase.framework") and "pytorch" in v for k, v in labels.items())
+        or "pytorch" in image
+        else "mpi4py"
+    )
     return ["python", "-c", f"import {module}"]
 
 
 def platform_of(image: str) -> str:
-    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Os}}/{{.Architecture}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return r.stdout.strip()
 
 
@@ -166,8 +199,10 @@ def reads(client: str, variant: str) -> bool:
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| image | variant | client | layers | layers GB | push s | pull s | start + import s | total s | total ÷ gzip |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| image | variant | client | layers | layers GB | push s | pull s | start + import s | total s | total ÷ gzip |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     # each row against gzip through the same client; the lazy client, which cannot read plain
     # gzip lazily, against gzip through containerd's own pull (`ctr`), the same daemon's full pull
     base = {(r["image"], r["client"]): r["total_s"] for r in rows if r["variant"] == "gzip" and "total_s" in r}
@@ -180,8 +215,10 @@ def markdown(rows: list[dict]) -> str:
             continue
         key = (r["image"], r["client"])
         ratio = f"{r['total_s'] / base[key]:.2f}×" if key in base else "–"
-        out.append(f"| {r['image']} | {r['variant']} | {r['client']} | {r['layers']} | {r['bytes'] / 1e9:.2f} | "
-                   f"{r['push_s']:.0f} | {r['pull_s']:.1f} | {r['start_s']:.1f} | {r['total_s']:.1f} | {ratio} |")
+        out.append(
+            f"| {r['image']} | {r['variant']} | {r['client']} | {r['layers']} | {r['bytes'] / 1e9:.2f} | "
+            f"{r['push_s']:.0f} | {r['pull_s']:.1f} | {r['start_s']:.1f} | {r['total_s']:.1f} | {ratio} |"
+        )
     return "\n".join(out)
 
 
@@ -198,7 +235,9 @@ def main() -> int:
     lazy = any(v.startswith("estargz") for v in variants)
     with lazy_pull.private_containerd() if lazy else contextlib.nullcontext() as ctd:
         for image in a.image:
-            rows += bench_image(image, variants, [c for c in a.client or CLIENTS if c != "stargz" or lazy], a.rounds, ctd)
+            rows += bench_image(
+                image, variants, [c for c in a.client or CLIENTS if c != "stargz" or lazy], a.rounds, ctd
+            )
     print(markdown(rows))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"rows": rows}, indent=2) + "\n")
@@ -211,21 +250,35 @@ def bench_image(image: str, variants: list[str], clients: list[str], rounds: int
     for variant in variants:
         with registry() as host:
             pushed = push(image, host, variant, ctd, command, platform)
-            print(f"  pushed {variant}: {pushed['bytes'] / 1e9:.2f} GB in {pushed['layers']} layers, "
-                  f"{pushed['push_s']:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"  pushed {variant}: {pushed['bytes'] / 1e9:.2f} GB in {pushed['layers']} layers, "
+                f"{pushed['push_s']:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             for client in (c for c in clients if reads(c, variant)):
                 row = {"image": image.rsplit("/", 1)[-1], "variant": variant, "client": client, **pushed}
                 try:
-                    pull_start = {"ctr": ctr_pull_start, "podman": podman_pull_start,
-                                  "stargz": functools.partial(lazy_pull.lazy_pull_start, ctd)}[client]
+                    pull_start = {
+                        "ctr": ctr_pull_start,
+                        "podman": podman_pull_start,
+                        "stargz": functools.partial(lazy_pull.lazy_pull_start, ctd),
+                    }[client]
                     best = min((pull_start(pushed["ref"], command, platform) for _ in range(rounds)), key=sum)
-                    row |= {"pull_s": round(best[0], 1), "start_s": round(best[1], 1),
-                            "total_s": round(sum(best), 1)}
+                    row |= {"pull_s": round(best[0], 1), "start_s": round(best[1], 1), "total_s": round(sum(best), 1)}
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     row["error"] = str(e)
                 rows.append(row)
-                print(f"  {variant:<10} {client:<7} " + (f"pull {row['pull_s']} s + start {row['start_s']} s"
-                      if "total_s" in row else f"ERROR {row['error']}"), file=sys.stderr, flush=True)
+                print(
+                    f"  {variant:<10} {client:<7} "
+                    + (
+                        f"pull {row['pull_s']} s + start {row['start_s']} s"
+                        if "total_s" in row
+                        else f"ERROR {row['error']}"
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
     return rows
 
 

@@ -8,12 +8,12 @@ copy dies with `KeyError: 'OMPI_COMM_WORLD_RANK'`; this one stops with the fix i
     import azureml_env_helper; azureml_env_helper.set_environment_variables_for_nccl_backend()
     mpirun ... python azureml_env_helper.py python train.py      # the same, then run the command
 """
+
 import os
 import sys
 
 # Open MPI's variables, in the order the guide reads them
-OPEN_MPI = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-            "OMPI_COMM_WORLD_LOCAL_SIZE")
+OPEN_MPI = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 class NotOpenMPI(RuntimeError):
@@ -37,7 +37,8 @@ def set_environment_variables_for_nccl_backend(single_node: bool = False, master
             f"the Azure ML guides' helper reads Open MPI's {', '.join(missing)}, which this process does not have: "
             f"it was started by {_other_launcher()}. Use the image's launch contract instead, which reads every "
             "launcher's variables: run `tb-launch python train.py`, or call `import trainbase_launch; "
-            "trainbase_launch.apply()` before init_process_group")
+            "trainbase_launch.apply()` before init_process_group"
+        )
     os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
     os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
     if not single_node:
@@ -58,7 +59,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         set_environment_variables_for_nccl_backend(
-            single_node=int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 0)) == int(os.environ.get("OMPI_COMM_WORLD_SIZE", -1)))
+            single_node=int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", 0))
+            == int(os.environ.get("OMPI_COMM_WORLD_SIZE", -1))
+        )
     except NotOpenMPI as e:
         print(f"azureml_env_helper: {e}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ own variables and a gloo collective is value-checked.
 
     mpirun -np 4 python deepspeed_init.py
 """
+
 import os
 import sys
 
@@ -29,7 +30,12 @@ def main() -> int:
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     assert t.item() == world * (world + 1) / 2, t.item()
-    os.write(1, (f"OK rank={rank} world={world} local_rank={os.environ.get('LOCAL_RANK')} allreduce={t.item():g}" + "\n").encode())
+    os.write(
+        1,
+        (
+            f"OK rank={rank} world={world} local_rank={os.environ.get('LOCAL_RANK')} allreduce={t.item():g}" + "\n"
+        ).encode(),
+    )
     # Leave together, then tear down torch before MPI finalizes at exit: a rank that leaves
     # while others still use the gloo group makes them fail at shutdown.
     dist.barrier()

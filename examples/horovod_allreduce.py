@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Horovod (PyTorch): a value-checked hvd.allreduce.  mpirun -np 4 python horovod_allreduce.py"""
+
 import os
 import sys
 

@@ -14,6 +14,7 @@ and the parameters identical everywhere. A launch that cannot give that world mu
 process prints `FAIL rank=.. reason=..` and exits 1 (the image's patched Lightning names the
 fix). Never a smaller world with exit 0.
 """
+
 import argparse
 import os
 import sys
@@ -37,16 +38,24 @@ def main() -> int:
     ap.add_argument("--master-port", default="6105")
     ap.add_argument("--steps", type=int, default=5)
     a = ap.parse_args()
-    if a.mode == "per-node" and "LOCAL_RANK" not in os.environ:   # Lightning's children inherit these
+    if a.mode == "per-node" and "LOCAL_RANK" not in os.environ:  # Lightning's children inherit these
         os.environ["MASTER_ADDR"] = os.environ["AZ_BATCHAI_MPI_MASTER_NODE"]
         os.environ["MASTER_PORT"] = a.master_port
         os.environ["NODE_RANK"] = mpi_rank()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     data = torch.utils.data.TensorDataset(torch.randn(256, 8, generator=torch.Generator().manual_seed(7)))
     loader = torch.utils.data.DataLoader(data, batch_size=16)
-    trainer = L.Trainer(accelerator="auto", strategy="ddp", devices=a.devices, num_nodes=a.num_nodes,
-                        max_steps=a.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="auto",
+        strategy="ddp",
+        devices=a.devices,
+        num_nodes=a.num_nodes,
+        max_steps=a.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     model = TinyRegression()
     try:
         trainer.fit(model, loader)
@@ -58,14 +67,22 @@ def main() -> int:
     world, rank = trainer.world_size, trainer.global_rank
     want = a.devices * a.num_nodes
     if world != want:
-        os.write(1, f"FAIL rank={mpi_rank()} reason=Lightning trained a world of {world}, "
-                    f"devices x num_nodes = {want} ({env})\n".encode())
+        os.write(
+            1,
+            f"FAIL rank={mpi_rank()} reason=Lightning trained a world of {world}, "
+            f"devices x num_nodes = {want} ({env})\n".encode(),
+        )
         return 1
     digest = parameters_agree(model, world, rank)
-    os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
-                 f"env={env} params={digest[:12]}\n").encode())
+    os.write(
+        1,
+        (
+            f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
+            f"env={env} params={digest[:12]}\n"
+        ).encode(),
+    )
     torch.distributed.barrier()
-    torch.distributed.destroy_process_group()      # see lightning_ddp.py: no group alive at exit
+    torch.distributed.destroy_process_group()  # see lightning_ddp.py: no group alive at exit
     return 0
 
 

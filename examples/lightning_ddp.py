@@ -11,6 +11,7 @@ PL_TRAINER_DEVICES, so the Trainer below needs neither `devices` nor `num_nodes`
 `--devices` that differs from the ranks per node makes every rank stop with Lightning's own
 "does not match the world size" error, instead of one rank failing and rank 0 hanging.
 """
+
 import argparse
 import hashlib
 import os
@@ -25,7 +26,7 @@ import torch.distributed as dist
 class TinyRegression(L.LightningModule):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)          # same initial parameters on every rank
+        torch.manual_seed(0)  # same initial parameters on every rank
         self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
     def training_step(self, batch, _):
@@ -49,17 +50,25 @@ def parameters_agree(model: torch.nn.Module, world: int, rank: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices", default=None, help="override Lightning's devices (default: from the launch)")
-    ap.add_argument("--num-nodes", default=None, help="override Lightning's num_nodes (Azure ML type: pytorch "
-                    "gives no node count)")
+    ap.add_argument(
+        "--num-nodes", default=None, help="override Lightning's num_nodes (Azure ML type: pytorch gives no node count)"
+    )
     ap.add_argument("--steps", type=int, default=5)
     a = ap.parse_args()
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     data = torch.utils.data.TensorDataset(torch.randn(256, 8, generator=torch.Generator().manual_seed(7)))
-    loader = torch.utils.data.DataLoader(data, batch_size=16)   # Lightning adds the DistributedSampler
+    loader = torch.utils.data.DataLoader(data, batch_size=16)  # Lightning adds the DistributedSampler
     extra = {k: int(v) for k, v in (("devices", a.devices), ("num_nodes", a.num_nodes)) if v}
-    trainer = L.Trainer(accelerator="auto", strategy="ddp", max_steps=a.steps, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        **extra)
+    trainer = L.Trainer(
+        accelerator="auto",
+        strategy="ddp",
+        max_steps=a.steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **extra,
+    )
     model = TinyRegression()
     # the launcher's world, read before fit: Lightning's own environment (LightningEnvironment,
     # chosen under Azure ML's type: pytorch) deletes WORLD_SIZE when it tears down
@@ -76,8 +85,13 @@ def main() -> int:
         want, source = int(launched), "the launcher's WORLD_SIZE"
     assert world == want, f"Lightning sees a world of {world}, {source} is {want} ({env})"
     digest = parameters_agree(model, world, rank)
-    os.write(1, (f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
-                 f"env={env} params={digest[:12]}\n").encode())
+    os.write(
+        1,
+        (
+            f"OK rank={rank} world={world} node_rank={trainer.node_rank} local_rank={trainer.local_rank} "
+            f"env={env} params={digest[:12]}\n"
+        ).encode(),
+    )
     # leave together, and tear the process group down before the interpreter does: with torch
     # 2.15 a group still alive at exit sometimes aborted one rank ("terminate called without an
     # active exception", signal 6) after training had succeeded (seen in 1 of 2 runs on a 2-core x86_64 host)

@@ -6,6 +6,7 @@ on every rank. Works per-process (mpirun + tb-launch) and per-node (torchrun).
     torchrun --nnodes 2 --nproc-per-node 2 --node-rank N --master-addr a pytorch_ddp.py  # per node
 Backend: nccl when GPUs are visible, else gloo (override with --backend).
 """
+
 import argparse
 import hashlib
 import os
@@ -21,8 +22,9 @@ def main() -> int:
     ap.add_argument("--backend", default="nccl" if torch.cuda.is_available() else "gloo")
     ap.add_argument("--steps", type=int, default=5)
     a = ap.parse_args()
-    if "RANK" not in os.environ:           # launched by mpirun without the wrapper
+    if "RANK" not in os.environ:  # launched by mpirun without the wrapper
         import trainbase_launch
+
         trainbase_launch.apply()
     dist.init_process_group(a.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -54,10 +56,12 @@ def main() -> int:
     digests = [None] * world
     dist.all_gather_object(digests, digest)
     assert len(set(digests)) == 1, f"rank {rank}: parameters differ across ranks: {digests}"
-    line = (f"OK rank={rank} world={world} local_rank={local_rank} "
-            f"node_rank={os.environ.get('NODE_RANK', os.environ.get('GROUP_RANK'))} "
-            f"host={socket.gethostname()} backend={a.backend} allreduce={t.item():g} params={digest[:12]}\n")
-    os.write(1, line.encode())   # one write: ranks sharing a pipe cannot interleave mid-line
+    line = (
+        f"OK rank={rank} world={world} local_rank={local_rank} "
+        f"node_rank={os.environ.get('NODE_RANK', os.environ.get('GROUP_RANK'))} "
+        f"host={socket.gethostname()} backend={a.backend} allreduce={t.item():g} params={digest[:12]}\n"
+    )
+    os.write(1, line.encode())  # one write: ranks sharing a pipe cannot interleave mid-line
     # Leave together: a rank that exits while rank 0 still serves the rendezvous store makes
     # rank 0 abort at shutdown ("terminate called without an active exception").
     dist.barrier()

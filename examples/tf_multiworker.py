@@ -5,6 +5,7 @@ of (worker rank + 1) checked on every worker, against the number of workers the 
     mpirun -np 2 -H a:1,b:1 -x TRAINBASE_HOSTS=a,b tb-launch --tf python tf_multiworker.py
     python tf_multiworker.py --workers 4      # Azure ML `type: tensorflow` (Azure writes TF_CONFIG)
 """
+
 import argparse
 import json
 import os
@@ -16,6 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, help="workers the job launched (default: the launcher's world)")
     a = ap.parse_args(argv)
     import trainbase_launch
+
     # An existing TF_CONFIG (Azure ML's, or tb-launch --tf's) is kept and checked against the
     # launcher's variables (mpirun, Slurm, RANK/WORLD_SIZE, Azure's node count); without one it is
     # built from them. A worker handed a one-worker TF_CONFIG in a bigger job would otherwise
@@ -33,9 +35,12 @@ def main(argv=None) -> int:
         return 2
 
     import tensorflow as tf
+
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+    )
 
     @tf.function
     def step():
@@ -45,8 +50,12 @@ def main(argv=None) -> int:
     result = strategy.experimental_local_results(strategy.run(step))[0].numpy()
     want = expected * (expected + 1) / 2
     assert result == want, f"worker {world.rank}: all_reduce gave {result}, expected {want}"
-    os.write(1, (f"OK worker={world.rank} workers={n} allreduce={result:g} replicas={strategy.num_replicas_in_sync}"
-                 + "\n").encode())
+    os.write(
+        1,
+        (
+            f"OK worker={world.rank} workers={n} allreduce={result:g} replicas={strategy.num_replicas_in_sync}" + "\n"
+        ).encode(),
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ pattern (tests/conformance/verdict.py). What a GPU runner does with the built va
 Variants and how their defect is reproduced here (DEFECTS): no-c-compiler -- no C compiler on
 PATH and no CC, as the variant deletes them from the image.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,9 +61,14 @@ class HostTarget:
         self.cache = {}
 
     def sh(self, cmd: str, timeout: int = 600):
-        env = {**self.env, "TORCHINDUCTOR_CACHE_DIR": str(self.scratch / "inductor"),
-               "TRITON_CACHE_DIR": str(self.scratch / "triton")}     # nothing compiled before is reused
-        p = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        env = {
+            **self.env,
+            "TORCHINDUCTOR_CACHE_DIR": str(self.scratch / "inductor"),
+            "TRITON_CACHE_DIR": str(self.scratch / "triton"),
+        }  # nothing compiled before is reused
+        p = subprocess.run(
+            ["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
         return SimpleNamespace(stdout=p.stdout, stderr=p.stderr, rc=p.returncode)
 
 
@@ -88,23 +94,31 @@ def main() -> int:
     for variant, defect in DEFECTS.items():
         expect = json.loads((verdict.BROKEN / variant / "expect.json").read_text())
         for check_name, want in verdict.expectations(expect, verdict.GPU_CLAIMS).items():
-            path = next(p for p in expect["gpu_paths"] if check_name in (ROOT / "trainbase_conformance" / "checks" / p).read_text())
+            path = next(
+                p
+                for p in expect["gpu_paths"]
+                if check_name in (ROOT / "trainbase_conformance" / "checks" / p).read_text()
+            )
             check = getattr(importlib.import_module(f"trainbase_conformance.checks.{path[:-3]}"), check_name)
             row = {"variant": variant, "check": check_name, "pattern": want.pattern}
             for label, make_env in (("control", lambda s: dict(os.environ)), ("variant", defect)):
                 with tempfile.TemporaryDirectory(prefix=f"tb-{label}-") as d:
                     state, message, took = _run(check, HostTarget(make_env(Path(d)), Path(d)))
                 row[label] = {"state": state, "message": message[:2000], "seconds": round(took, 1)}
-            case = verdict.Case(f"{check_name}[host:{variant}]", check_name, row["variant"]["state"], row["variant"]["message"])
+            case = verdict.Case(
+                f"{check_name}[host:{variant}]", check_name, row["variant"]["state"], row["variant"]["message"]
+            )
             problems = verdict.judge({check_name: want}, [case])
             if row["control"]["state"] != "passed":
                 problems.insert(0, f"the control did not pass on this host: {row['control']}")
             row["proven"], row["problems"] = not problems, problems
             bad += bool(problems)
             results.append(row)
-            print(f"{variant}: {check_name}: control {row['control']['state']} ({row['control']['seconds']} s), "
-                  f"variant {row['variant']['state']} ({row['variant']['seconds']} s): "
-                  f"{'PROVEN' if not problems else 'NOT proven'}\n  message: {verdict.one_line(row['variant']['message'], 700)}")
+            print(
+                f"{variant}: {check_name}: control {row['control']['state']} ({row['control']['seconds']} s), "
+                f"variant {row['variant']['state']} ({row['variant']['seconds']} s): "
+                f"{'PROVEN' if not problems else 'NOT proven'}\n  message: {verdict.one_line(row['variant']['message'], 700)}"
+            )
             for p in problems:
                 print(f"  - {p}")
     if out_path:

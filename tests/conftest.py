@@ -1,5 +1,6 @@
 """Shared pytest configuration: the repository root, and a scratch copy of everything
 build.py reads (so a test can break any of it without touching the checkout)."""
+
 import shutil
 from pathlib import Path
 
@@ -20,9 +21,13 @@ def copy_inputs(dest: Path) -> Path:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--control-junit", default=None, metavar="JUNIT.xml",
-                     help="the self-test (tests/conformance/test_broken_variants.py) takes each base image's "
-                          "control from this JUnit of a conformance run on the same images, instead of running it")
+    parser.addoption(
+        "--control-junit",
+        default=None,
+        metavar="JUNIT.xml",
+        help="the self-test (tests/conformance/test_broken_variants.py) takes each base image's "
+        "control from this JUnit of a conformance run on the same images, instead of running it",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +47,7 @@ def cell(**axes: str) -> str:
     from trainbase.define.matrix import load
 
     axes.setdefault("platform", "linux/amd64")
-    found = [c.name for c in load(ROOT / "matrix.yaml").included
-             if all(getattr(c, a) == v for a, v in axes.items())]
+    found = [c.name for c in load(ROOT / "matrix.yaml").included if all(getattr(c, a) == v for a, v in axes.items())]
     if len(found) != 1:
         raise LookupError(f"matrix.yaml has {len(found)} cells with {axes}: {found[:4]}")
     return found[0]

@@ -76,12 +76,19 @@ def _select_build_cli(path_env: str, override: str) -> str:
         v = client_version(c)
         if v is not None and CLASSIC_BUILDKIT_MIN <= v[:2] < CLASSIC_BUILDKIT_MAX:
             return c
-        why = ("needs the buildx plugin for BuildKit, and `docker buildx version` fails" if v and v[:2] >= CLASSIC_BUILDKIT_MAX
-               else "too old for BuildKit cache/secret mounts" if v else "version could not be read")
+        why = (
+            "needs the buildx plugin for BuildKit, and `docker buildx version` fails"
+            if v and v[:2] >= CLASSIC_BUILDKIT_MAX
+            else "too old for BuildKit cache/secret mounts"
+            if v
+            else "version could not be read"
+        )
         notes.append(f"  {c} ({'.'.join(map(str, v)) if v else 'unknown version'}): {why}")
-    raise EngineError("no docker client can run BuildKit builds (DOCKER_BUILDKIT=1 docker build with --secret and "
-                      "RUN --mount):\n" + "\n".join(notes) + "\ninstall the buildx plugin (Debian 13: docker-buildx) "
-                      "or a 20.10-22.x client (Debian 12: docker.io), or point TRAINBASE_DOCKER at one")
+    raise EngineError(
+        "no docker client can run BuildKit builds (DOCKER_BUILDKIT=1 docker build with --secret and "
+        "RUN --mount):\n" + "\n".join(notes) + "\ninstall the buildx plugin (Debian 13: docker-buildx) "
+        "or a 20.10-22.x client (Debian 12: docker.io), or point TRAINBASE_DOCKER at one"
+    )
 
 
 def build_cli() -> str:
@@ -90,9 +97,19 @@ def build_cli() -> str:
     return _select_build_cli(os.environ.get("PATH", ""), os.environ.get("TRAINBASE_DOCKER", ""))
 
 
-def build_command(dockerfile: str, ref: str, *, labels: dict[str, str], build_args: dict[str, str],
-                  target: str | None = None, secrets: dict[str, str] | None = None, network: str | None = None,
-                  no_cache: bool = False, context: str = ".", platform: str | None = None) -> tuple[list[str], dict[str, str]]:
+def build_command(
+    dockerfile: str,
+    ref: str,
+    *,
+    labels: dict[str, str],
+    build_args: dict[str, str],
+    target: str | None = None,
+    secrets: dict[str, str] | None = None,
+    network: str | None = None,
+    no_cache: bool = False,
+    context: str = ".",
+    platform: str | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """The BuildKit build of REF (argv, environment); `docker build -t` tags only a completed image.
     ``platform``: the OCI platform to build for (another architecture runs under qemu)."""
     cmd = [build_cli(), "build", "--progress=plain", "-f", dockerfile, "-t", ref]

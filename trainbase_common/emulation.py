@@ -35,9 +35,14 @@ from .platforms import host_arch
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # systemd's binfmt.d search path, highest precedence first (binfmt.d(5)): a file of the same
 # name in an earlier folder overrides the packaged one.
-BINFMT_D = (Path("/etc/binfmt.d"), Path("/run/binfmt.d"), Path("/usr/local/lib/binfmt.d"),
-            Path("/usr/lib/binfmt.d"), Path("/lib/binfmt.d"))
-SYSTEMD_RUNNING = Path("/run/systemd/system")   # sd_booted(3): present only when systemd is PID 1
+BINFMT_D = (
+    Path("/etc/binfmt.d"),
+    Path("/run/binfmt.d"),
+    Path("/usr/local/lib/binfmt.d"),
+    Path("/usr/lib/binfmt.d"),
+    Path("/lib/binfmt.d"),
+)
+SYSTEMD_RUNNING = Path("/run/systemd/system")  # sd_booted(3): present only when systemd is PID 1
 # OCI architecture -> qemu's name for it (MACHINES: -> uname -m)
 QEMU = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
 SBIN = "/usr/local/sbin:/usr/sbin:/sbin:" + os.environ.get("PATH", "")
@@ -57,6 +62,7 @@ class EmulationError(RuntimeError):
 @dataclass(frozen=True)
 class BinfmtRule:
     """One line of a binfmt.d file: ``:name:type:offset:magic:mask:interpreter:flags``."""
+
     name: str
     interpreter: str
     flags: str
@@ -67,6 +73,7 @@ class BinfmtRule:
 @dataclass(frozen=True)
 class Unregistrable:
     """Why a handler could not be registered, and the fix for that cause."""
+
     cause: str
     fix: str
 
@@ -105,8 +112,9 @@ def parse_binfmt_line(line: str, source: Path) -> BinfmtRule | None:
     fields = line[1:].split(line[0])
     if len(fields) < 6:
         raise EmulationError("?", f"{source}: not a binfmt_misc rule: {line[:80]!r}", "reinstall qemu-user-static")
-    return BinfmtRule(name=fields[0], interpreter=fields[5], flags=fields[6] if len(fields) > 6 else "",
-                      line=line, source=source)
+    return BinfmtRule(
+        name=fields[0], interpreter=fields[5], flags=fields[6] if len(fields) > 6 else "", line=line, source=source
+    )
 
 
 def binfmt_d_rule(name: str, dirs: tuple[Path, ...] | None = None) -> BinfmtRule | None:
@@ -140,10 +148,15 @@ def ensure(arches: set[str], log: Callable[[str], object]) -> dict[str, str]:
                 raise EmulationError(arch, f"{what}, and it cannot be registered: {outcome.cause}", outcome.fix)
             ok, now = handler_state(arch)
             if not ok:
-                raise EmulationError(arch, f"{what}; registering it ({outcome}) left: {now}",
-                                     f"check `cat {BINFMT / QEMU[arch]}` and the kernel log (dmesg)")
-            log(f"emulation: registered the {QEMU[arch]} binfmt handler ({outcome}), because {arch} binaries are "
-                f"about to run (a build, a cached image's supply documents, or the suite's checks): {now}")
+                raise EmulationError(
+                    arch,
+                    f"{what}; registering it ({outcome}) left: {now}",
+                    f"check `cat {BINFMT / QEMU[arch]}` and the kernel log (dmesg)",
+                )
+            log(
+                f"emulation: registered the {QEMU[arch]} binfmt handler ({outcome}), because {arch} binaries are "
+                f"about to run (a build, a cached image's supply documents, or the suite's checks): {now}"
+            )
             what = now
         else:
             log(f"emulation: {arch} cells run under {what}")
@@ -152,8 +165,9 @@ def ensure(arches: set[str], log: Callable[[str], object]) -> dict[str, str]:
 
 
 def _leave_out(arch: str) -> str:
-    return (f"or leave the {arch} cells out: --select platform=linux/{host_arch()}; "
-            f"or build them on a native {arch} runner")
+    return (
+        f"or leave the {arch} cells out: --select platform=linux/{host_arch()}; or build them on a native {arch} runner"
+    )
 
 
 def _register(arch: str) -> str | Unregistrable:
@@ -162,20 +176,29 @@ def _register(arch: str) -> str | Unregistrable:
     name = QEMU[arch]
     if os.geteuid() != 0:
         rule = binfmt_d_rule(name)
-        how = (f"`sudo {_systemd_binfmt() or 'systemd-binfmt'} {rule.source}`" if rule and _systemd_runs()
-               else f"as root: `grep '^:{name}:' {rule.source} > {BINFMT}/register`" if rule
-               else f"as root: `update-binfmts --enable {name}`")
-        return Unregistrable("registering a binfmt handler needs root",
-                             f"run this build as root once (the handler then stays until reboot), or register it: "
-                             f"{how}; {_leave_out(arch)}")
+        how = (
+            f"`sudo {_systemd_binfmt() or 'systemd-binfmt'} {rule.source}`"
+            if rule and _systemd_runs()
+            else f"as root: `grep '^:{name}:' {rule.source} > {BINFMT}/register`"
+            if rule
+            else f"as root: `update-binfmts --enable {name}`"
+        )
+        return Unregistrable(
+            "registering a binfmt handler needs root",
+            f"run this build as root once (the handler then stays until reboot), or register it: "
+            f"{how}; {_leave_out(arch)}",
+        )
     if not (BINFMT / "status").exists():
-        r = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            ["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], capture_output=True, text=True, check=False
+        )
         if r.returncode != 0 or not (BINFMT / "status").exists():
-            return Unregistrable(f"binfmt_misc is not available at {BINFMT} (mount: "
-                                 f"{(r.stderr or r.stdout).strip()[:160] or 'no effect'})",
-                                 "binfmt_misc belongs to the kernel: inside a container, register the handler on the "
-                                 f"host that runs it (`modprobe binfmt_misc`, then register {name} there); "
-                                 + _leave_out(arch))
+            return Unregistrable(
+                f"binfmt_misc is not available at {BINFMT} (mount: "
+                f"{(r.stderr or r.stdout).strip()[:160] or 'no effect'})",
+                "binfmt_misc belongs to the kernel: inside a container, register the handler on the "
+                f"host that runs it (`modprobe binfmt_misc`, then register {name} there); " + _leave_out(arch),
+            )
     rule = binfmt_d_rule(name)
     if rule is not None:
         return _register_rule(rule, arch)
@@ -184,15 +207,17 @@ def _register(arch: str) -> str | Unregistrable:
         _remove_stale(name)
         r = _run([tool, "--enable", name])
         if r.returncode != 0:
-            return Unregistrable(f"update-binfmts --enable {name} failed: {(r.stderr or r.stdout).strip()[:200]}",
-                                 "re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); "
-                                 + _leave_out(arch))
+            return Unregistrable(
+                f"update-binfmts --enable {name} failed: {(r.stderr or r.stdout).strip()[:200]}",
+                "re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); " + _leave_out(arch),
+            )
         return f"binfmt-support: update-binfmts --enable {name}"
     return Unregistrable(
         f"qemu's user-mode emulator is not installed: no {name} rule in {', '.join(map(str, BINFMT_D[:4]))} "
         f"and none in binfmt-support's database",
         "install it: `bash scripts/setup.sh` (Debian 12: qemu-user-static from bookworm-backports; Debian 13 / "
-        "Ubuntu: `apt-get install qemu-user-static`); " + _leave_out(arch))
+        "Ubuntu: `apt-get install qemu-user-static`); " + _leave_out(arch),
+    )
 
 
 def _register_rule(rule: BinfmtRule, arch: str) -> str | Unregistrable:
@@ -200,9 +225,10 @@ def _register_rule(rule: BinfmtRule, arch: str) -> str | Unregistrable:
     to the kernel's register file. A rule without F gets it: containers need it (above)."""
     interp = Path(rule.interpreter)
     if not interp.exists():
-        return Unregistrable(f"{rule.source} names {rule.interpreter}, which is missing",
-                             "re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); "
-                             + _leave_out(arch))
+        return Unregistrable(
+            f"{rule.source} names {rule.interpreter}, which is missing",
+            "re-install qemu-user-static (`apt-get install --reinstall qemu-user-static`); " + _leave_out(arch),
+        )
     line = rule.line if "F" in rule.flags else _with_flag(rule, "F")
     _remove_stale(rule.name)
     tool = _systemd_binfmt()
@@ -214,8 +240,10 @@ def _register_rule(rule: BinfmtRule, arch: str) -> str | Unregistrable:
     try:
         (BINFMT / "register").write_text(line + "\n")
     except OSError as e:
-        return Unregistrable(f"writing {rule.source}'s rule to {BINFMT / 'register'} failed: {e}",
-                             f"check the rule with `cat {rule.source}`; " + _leave_out(arch))
+        return Unregistrable(
+            f"writing {rule.source}'s rule to {BINFMT / 'register'} failed: {e}",
+            f"check the rule with `cat {rule.source}`; " + _leave_out(arch),
+        )
     return f"{rule.source}{' with the F flag added' if line != rule.line else ''}, written to {BINFMT / 'register'}"
 
 

@@ -40,7 +40,7 @@ def instruction(created_by: str, width: int = 90) -> str:
     cmd = re.sub(r" # buildkit$", "", cmd)
     cmd = re.sub(r"^/bin/(ba)?sh -c #\(nop\) *", "", cmd)
     cmd = re.sub(r"^(RUN )?(\|\d+( \S+=\S*)* )?/bin/(ba)?sh (-o \S+ |-[a-z]+ )*-c ", "RUN ", cmd)
-    return cmd if len(cmd) <= width else cmd[:width - 3] + "..."
+    return cmd if len(cmd) <= width else cmd[: width - 3] + "..."
 
 
 @dataclass
@@ -66,7 +66,7 @@ _SMALL = 1 << 20  # configs and manifests are smaller; they are read whole
 
 
 def _is_tar_head(head: bytes) -> bool:
-    return head[:2] == b"\x1f\x8b" or head[_TAR_MAGIC_OFFSET:_TAR_MAGIC_OFFSET + 5] == b"ustar"
+    return head[:2] == b"\x1f\x8b" or head[_TAR_MAGIC_OFFSET : _TAR_MAGIC_OFFSET + 5] == b"ustar"
 
 
 class _Prefixed(io.RawIOBase):
@@ -84,7 +84,7 @@ class _Prefixed(io.RawIOBase):
             b[:n], self.head = self.head[:n], self.head[n:]
             return n
         data = self.rest.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
 
@@ -99,10 +99,20 @@ def _read_layer(stream: Any, want_content: Callable[[str, int], bool], max_conte
     with tarfile.open(fileobj=stream, mode="r|*", bufsize=1 << 20) as inner:
         for im in inner:
             path = _entry_path(im.name)
-            kind = ("file" if im.isreg() else "dir" if im.isdir() else "symlink" if im.issym()
-                    else "link" if im.islnk() else "other")
-            lf = LayerFile(layer=-1, path=path, kind=kind, size=im.size,
-                           link=_entry_path(im.linkname) if im.islnk() else "")
+            kind = (
+                "file"
+                if im.isreg()
+                else "dir"
+                if im.isdir()
+                else "symlink"
+                if im.issym()
+                else "link"
+                if im.islnk()
+                else "other"
+            )
+            lf = LayerFile(
+                layer=-1, path=path, kind=kind, size=im.size, link=_entry_path(im.linkname) if im.islnk() else ""
+            )
             if im.isreg() and want_content(path, im.size):
                 ef = inner.extractfile(im)
                 lf.content = ef.read(max_content) if ef else None
@@ -122,10 +132,18 @@ def scan_layers(image: str, want_content: Callable[[str, int], bool], max_conten
     direct = overlay_layers.read_image(image, want_content, max_content)
     if direct is not None:
         diff_ids, created, per_layer, seconds = direct
-        return LayerScan(image=image, layers=diff_ids, created_by=created, seconds=seconds,
-                         source="engine's overlay2 layer folders",
-                         files=[LayerFile(layer=i, path=p, kind=k, size=s, content=c, link=ln)
-                                for i, entries in enumerate(per_layer) for p, k, s, c, ln in entries])
+        return LayerScan(
+            image=image,
+            layers=diff_ids,
+            created_by=created,
+            seconds=seconds,
+            source="engine's overlay2 layer folders",
+            files=[
+                LayerFile(layer=i, path=p, kind=k, size=s, content=c, link=ln)
+                for i, entries in enumerate(per_layer)
+                for p, k, s, c, ln in entries
+            ],
+        )
     with _EXPORT_LOCK:
         engine.check_export_space(image)
         return _scan_saved(image, engine.save(image), want_content, max_content)
@@ -153,8 +171,9 @@ def _scan_saved(image: str, stream: IO[bytes], want_content: Callable[[str, int]
                 assert f is not None  # noqa: S101 -- a regular member (isfile above) always has a file
                 head = f.read(512)
                 if _is_tar_head(head):
-                    per_blob[m.name] = _read_layer(io.BufferedReader(_Prefixed(head, f), 1 << 20), want_content,
-                                                   max_content)
+                    per_blob[m.name] = _read_layer(
+                        io.BufferedReader(_Prefixed(head, f), 1 << 20), want_content, max_content
+                    )
                 elif m.size < _SMALL or m.name.endswith((".json", "/json")):
                     jsons[m.name] = head + f.read()
     finally:
@@ -168,11 +187,11 @@ def _scan_saved(image: str, stream: IO[bytes], want_content: Callable[[str, int]
     for i, name in enumerate(order):
         # a copy per position: one blob may be two layers of the image
         files += [dataclasses.replace(lf, layer=i) for lf in per_blob.get(aliases.get(name, name), [])]
-    return LayerScan(image=image, layers=order, created_by=created, files=files,
-                     seconds=time.monotonic() - t0)
+    return LayerScan(image=image, layers=order, created_by=created, files=files, seconds=time.monotonic() - t0)
 
 
 # --------------------------------------------------------------------------- wasted bytes
+
 
 @dataclass(frozen=True)
 class WastedFile:
@@ -235,8 +254,9 @@ def layer_waste(scan: LayerScan, top: int = 10) -> Waste:
             size, (layer, data_path) = group_size[w.group], w.group
             if members[w.group] == 0 and size:  # the last path that showed these bytes
                 per_layer[layer] += size
-                wasted.append(WastedFile(data_path, size, layer, by, how, scan.layer_label(layer),
-                                         scan.layer_label(by)))
+                wasted.append(
+                    WastedFile(data_path, size, layer, by, how, scan.layer_label(layer), scan.layer_label(by))
+                )
 
     by_layer: dict[int, list[LayerFile]] = {}
     for f in scan.files:
@@ -250,7 +270,7 @@ def layer_waste(scan: LayerScan, top: int = 10) -> Waste:
                 for child in children.pop(posixpath.dirname(f.path), set()):
                     forget(child, layer, "hidden")
             elif name.startswith(WHITEOUT):
-                forget(posixpath.join(posixpath.dirname(f.path), name[len(WHITEOUT):]), layer, "deleted")
+                forget(posixpath.join(posixpath.dirname(f.path), name[len(WHITEOUT) :]), layer, "deleted")
         for f in entries:
             if posixpath.basename(f.path).startswith(WHITEOUT) or not f.path:
                 continue
@@ -271,8 +291,9 @@ def layer_waste(scan: LayerScan, top: int = 10) -> Waste:
                 members[group] += 1
             live[f.path] = _Write(layer, f.kind, f.size, group)
             register(f.path)
-    return Waste(total=sum(per_layer), per_layer=per_layer,
-                 top=heapq.nlargest(top, wasted, key=lambda w: (w.size, w.path)))
+    return Waste(
+        total=sum(per_layer), per_layer=per_layer, top=heapq.nlargest(top, wasted, key=lambda w: (w.size, w.path))
+    )
 
 
 def waste_share(waste: Waste, image_size: int) -> float:

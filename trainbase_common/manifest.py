@@ -1,6 +1,7 @@
 """The image manifest's contract, shared by the build (which writes /etc/trainbase/manifest.json
 and the OCI labels into every image) and the conformance suite (which checks that the labels
 say what the manifest says): the one definition of manifest -> labels."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -63,8 +63,11 @@ def layer_dirs(image: str) -> tuple[list[str], dict[str, Any], list[str]] | None
     lowers = [d for d in (data.get("LowerDir") or "").split(":") if d]
     dirs = [*reversed(lowers), upper] if upper else []
     diff_ids = (raw.get("RootFS") or {}).get("Layers") or []
-    if not dirs or len(dirs) != len(diff_ids) or not all(os.path.isdir(d) and os.access(d, os.R_OK | os.X_OK)
-                                                         for d in dirs):
+    if (
+        not dirs
+        or len(dirs) != len(diff_ids)
+        or not all(os.path.isdir(d) and os.access(d, os.R_OK | os.X_OK) for d in dirs)
+    ):
         return None
     root = engine.info().root_dir
     image_id = str(raw.get("Id", ""))
@@ -137,8 +140,9 @@ def read_layer_dir(top: str, want_content: Callable[[str, int], bool], max_conte
     return out
 
 
-def read_image(image: str, want_content: Callable[[str, int], bool], max_content: int) -> \
-        tuple[list[str], list[str], list[list[Entry]], float] | None:
+def read_image(
+    image: str, want_content: Callable[[str, int], bool], max_content: int
+) -> tuple[list[str], list[str], list[list[Entry]], float] | None:
     """(the layers' diff IDs, each layer's Dockerfile instruction, each layer's entries as
     read_layer_dir lists them, seconds) of IMAGE from its diff folders, or None (then
     trainbase_common.layers streams `docker save`)."""

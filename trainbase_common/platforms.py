@@ -1,5 +1,6 @@
 """OCI architectures and this host's: the one mapping the build (trainbase_common/emulation.py)
 and the conformance suite (trainbase_conformance/emulation.py) share."""
+
 from __future__ import annotations
 
 import platform

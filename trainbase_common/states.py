@@ -4,6 +4,7 @@ usable). A StrEnum: the report's JSON carries the plain values ("built", "cached
 
 Standard library only: the conformance suite reads
 a build report through this module alone, never through the build package."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,14 @@ from pathlib import Path
 
 
 class JobState(StrEnum):
-    QUEUED = "queued"            # planned, waiting for its parent or a free slot
-    STARTING = "starting"        # handed to a worker
-    BUILDING = "building"        # docker build running
-    BUILT = "built"              # built now, tagged
-    CACHED = "cached"            # this recipe's immutable tag already existed (engine or registry)
-    FAILED = "failed"            # the build (or its base image) failed
-    REFUSED = "refused"          # never started: an input is not verified (a pending checksum)
-    SKIPPED = "skipped"          # never started: its parent did not complete
+    QUEUED = "queued"  # planned, waiting for its parent or a free slot
+    STARTING = "starting"  # handed to a worker
+    BUILDING = "building"  # docker build running
+    BUILT = "built"  # built now, tagged
+    CACHED = "cached"  # this recipe's immutable tag already existed (engine or registry)
+    FAILED = "failed"  # the build (or its base image) failed
+    REFUSED = "refused"  # never started: an input is not verified (a pending checksum)
+    SKIPPED = "skipped"  # never started: its parent did not complete
     INTERRUPTED = "interrupted"  # stopped by Ctrl-C / SIGTERM
 
     @property

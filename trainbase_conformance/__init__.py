@@ -45,17 +45,17 @@ MARKERS = {
     "multinode": "several containers on a private docker network",
     "azureml": "every Azure ML distribution mode's exact per-process environment on 2 containers x 2 processes",
     "runtime": "the image as clusters start it: a uid without passwd entry, read-only roots, Charliecloud as "
-               "a user (bare and --set-env), rootless Podman, a real one-node Slurm with srun "
-               "--mpi=none/pmi2/pmix through ch-run",
+    "a user (bare and --set-env), rootless Podman, a real one-node Slurm with srun "
+    "--mpi=none/pmi2/pmix through ch-run",
     "gpu": "needs an NVIDIA GPU (runs on GPU runners)",
     "fabric": "needs real RDMA devices (/dev/infiniband)",
     "apptainer": "runtime-tier cases through Apptainer (exec, --cleanenv, srun with and without --sharens); "
-                 "for runners that have it",
+    "for runners that have it",
     "enroot": "runtime-tier cases through enroot (start, srun one container per task as pyxis does); "
-              "for runners that have it",
+    "for runners that have it",
     "native_only(why)": "cannot run under qemu emulation (timings, ptrace, CPU probes): skipped on an image of "
-                        "another architecture than the host's, saying so (emulation.py)",
+    "another architecture than the host's, saying so (emulation.py)",
     "evidence(kind)": "what a check proves: run, load, content or presence (EVIDENCE)",
     "trainbase_contract(what)": "checks trainbase's own tools or metadata (tb-doctor, tb-launch, labels, "
-                                "SBOM, the manifest's extra fields): skipped on an image trainbase did not build",
+    "SBOM, the manifest's extra fields): skipped on an image trainbase did not build",
 }

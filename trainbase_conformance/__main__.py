@@ -1,4 +1,5 @@
 """python -m trainbase_conformance: the same as the trainbase-conformance command."""
+
 import sys
 
 from .cli import main

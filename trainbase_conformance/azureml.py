@@ -25,11 +25,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-MASTER_PORT = 6105        # Azure ML's MASTER_PORT for type: pytorch (v1 guide)
-BATCH_PORT = 6000         # the port in AZ_BATCH_MASTER_NODE (Batch's own: not for NCCL/gloo)
-TF_PORT = 2222            # first TF_CONFIG worker port on each node
-RUN = {"AZUREML_EXPERIMENT_ID": "3f0c6a52-tbconf", "AZUREML_RUN_ID": "tbconf_azureml_1",
-       "AZUREML_ARM_WORKSPACE_NAME": "tbconf"}
+MASTER_PORT = 6105  # Azure ML's MASTER_PORT for type: pytorch (v1 guide)
+BATCH_PORT = 6000  # the port in AZ_BATCH_MASTER_NODE (Batch's own: not for NCCL/gloo)
+TF_PORT = 2222  # first TF_CONFIG worker port on each node
+RUN = {
+    "AZUREML_EXPERIMENT_ID": "3f0c6a52-tbconf",
+    "AZUREML_RUN_ID": "tbconf_azureml_1",
+    "AZUREML_ARM_WORKSPACE_NAME": "tbconf",
+}
 
 
 @dataclass(frozen=True)
@@ -42,25 +45,46 @@ class Process:
 
 def batch(ips: list[str]) -> dict[str, str]:
     """What AmlCompute's Batch layer gives every process of a multi-node `type: mpi` job."""
-    return {"AZ_BATCH_MASTER_NODE": f"{ips[0]}:{BATCH_PORT}", "AZ_BATCHAI_MPI_MASTER_NODE": ips[0],
-            "AZ_BATCH_HOST_LIST": ",".join(ips), "AZ_BATCH_NODE_LIST": ";".join(ips), **RUN}
+    return {
+        "AZ_BATCH_MASTER_NODE": f"{ips[0]}:{BATCH_PORT}",
+        "AZ_BATCHAI_MPI_MASTER_NODE": ips[0],
+        "AZ_BATCH_HOST_LIST": ",".join(ips),
+        "AZ_BATCH_NODE_LIST": ";".join(ips),
+        **RUN,
+    }
 
 
 def pytorch(ips: list[str], per_node: int) -> list[Process]:
     """`type: pytorch`, process_count_per_instance = ``per_node``: one entry per process."""
     world = per_node * len(ips)
-    return [Process(node, {"MASTER_ADDR": ips[0], "MASTER_PORT": str(MASTER_PORT), "WORLD_SIZE": str(world),
-                           "NODE_RANK": str(node), "RANK": str(node * per_node + local),
-                           "LOCAL_RANK": str(local), **RUN})
-            for node in range(len(ips)) for local in range(per_node)]
+    return [
+        Process(
+            node,
+            {
+                "MASTER_ADDR": ips[0],
+                "MASTER_PORT": str(MASTER_PORT),
+                "WORLD_SIZE": str(world),
+                "NODE_RANK": str(node),
+                "RANK": str(node * per_node + local),
+                "LOCAL_RANK": str(local),
+                **RUN,
+            },
+        )
+        for node in range(len(ips))
+        for local in range(per_node)
+    ]
 
 
 def tensorflow(ips: list[str], per_node: int) -> list[Process]:
     """`type: tensorflow`, worker_count = nodes x ``per_node``: TF_CONFIG per worker."""
     workers = [f"{ip}:{TF_PORT + local}" for ip in ips for local in range(per_node)]
-    return [Process(i // per_node, {"TF_CONFIG": json.dumps({"cluster": {"worker": workers},
-                                                             "task": {"type": "worker", "index": i}}), **RUN})
-            for i in range(len(workers))]
+    return [
+        Process(
+            i // per_node,
+            {"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}}), **RUN},
+        )
+        for i in range(len(workers))
+    ]
 
 
 # What each launch the tier runs hands the training script besides RANK, WORLD_SIZE and LOCAL_RANK

@@ -7,6 +7,7 @@ package's plugin; anything it does not know is handed to pytest unchanged.
 
 Exit status is pytest's: 0 all selected checks passed (or skipped with a reason), 1 a check
 failed, 2 bad usage (an unknown tier, an invalid expectations file, no image)."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ def parse_tiers(text: str) -> list[str]:
         return list(TIERS)
     unknown = [t for t in names if t not in TIERS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown tier {', '.join(unknown) or '(none)'}: choose from "
-                                         f"{', '.join(TIERS)} or 'all'")
+        raise argparse.ArgumentTypeError(
+            f"unknown tier {', '.join(unknown) or '(none)'}: choose from {', '.join(TIERS)} or 'all'"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -35,9 +37,19 @@ def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
     # rootdir: the checks' own folder, so test ids read test_mpi.py::... wherever it runs
     # The command itself imported the package before pytest started, so pytest cannot rewrite
     # the plugin's asserts and says so once per package: they carry their own messages.
-    args = [str(CHECKS), f"--rootdir={CHECKS}", "-p", "trainbase_conformance.plugin", "-p", "no:cacheprovider", "-ra",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning",
-            "-m", " or ".join(ns.tier)]
+    args = [
+        str(CHECKS),
+        f"--rootdir={CHECKS}",
+        "-p",
+        "trainbase_conformance.plugin",
+        "-p",
+        "no:cacheprovider",
+        "-ra",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+        "-m",
+        " or ".join(ns.tier),
+    ]
     for ref in ns.images:
         args += ["--image", ref]
     if ns.expect:
@@ -54,21 +66,32 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="trainbase-conformance",
         description="Prove that distributed-training images work: MPI ranks, NCCL, InfiniBand userspace, "
-                    "frameworks, launcher environment, runtimes. Checks each image against its own "
-                    "/etc/trainbase/manifest.json or, for an image trainbase did not build, --expect FILE.",
-        epilog="Other options go to pytest (e.g. -k EXPR, -x, --collect-only, --report BUILD.json).")
+        "frameworks, launcher environment, runtimes. Checks each image against its own "
+        "/etc/trainbase/manifest.json or, for an image trainbase did not build, --expect FILE.",
+        epilog="Other options go to pytest (e.g. -k EXPR, -x, --collect-only, --report BUILD.json).",
+    )
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="image references (local, or pulled first)")
-    ap.add_argument("--tier", type=parse_tiers, default=list(DEFAULT_TIERS),
-                    help=f"comma-separated tiers from {', '.join(TIERS)}, or 'all' (default: static,cpu); "
-                         "gpu and fabric skip with the reason on a host without a GPU / RDMA device")
-    ap.add_argument("--expect", metavar="FILE",
-                    help="expectations (YAML/JSON) for images without a trainbase manifest")
-    ap.add_argument("--require-hardware", action="store_true",
-                    help="gpu/fabric tiers fail instead of skipping where the host lacks a GPU / RDMA "
-                         "device (for GPU runners: a lost GPU must not pass)")
+    ap.add_argument(
+        "--tier",
+        type=parse_tiers,
+        default=list(DEFAULT_TIERS),
+        help=f"comma-separated tiers from {', '.join(TIERS)}, or 'all' (default: static,cpu); "
+        "gpu and fabric skip with the reason on a host without a GPU / RDMA device",
+    )
+    ap.add_argument("--expect", metavar="FILE", help="expectations (YAML/JSON) for images without a trainbase manifest")
+    ap.add_argument(
+        "--require-hardware",
+        action="store_true",
+        help="gpu/fabric tiers fail instead of skipping where the host lacks a GPU / RDMA "
+        "device (for GPU runners: a lost GPU must not pass)",
+    )
     ap.add_argument("--junitxml", metavar="OUT.xml", help="JUnit report (each case names its image and tier)")
-    ap.add_argument("--markdown", metavar="OUT.md", default="conformance.md",
-                    help="image x check summary (default: ./conformance.md)")
+    ap.add_argument(
+        "--markdown",
+        metavar="OUT.md",
+        default="conformance.md",
+        help="image x check summary (default: ./conformance.md)",
+    )
     return ap
 
 

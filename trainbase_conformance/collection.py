@@ -20,6 +20,7 @@ _MISSING_HARDWARE = pytest.StashKey[str]()
 
 # --------------------------------------------------------------------------- the images
 
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "image" not in metafunc.fixturenames:
         return
@@ -41,7 +42,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 # --------------------------------------------------------------------------- selection and order
 
-@pytest.hookimpl(trylast=True)   # after pytest's own reordering by fixture, which group_by_image corrects
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture, which group_by_image corrects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """--derived-tiers, the checks grouped by image; each has one tier, and one this host cannot
     run is skipped here, with the reason, before any container starts."""
@@ -52,13 +54,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         tiers = [t for t in TIERS if item.get_closest_marker(t)]
         if len(tiers) != 1:
-            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one tier marker "
-                                    f"({', '.join(TIERS)}), found {tiers or 'none'}")
+            raise pytest.UsageError(
+                f"{item.nodeid}: a conformance test needs exactly one tier marker "
+                f"({', '.join(TIERS)}), found {tiers or 'none'}"
+            )
         kinds = [m.args[0] if m.args else None for m in item.iter_markers("evidence")]
         if len(kinds) != 1 or kinds[0] not in EVIDENCE:
-            raise pytest.UsageError(f"{item.nodeid}: a conformance test needs exactly one "
-                                    f"@pytest.mark.evidence(KIND), KIND in {', '.join(EVIDENCE)}; "
-                                    f"found {kinds}")
+            raise pytest.UsageError(
+                f"{item.nodeid}: a conformance test needs exactly one "
+                f"@pytest.mark.evidence(KIND), KIND in {', '.join(EVIDENCE)}; "
+                f"found {kinds}"
+            )
         session.results(config).evidence[(module_name(item), check_name(item))] = kinds[0]
         _skip_without_hardware(config, item, tiers[0])
 
@@ -84,19 +90,22 @@ def _skip_without_hardware(config: pytest.Config, item: pytest.Item, tier: str) 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if _MISSING_HARDWARE in item.stash:
-        pytest.fail(f"{item.stash[_MISSING_HARDWARE]}; --require-hardware makes that a failure",
-                    pytrace=False)
+        pytest.fail(f"{item.stash[_MISSING_HARDWARE]}; --require-hardware makes that a failure", pytrace=False)
 
 
 def _derived_images(config: pytest.Config, refs: list[str]) -> dict[str, str]:
     """ref -> its parent's ref, for the --report images whose parent image is tested too."""
-    cells = [c for path in config.getoption("--report") or []
-             for c in json.loads(Path(path).read_text()).get("cells", [])]
+    cells = [
+        c for path in config.getoption("--report") or [] for c in json.loads(Path(path).read_text()).get("cells", [])
+    ]
     tested = set(refs)
     by_name = {c["name"]: c["image"] for c in cells if c.get("image") in tested}
     # keyed by short_name: what a test's "image" parameter holds once the suite has named it
-    return {short_name(c["image"]): by_name[c["parent"]] for c in cells
-            if c.get("image") in tested and c.get("parent") in by_name}
+    return {
+        short_name(c["image"]): by_name[c["parent"]]
+        for c in cells
+        if c.get("image") in tested and c.get("parent") in by_name
+    }
 
 
 def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs: list[str]) -> None:
@@ -108,8 +117,9 @@ def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs
         return
     keep_tiers = {t.strip() for t in wanted.split(",") if t.strip()}
     if unknown := keep_tiers - set(TIERS):
-        raise pytest.UsageError(f"--derived-tiers: unknown tier(s) {', '.join(sorted(unknown))}; "
-                                f"tiers are {', '.join(TIERS)}")
+        raise pytest.UsageError(
+            f"--derived-tiers: unknown tier(s) {', '.join(sorted(unknown))}; tiers are {', '.join(TIERS)}"
+        )
     derived = _derived_images(config, refs)
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
@@ -125,7 +135,8 @@ def deselect_derived_tiers(config: pytest.Config, items: list[pytest.Item], refs
             f"--derived-tiers {','.join(sorted(keep_tiers))}: {len(drop)} check(s) of "
             + ", ".join(sorted({short_name(image_ref(i) or "") for i in drop}))
             + " deselected; their tiers ran on the parent image(s) "
-            + ", ".join(sorted({short_name(derived[short_name(image_ref(i) or "")]) for i in drop})))
+            + ", ".join(sorted({short_name(derived[short_name(image_ref(i) or "")]) for i in drop}))
+        )
 
 
 def group_by_image(items: list[pytest.Item]) -> None:
@@ -136,7 +147,7 @@ def group_by_image(items: list[pytest.Item]) -> None:
     images, the image's container started 68 times, the two-node cluster 41, the Charliecloud
     unpack 19 and the rootless Podman load 6 -- about a third of the suite's time spent
     starting things again."""
-    images: dict[str | None, int] = {}      # None: a check with no image parameter
+    images: dict[str | None, int] = {}  # None: a check with no image parameter
     modules: dict[str, int] = {}
     for item in items:
         images.setdefault(image_ref(item), len(images))
@@ -145,6 +156,7 @@ def group_by_image(items: list[pytest.Item]) -> None:
 
 
 # --------------------------------------------------------------------------- what an item is called
+
 
 def image_ref(item: pytest.Item) -> str | None:
     """The image reference the item is parametrized with; None for a check with no image (or

@@ -41,8 +41,15 @@ class Container:
     hostname: str = ""
 
     @classmethod
-    def start(cls, image: str, opts: engine.RunOptions, *, hostname: str | None = None,
-              network: str | None = None, prefix: str = "tbconf") -> Container:
+    def start(
+        cls,
+        image: str,
+        opts: engine.RunOptions,
+        *,
+        hostname: str | None = None,
+        network: str | None = None,
+        prefix: str = "tbconf",
+    ) -> Container:
         """`sleep infinity` in the image, keeping its entrypoint (NVIDIA bases wrap "$@"). An
         image of another architecture runs as the first CPU of emulation.emulated_cpus (a CPU
         its users have) unless ``opts`` names one."""
@@ -56,14 +63,22 @@ class Container:
         if cpus and "QEMU_CPU" not in dict(opts.env):
             opts = dataclasses.replace(opts, env=(*opts.env, ("QEMU_CPU", cpus[0][1])))
         try:
-            cid = engine.run_detached(image, ["sleep", "infinity"], name=name, labels={LABEL: "1"}, opts=opts,
-                                      hostname=hostname, network=network)
+            cid = engine.run_detached(
+                image,
+                ["sleep", "infinity"],
+                name=name,
+                labels={LABEL: "1"},
+                opts=opts,
+                hostname=hostname,
+                network=network,
+            )
         except engine.EngineError as e:
             raise RuntimeError(f"starting {image} failed: {e}") from None
         return cls(cid=cid, name=name, image=image, hostname=hostname or "")
 
-    def exec(self, cmd: str, timeout: float = 120, env: dict[str, str] | None = None,
-             login: bool = False) -> engine.ExecResult:
+    def exec(
+        self, cmd: str, timeout: float = 120, env: dict[str, str] | None = None, login: bool = False
+    ) -> engine.ExecResult:
         """Run ``cmd`` through ``/bin/sh -c`` (the image's ENV, like testinfra) or, with
         ``login``, through ``bash -lc`` (what /etc/profile makes of it). coreutils' timeout
         bounds it inside the container (exit 124), so a hung command never hangs the suite."""
@@ -98,8 +113,12 @@ def remove_network(name: str) -> None:
 
 
 @contextlib.contextmanager
-def ssh_cluster(image: str, opts: Callable[[str], engine.RunOptions], hostnames: tuple[str, ...] = ("a", "b"),
-                prepare: Callable[[Container], None] | None = None) -> Iterator[tuple[list[Container], str]]:
+def ssh_cluster(
+    image: str,
+    opts: Callable[[str], engine.RunOptions],
+    hostnames: tuple[str, ...] = ("a", "b"),
+    prepare: Callable[[Container], None] | None = None,
+) -> Iterator[tuple[list[Container], str]]:
     """Containers of ``image`` (one per hostname) on a private network, sshd started in each
     with host keys made now and a client key made for this cluster only, every node known to
     every other: what `mpirun -H a,b` needs. ``opts(hostname)`` gives each its run options;
@@ -112,19 +131,23 @@ def ssh_cluster(image: str, opts: Callable[[str], engine.RunOptions], hostnames:
             if prepare:
                 prepare(nodes[-1])
         for n in nodes:
-            r = n.exec("set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; "
-                       "/usr/sbin/sshd")
+            r = n.exec(
+                "set -e; ssh-keygen -A >/dev/null; mkdir -p /run/sshd /root/.ssh; chmod 700 /root/.ssh; /usr/sbin/sshd"
+            )
             assert r.returncode == 0, f"sshd did not start in {n.hostname}: {r.stderr.strip()}"
-        r = nodes[0].exec("ssh-keygen -q -t ed25519 -N '' -C tbconf -f /root/.ssh/id_ed25519 && "
-                          "cat /root/.ssh/id_ed25519.pub")
+        r = nodes[0].exec(
+            "ssh-keygen -q -t ed25519 -N '' -C tbconf -f /root/.ssh/id_ed25519 && cat /root/.ssh/id_ed25519.pub"
+        )
         assert r.returncode == 0, f"ssh-keygen failed: {r.stderr.strip()}"
         pub = r.stdout.strip()
         hosts = " ".join(n.hostname for n in nodes)
         for n in nodes:
             n.write("/root/.ssh/authorized_keys", pub + "\n")
-            r = n.exec("chmod 600 /root/.ssh/authorized_keys; "
-                       f"for i in $(seq 50); do ssh-keyscan -t ed25519 {hosts} > /root/.ssh/known_hosts 2>/dev/null "
-                       f"&& [ $(wc -l < /root/.ssh/known_hosts) -eq {len(nodes)} ] && exit 0; sleep 0.2; done; exit 1")
+            r = n.exec(
+                "chmod 600 /root/.ssh/authorized_keys; "
+                f"for i in $(seq 50); do ssh-keyscan -t ed25519 {hosts} > /root/.ssh/known_hosts 2>/dev/null "
+                f"&& [ $(wc -l < /root/.ssh/known_hosts) -eq {len(nodes)} ] && exit 0; sleep 0.2; done; exit 1"
+            )
             assert r.returncode == 0, f"ssh-keyscan from {n.hostname} did not see every sshd"
         for n in nodes[1:]:
             r = nodes[0].exec(f"ssh -o BatchMode=yes {n.hostname} true", timeout=60)

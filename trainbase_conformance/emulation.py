@@ -17,7 +17,7 @@ from trainbase_common import emulation as binfmt
 from trainbase_common.platforms import EMULATED_CPUS, host_arch
 
 # OCI architecture -> the ELF e_machine of its binaries
-ELF_MACHINE = {"amd64": 62, "arm64": 183}     # EM_X86_64, EM_AARCH64
+ELF_MACHINE = {"amd64": 62, "arm64": 183}  # EM_X86_64, EM_AARCH64
 
 
 def image_arch(inspect: dict[str, Any]) -> str:
@@ -58,8 +58,10 @@ def emulated_cpus(inspect: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 # the emulator that can import PyTorch's aarch64 wheel on this host -- its first 4-rank
 # allreduce across two containers did not finish within its 180 s timeout, and each check
 # after it would wait as long: an emulated multinode run proves nothing and costs the CI budget.
-MULTINODE_UNDER_QEMU = ("ranks across containers under qemu 10 do not complete (a 4-rank allreduce over two "
-                        "containers ran past its 180 s timeout; qemu 7.2 passed but cannot import torch)")
+MULTINODE_UNDER_QEMU = (
+    "ranks across containers under qemu 10 do not complete (a 4-rank allreduce over two "
+    "containers ran past its 180 s timeout; qemu 7.2 passed but cannot import torch)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +72,11 @@ def _native_only(request: pytest.FixtureRequest) -> None:
         return
     how = emulated(request.getfixturevalue("target").inspect)
     if how:
-        why = marker.args[0] if marker is not None and marker.args else \
-            MULTINODE_UNDER_QEMU if marker is None else "it measures the hardware"
+        why = (
+            marker.args[0]
+            if marker is not None and marker.args
+            else MULTINODE_UNDER_QEMU
+            if marker is None
+            else "it measures the hardware"
+        )
         pytest.skip(f"not run under emulation: {why} ({how}); run it on a native runner")

@@ -9,6 +9,7 @@ that need it skip with that reason (a trainbase manifest missing one is a failur
     mpi: {kind: openmpi, version: 4.1.0, prefix: /opt/openmpi}
     ib: {kind: rdma-core, providers: [mlx5]}
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ def load(path: str | Path) -> dict[str, Any]:
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {'.'.join(str(x) for x in e.path) or '(top level)'}: {e.message}" for e in errors]
-        raise ExpectationsError(f"{p}: does not follow the expectations schema ({EXPECTATIONS_SCHEMA.name}):\n"
-                                + "\n".join(lines))
+        raise ExpectationsError(
+            f"{p}: does not follow the expectations schema ({EXPECTATIONS_SCHEMA.name}):\n" + "\n".join(lines)
+        )
     expected: dict[str, Any] = data
     return expected
 
@@ -62,9 +64,12 @@ def load(path: str | Path) -> dict[str, Any]:
 def as_manifest(data: dict[str, Any], image: str, source: str) -> dict[str, Any]:
     """A manifest-shaped view the checks read like a trainbase image's own manifest."""
     components = {k: v for k, v in data.items() if k not in ("name", "frameworks")}
-    return {"name": data.get("name", image), "foreign": True,
-            "components": DeclaredComponents(components, source),
-            "frameworks": dict(data.get("frameworks") or {})}
+    return {
+        "name": data.get("name", image),
+        "foreign": True,
+        "components": DeclaredComponents(components, source),
+        "frameworks": dict(data.get("frameworks") or {}),
+    }
 
 
 def image_manifest(image: str, container: Any, expect: str | None) -> dict[str, Any]:
@@ -75,8 +80,10 @@ def image_manifest(image: str, container: Any, expect: str | None) -> dict[str, 
         return manifest
     except FileNotFoundError:
         if not expect:
-            pytest.fail(f"{image} carries no {MANIFEST_PATH} (not built by trainbase?): say what it "
-                        f"holds in an expectations file and pass --expect FILE (docs/conformance.md)")
+            pytest.fail(
+                f"{image} carries no {MANIFEST_PATH} (not built by trainbase?): say what it "
+                f"holds in an expectations file and pass --expect FILE (docs/conformance.md)"
+            )
     try:
         return as_manifest(load(expect), image, Path(expect).name)
     except ExpectationsError as e:

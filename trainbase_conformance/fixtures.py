@@ -35,8 +35,7 @@ PROBE_DIR = "/tmp/tbconf"  # where the probes are copied in every container
 
 
 @pytest.fixture(scope="session")
-def host_caps(pytestconfig: pytest.Config,
-              record_testsuite_property: Callable[[str, object], None]) -> HostCaps:
+def host_caps(pytestconfig: pytest.Config, record_testsuite_property: Callable[[str, object], None]) -> HostCaps:
     caps = session.host_caps(pytestconfig)
     for k, v in caps.describe().items():
         record_testsuite_property(f"host.{k}", v)
@@ -44,6 +43,7 @@ def host_caps(pytestconfig: pytest.Config,
 
 
 # --------------------------------------------------------------------------- the image under test
+
 
 @dataclass
 class Target:
@@ -84,7 +84,7 @@ class Target:
         """The image's Python (the manifest's prefix), by absolute path."""
         return f"{self.components['python']['prefix']}/bin/python"
 
-    def sh(self, cmd: str, timeout: int = 120) -> Any:   # testinfra's CommandResult (untyped)
+    def sh(self, cmd: str, timeout: int = 120) -> Any:  # testinfra's CommandResult (untyped)
         # testinfra has no timeout: coreutils' timeout bounds anything that could hang.
         return self.host.run(f"timeout {timeout} /bin/sh -c {shlex.quote(cmd)}")
 
@@ -96,13 +96,13 @@ class Target:
             pytest.fail(self.mpi_error)
         return self.mpi
 
-    def doctor(self, args: str = "", env: dict[str, str] | None = None, login: bool = False,
-               container: Container | None = None) -> tuple[int, dict[str, Any]]:
+    def doctor(
+        self, args: str = "", env: dict[str, str] | None = None, login: bool = False, container: Container | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """The image's own `tb-doctor --json` (the checks it ships, shared with this suite): its
         exit code and report, validated against docs/doctor.schema.json."""
         r = (container or self.container).exec(f"tb-doctor --json {args}", timeout=120, env=env, login=login)
-        assert r.returncode in (0, 1), \
-            f"tb-doctor {args} exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
+        assert r.returncode in (0, 1), f"tb-doctor {args} exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
         report = json.loads(r.stdout)
         jsonschema.validate(report, DOCTOR_SCHEMA)
         return r.returncode, report
@@ -153,8 +153,12 @@ def _trainbase_contract(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config,
-           record_testsuite_property: Callable[[str, object], None]) -> Iterator[Target]:
+def target(
+    image: str,
+    host_caps: HostCaps,
+    pytestconfig: pytest.Config,
+    record_testsuite_property: Callable[[str, object], None],
+) -> Iterator[Target]:
     import testinfra
 
     t0 = time.monotonic()
@@ -164,8 +168,7 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config,
     except EmulationError as e:
         # every check of this image is skipped with the emulator's own cause and fix (never an
         # engine error at the first exec); the image and its tag are left as they are
-        pytest.skip(f"this host cannot run {inspect.get('Os', 'linux')}/{e.arch} images now: {e.cause}. "
-                    f"Fix: {e.fix}")
+        pytest.skip(f"this host cannot run {inspect.get('Os', 'linux')}/{e.arch} images now: {e.cause}. Fix: {e.fix}")
     container = _start(image, host_caps)
     try:
         manifest = expectations.image_manifest(image, container, pytestconfig.getoption("--expect"))
@@ -187,14 +190,22 @@ def target(image: str, host_caps: HostCaps, pytestconfig: pytest.Config,
         session.image_facts(pytestconfig)[short_name(image)] = facts
         for k, v in facts.items():
             record_testsuite_property(f"image[{short_name(image)}].{k}", v)
-        yield Target(ref=image, inspect=inspect, manifest=manifest, container=container,
-                     host=testinfra.get_host("docker://" + container.cid), caps=host_caps,
-                     mpi=mpi, mpi_error=mpi_error)
+        yield Target(
+            ref=image,
+            inspect=inspect,
+            manifest=manifest,
+            container=container,
+            host=testinfra.get_host("docker://" + container.cid),
+            caps=host_caps,
+            mpi=mpi,
+            mpi_error=mpi_error,
+        )
     finally:
         container.remove()
 
 
 # --------------------------------------------------------------------------- two nodes
+
 
 @dataclass
 class Cluster:
@@ -212,13 +223,13 @@ class Cluster:
 
     def launch(self, per_host: int, cmd: str, timeout: int = 180) -> engine.ExecResult:
         """Run ``cmd`` from node a across every node, ``per_host`` ranks each."""
-        return self.nodes[0].exec(f"timeout {timeout} {self.mpi.across(self.hosts, per_host)} {cmd}",
-                                  timeout=timeout + 30)
+        return self.nodes[0].exec(
+            f"timeout {timeout} {self.mpi.across(self.hosts, per_host)} {cmd}", timeout=timeout + 30
+        )
 
 
 @contextlib.contextmanager
-def start_cluster(target: Target, caps: HostCaps,
-                  extra: dict[str, dict[str, Any]] | None = None) -> Iterator[Cluster]:
+def start_cluster(target: Target, caps: HostCaps, extra: dict[str, dict[str, Any]] | None = None) -> Iterator[Cluster]:
     """Two containers of the image (hostnames ``a``, ``b``) on a private network with sshd;
     ``extra`` adds run options per hostname (e.g. a tmpfs only one node has)."""
     mpi = target.need_mpi()

@@ -24,14 +24,32 @@ class MpiFlavor:
         kind, version, prefix = mpi["kind"], str(mpi["version"]), mpi.get("prefix", "")
         if kind == "openmpi":
             return MpiFlavor(
-                kind, version, prefix, ("mpirun", "mpiexec"), r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
-                {"rank": "OMPI_COMM_WORLD_RANK", "size": "OMPI_COMM_WORLD_SIZE",
-                 "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK", "local_size": "OMPI_COMM_WORLD_LOCAL_SIZE"})
+                kind,
+                version,
+                prefix,
+                ("mpirun", "mpiexec"),
+                r"Open MPI v(\d[\w.]*?)(?:[,\s]|$)",
+                {
+                    "rank": "OMPI_COMM_WORLD_RANK",
+                    "size": "OMPI_COMM_WORLD_SIZE",
+                    "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "local_size": "OMPI_COMM_WORLD_LOCAL_SIZE",
+                },
+            )
         if kind == "intelmpi":
             return MpiFlavor(
-                kind, version, prefix, ("mpiexec", "mpirun"), r"Intel\(R\) MPI Library\s+(\d[\w.]*)",
-                {"rank": "PMI_RANK", "size": "PMI_SIZE",
-                 "local_rank": "MPI_LOCALRANKID", "local_size": "MPI_LOCALNRANKS"})
+                kind,
+                version,
+                prefix,
+                ("mpiexec", "mpirun"),
+                r"Intel\(R\) MPI Library\s+(\d[\w.]*)",
+                {
+                    "rank": "PMI_RANK",
+                    "size": "PMI_SIZE",
+                    "local_rank": "MPI_LOCALRANKID",
+                    "local_size": "MPI_LOCALNRANKS",
+                },
+            )
         raise ValueError(f"the conformance suite does not know MPI kind {kind!r} (manifest components.mpi.kind)")
 
     @property

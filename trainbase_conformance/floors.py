@@ -17,6 +17,7 @@ verdict is unit-testable without a GPU.
 A scope without floors passes nothing on bandwidth: its check prints the figures and skips,
 saying so (a skip, so the report counts it).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -79,12 +80,14 @@ def runner_from(data: Any, source: str) -> RunnerExpectations:
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
     if errors:
         lines = [f"  {'.'.join(str(x) for x in e.path) or '(top level)'}: {e.message}" for e in errors]
-        raise ExpectationsError(f"{source}: does not follow the runner schema ({RUNNER_SCHEMA.name}):\n"
-                                + "\n".join(lines))
-    floors = {scope: [Floor(f["collective"], int(f["bytes"]), float(f["busbw_GBps"])) for f in items]
-              for scope, items in (data.get("floors") or {}).items()}
-    return RunnerExpectations(source=source, name=str(data.get("name", "")), fabric=dict(data["fabric"]),
-                              floors=floors)
+        raise ExpectationsError(
+            f"{source}: does not follow the runner schema ({RUNNER_SCHEMA.name}):\n" + "\n".join(lines)
+        )
+    floors = {
+        scope: [Floor(f["collective"], int(f["bytes"]), float(f["busbw_GBps"])) for f in items]
+        for scope, items in (data.get("floors") or {}).items()
+    }
+    return RunnerExpectations(source=source, name=str(data.get("name", "")), fabric=dict(data["fabric"]), floors=floors)
 
 
 def human_bytes(n: int) -> str:
@@ -97,10 +100,14 @@ def human_bytes(n: int) -> str:
 def no_floor_reason(runner: RunnerExpectations | None, scope: str) -> str:
     """Why bandwidth is not judged for ``scope``: the skip reason, said in the summary."""
     if runner is None:
-        return (f"no bandwidth floor: the runner declares none ({RUNNER_ENV}=FILE, runner.schema.json) "
-                f"for {SCOPES[scope]}; figures printed, nothing passed on bandwidth")
-    return (f"no bandwidth floor: {runner.source} declares no floors.{scope} ({SCOPES[scope]}); "
-            f"figures printed, nothing passed on bandwidth")
+        return (
+            f"no bandwidth floor: the runner declares none ({RUNNER_ENV}=FILE, runner.schema.json) "
+            f"for {SCOPES[scope]}; figures printed, nothing passed on bandwidth"
+        )
+    return (
+        f"no bandwidth floor: {runner.source} declares no floors.{scope} ({SCOPES[scope]}); "
+        f"figures printed, nothing passed on bandwidth"
+    )
 
 
 def row_for(document: dict[str, Any], floor: Floor) -> dict[str, Any] | None:
@@ -123,14 +130,17 @@ def floor_misses(document: dict[str, Any], floors: list[Floor], fabric: str = ""
         if row is None:
             why = next((f"{k}: {v}" for k, v in c.items() if k in ("unsupported", "skipped", "missing")), "")
             sizes = [human_bytes(int(r["bytes"])) for r in c.get("rows") or []]
-            misses.append(f"{what}: not measured ({why or 'sizes measured: ' + ', '.join(sizes or ['none'])}), "
-                          f"the runner's floor is {f.busbw_GBps:g} GB/s{on}")
+            misses.append(
+                f"{what}: not measured ({why or 'sizes measured: ' + ', '.join(sizes or ['none'])}), "
+                f"the runner's floor is {f.busbw_GBps:g} GB/s{on}"
+            )
         elif not row["ok"]:
             misses.append(f"{what}: values wrong, no bandwidth to judge against the floor {f.busbw_GBps:g} GB/s{on}")
         elif row["busbw_GBps"] < f.busbw_GBps:
             at = "" if row["bytes"] == f.bytes else f" (measured at {human_bytes(int(row['bytes']))})"
-            misses.append(f"{what}: busbw {row['busbw_GBps']:g} GB/s is below the runner's floor "
-                          f"{f.busbw_GBps:g} GB/s{on}{at}")
+            misses.append(
+                f"{what}: busbw {row['busbw_GBps']:g} GB/s is below the runner's floor {f.busbw_GBps:g} GB/s{on}{at}"
+            )
     return misses
 
 
@@ -150,8 +160,10 @@ def value_problems(document: dict[str, Any], world: int, every_collective: bool)
             if not r["ok"]:
                 m = r["first_mismatch"]
                 where = "".join(f", {k} {m[k]}" for k in ("root", "pair") if k in m)
-                problems.append(f"{coll} at {human_bytes(int(r['bytes']))}: rank {m.get('rank')} element "
-                                f"{m['index']} is {m['got']}, want {m['want']} ({m['wrong']} wrong{where})")
+                problems.append(
+                    f"{coll} at {human_bytes(int(r['bytes']))}: rank {m.get('rank')} element "
+                    f"{m['index']} is {m['got']}, want {m['want']} ({m['wrong']} wrong{where})"
+                )
     return problems
 
 

@@ -34,9 +34,13 @@ class HostCaps:
         # IPC_LOCK, for registered (pinned) memory -- verbs memory regions, and the pinned host
         # buffers NCCL and CUDA allocate; a higher memlock ulimit would help too but needs
         # CAP_SYS_RESOURCE in the engine, which not every host grants. Every GPU (--gpus all).
-        return engine.RunOptions(shm_size=self.shm_size, init=self.init, gpus=self.gpu,
-                                 devices=tuple(self.ib_devices),
-                                 cap_add=("IPC_LOCK",) if self.ib or self.gpu else ())
+        return engine.RunOptions(
+            shm_size=self.shm_size,
+            init=self.init,
+            gpus=self.gpu,
+            devices=tuple(self.ib_devices),
+            cap_add=("IPC_LOCK",) if self.ib or self.gpu else (),
+        )
 
     def describe(self) -> dict[str, str]:
         return {
@@ -70,10 +74,14 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
             gpu_why = f"nvidia-smi failed: {e}"
     ib_dir = Path("/dev/infiniband")
     devices = sorted(str(p) for p in ib_dir.iterdir()) if ib_dir.is_dir() else []
-    ib_why = (f"{len(devices)} device node(s) in /dev/infiniband" if devices
-              else "/dev/infiniband absent" if not ib_dir.exists() else "/dev/infiniband is empty")
+    ib_why = (
+        f"{len(devices)} device node(s) in /dev/infiniband"
+        if devices
+        else "/dev/infiniband absent"
+        if not ib_dir.exists()
+        else "/dev/infiniband is empty"
+    )
     init = Path("/usr/bin/docker-init").exists() or Path("/usr/libexec/docker/docker-init").exists()
-    return HostCaps(gpu=gpu, gpu_why=gpu_why, ib_devices=devices, ib_why=ib_why, shm_size=shm_size, init=init,
-                    gpu_count=gpu_count)
-
-
+    return HostCaps(
+        gpu=gpu, gpu_why=gpu_why, ib_devices=devices, ib_why=ib_why, shm_size=shm_size, init=init, gpu_count=gpu_count
+    )

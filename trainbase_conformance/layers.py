@@ -14,8 +14,17 @@ from pathlib import PurePosixPath
 
 from trainbase_common.layers import LayerFile, LayerScan, scan_layers
 
-__all__ = ["LayerFile", "LayerScan", "conda_meta_hashes", "has_private_key", "pem_certificates", "record_hashes",
-           "scan_layers", "shipped_sha256", "wheel_digest"]
+__all__ = [
+    "LayerFile",
+    "LayerScan",
+    "conda_meta_hashes",
+    "has_private_key",
+    "pem_certificates",
+    "record_hashes",
+    "scan_layers",
+    "shipped_sha256",
+    "wheel_digest",
+]
 
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.S)
 _PEM_KEY = re.compile(rb"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----")
@@ -42,7 +51,7 @@ def record_hashes(record: bytes, site: str) -> dict[str, str]:
     for line in record.decode(errors="replace").splitlines():
         parts = line.rsplit(",", 2)
         if len(parts) == 3 and parts[1].startswith("sha256="):
-            out[str(PurePosixPath(site, parts[0]))] = parts[1][len("sha256="):]
+            out[str(PurePosixPath(site, parts[0]))] = parts[1][len("sha256=") :]
     return out
 
 
@@ -60,8 +69,11 @@ def conda_meta_hashes(meta: bytes, prefix: str) -> dict[str, set[str]]:
         return {}
     out: dict[str, set[str]] = {}
     for p in paths:
-        digests = {p[k] for k in ("sha256", "sha256_in_prefix") if isinstance(p.get(k), str)} \
-            if isinstance(p, dict) and isinstance(p.get("_path"), str) else set()
+        digests = (
+            {p[k] for k in ("sha256", "sha256_in_prefix") if isinstance(p.get(k), str)}
+            if isinstance(p, dict) and isinstance(p.get("_path"), str)
+            else set()
+        )
         if digests:
             out.setdefault(posixpath.normpath(posixpath.join(prefix, p["_path"])), set()).update(digests)
     return out

@@ -2,6 +2,7 @@
 them: the judgement behind test_integrity's linkage check, kept here so it is unit-tested.
 
 Everything else a scanned file links and the dynamic linker cannot find is a broken image."""
+
 from __future__ import annotations
 
 import re
@@ -38,8 +39,9 @@ def loaded_first_by_its_package(path: str, soname: str, shipped: dict[str, list[
     package, or `import torch`, loads that library first and the linker reuses it by soname.
     True when the image ships the library in that same package or in torch/lib."""
     pkg = SITE_PACKAGE.match(path)
-    return pkg is not None and any(p.startswith(pkg.group(1)) or "/site-packages/torch/lib/" in p
-                             for p in shipped.get(soname, []))
+    return pkg is not None and any(
+        p.startswith(pkg.group(1)) or "/site-packages/torch/lib/" in p for p in shipped.get(soname, [])
+    )
 
 
 def unexplained_gaps(unresolved: dict[str, list[str]], shipped: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -47,9 +49,13 @@ def unexplained_gaps(unresolved: dict[str, list[str]], shipped: dict[str, list[s
     its own library first explains."""
     left = {}
     for path, sonames in unresolved.items():
-        rest = [s for s in sonames if not DRIVER_LIBRARY.match(s)
-                and not any(f.search(path) and lib.match(s) for f, lib, _ in EXPECTED_GAPS)
-                and not loaded_first_by_its_package(path, s, shipped)]
+        rest = [
+            s
+            for s in sonames
+            if not DRIVER_LIBRARY.match(s)
+            and not any(f.search(path) and lib.match(s) for f, lib, _ in EXPECTED_GAPS)
+            and not loaded_first_by_its_package(path, s, shipped)
+        ]
         if rest:
             left[path] = rest
     return left

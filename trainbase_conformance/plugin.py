@@ -32,11 +32,11 @@ from . import MARKERS
 # containers.py, which collection and fixtures import, imports it), since pytest cannot rewrite
 # the asserts of a module already imported, and says so in every run.
 pytest_plugins = [
-    "trainbase_conformance.options",      # the command-line options
-    "trainbase_conformance.emulation",    # native_only checks skipped on an image run under qemu
-    "trainbase_conformance.collection",   # images, selection, order, tiers skipped before any container
-    "trainbase_conformance.fixtures",     # host_caps, target, cluster; trainbase's contract on foreign images
-    "trainbase_conformance.reporting",    # outcomes into the matrix, the Markdown summary
+    "trainbase_conformance.options",  # the command-line options
+    "trainbase_conformance.emulation",  # native_only checks skipped on an image run under qemu
+    "trainbase_conformance.collection",  # images, selection, order, tiers skipped before any container
+    "trainbase_conformance.fixtures",  # host_caps, target, cluster; trainbase's contract on foreign images
+    "trainbase_conformance.reporting",  # outcomes into the matrix, the Markdown summary
 ]
 
 

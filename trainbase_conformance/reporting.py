@@ -41,8 +41,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if rep.when == "setup" and rep.failed:
         state = "error"
     module = module_name(item)
-    session.results(item.config).add(image, module, check_name(item), rep.when, state, message, rep.duration,
-                                     longrepr, order=(module, item.location[1] or 0))
+    session.results(item.config).add(
+        image,
+        module,
+        check_name(item),
+        rep.when,
+        state,
+        message,
+        rep.duration,
+        longrepr,
+        order=(module, item.location[1] or 0),
+    )
 
 
 def write_report(config: pytest.Config) -> Path | None:
@@ -61,8 +70,7 @@ def write_report(config: pytest.Config) -> Path | None:
     return md
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
-                            config: pytest.Config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     md = write_report(config)
     if md is None:
         return

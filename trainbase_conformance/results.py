@@ -42,8 +42,18 @@ class Results:
         parts = ", ".join(f"{k} {kinds[k]}" for k in EVIDENCE)
         return f"Evidence: {n} checks: {parts}; presence-only share {share:.1f} %"
 
-    def add(self, image: str, module: str, check: str, when: str, outcome: str, message: str,
-            seconds: float, longrepr: str = "", order: tuple[Any, ...] = ()) -> None:
+    def add(
+        self,
+        image: str,
+        module: str,
+        check: str,
+        when: str,
+        outcome: str,
+        message: str,
+        seconds: float,
+        longrepr: str = "",
+        order: tuple[Any, ...] = (),
+    ) -> None:
         key = (image, module, check)
         o = self.rows.setdefault(key, Outcome(image, module, check, order=order or (module, 0)))
         o.seconds += seconds
@@ -79,8 +89,10 @@ class Results:
         for im in images:
             c = self.counts(im)
             facts = ", ".join(f"{k} {v}" for k, v in self.images.get(im, {}).items())
-            lines.append(f"| {im} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} | "
-                         f"{self.seconds(im):.1f} | {facts} |")
+            lines.append(
+                f"| {im} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} | "
+                f"{self.seconds(im):.1f} | {facts} |"
+            )
         lines += ["", "| check | " + " | ".join(images) + " |", "|---|" + "---|" * len(images)]
         for module, check in checks:
             cells = []

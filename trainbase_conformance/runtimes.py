@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trainbase_common import engine
 
-USER = "tbconf-rt"          # a user of our own: uid 1000 may be someone real on the host
+USER = "tbconf-rt"  # a user of our own: uid 1000 may be someone real on the host
 UNPACK_ROOT = Path(os.environ.get("TRAINBASE_RUNTIME_DIR", "/var/tmp/trainbase-runtime"))
 
 
@@ -42,20 +42,24 @@ def ensure_user(name: str = USER) -> pwd.struct_passwd:
         pass
     if os.geteuid() != 0:
         raise RuntimeUnavailable(f"creating the test user {name} needs root")
-    p = subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", "--comment", "trainbase runtime tier",
-                        name], capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        ["useradd", "--create-home", "--shell", "/bin/sh", "--comment", "trainbase runtime tier", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if p.returncode != 0:
         raise RuntimeUnavailable(f"useradd {name}: {p.stderr.strip()}")
     return pwd.getpwnam(name)
 
 
-def as_user(user: str, argv: list[str], env: dict[str, str] | None = None, timeout: int = 300,
-            cwd: str = "/") -> subprocess.CompletedProcess[str]:
+def as_user(
+    user: str, argv: list[str], env: dict[str, str] | None = None, timeout: int = 300, cwd: str = "/"
+) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` as ``user`` with exactly the environment a login of theirs starts with
     (HOME, USER, LOGNAME, the ordinary PATH) plus ``env``: nothing of root's environment."""
     pw = pwd.getpwnam(user)
-    base = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "LANG": "C.UTF-8"}
+    base = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
     full = {**base, **(env or {})}
     cmd = [_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in full.items()], *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
@@ -124,7 +128,9 @@ def _subids(user: str) -> None:
             continue
         taken = [int(a) + int(n) for ln in lines if ln.count(":") == 2 for _, a, n in [ln.split(":")]]
         start = max([100000, *taken])
-        p = subprocess.run(["usermod", flag, f"{start}-{start + 65535}", user], capture_output=True, text=True, check=False)
+        p = subprocess.run(
+            ["usermod", flag, f"{start}-{start + 65535}", user], capture_output=True, text=True, check=False
+        )
         if p.returncode != 0:
             raise RuntimeUnavailable(f"usermod {flag} for {user}: {p.stderr.strip()}")
 
@@ -149,9 +155,13 @@ def podman_load(user: str, image: str) -> str:
     podman load`, what a user without a registry does); returns the name Podman gives it."""
     pw = podman_ready(user)
     pw_env = {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    load = subprocess.Popen([_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in pw_env.items()],
-                             "podman", "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, cwd="/")
+    load = subprocess.Popen(
+        [_runuser(), "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in pw_env.items()], "podman", "load"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd="/",
+    )
     assert load.stdin is not None and load.stdout is not None  # stdin=PIPE, stdout=PIPE
     try:
         shutil.copyfileobj(engine.save(image), load.stdin, 1 << 20)
@@ -177,23 +187,41 @@ def podman_oci_runtime(unified: Path = Path("/sys/fs/cgroup/unified")) -> list[s
     return ["--runtime", "runc"] if controllers and shutil.which("runc") else []
 
 
-def podman_run(user: str, ref: str, args: list[str], command: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def podman_run(
+    user: str, ref: str, args: list[str], command: str, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
     """`podman run --rm` as ``user``. `--network=host`: rootless networking (slirp4netns) adds
     nothing a single-container job needs; --shm-size as the suite's Docker runs (64 MB default
     is too small for 2 ranks' shared-memory transport)."""
-    return as_user(user, ["podman", "run", "--rm", *podman_oci_runtime(), "--network=host", "--shm-size=1g", *args,
-                          ref, "sh", "-c", command], timeout=timeout)
+    return as_user(
+        user,
+        [
+            "podman",
+            "run",
+            "--rm",
+            *podman_oci_runtime(),
+            "--network=host",
+            "--shm-size=1g",
+            *args,
+            ref,
+            "sh",
+            "-c",
+            command,
+        ],
+        timeout=timeout,
+    )
 
 
 def podman_remove(user: str, ref: str) -> None:
     """Drops the image and stops the user's Podman pause process: nothing is left running."""
     as_user(user, ["podman", "rmi", "--force", ref], timeout=300)
-    as_user(user, ["podman", "system", "migrate"], timeout=120)   # ends the rootless pause process
+    as_user(user, ["podman", "system", "migrate"], timeout=120)  # ends the rootless pause process
 
 
 # ----------------------------------------------------------------------------- Apptainer, enroot
 # Neither is packaged in Debian 12 (Apptainer ships .deb/.rpm releases, enroot NVIDIA's .deb), so
 # their cases run where a runner has them (`-m apptainer`, `-m enroot`) and skip here, saying so.
+
 
 def _convert_as_root(tool: str, package: str, args: list[str], out: Path) -> Path:
     """Run ``tool ARGS`` as root (it reads the Docker socket) to write ``out`` in its folder,
@@ -213,12 +241,14 @@ def apptainer_sif(image: str, dest: Path) -> Path:
     """``image`` converted the way users convert a local image: `apptainer build SIF
     docker-daemon:IMAGE`."""
     sif = dest / "image.sif"
-    return _convert_as_root("apptainer", "the Apptainer release .deb",
-                            ["build", "--force", str(sif), f"docker-daemon:{image}"], sif)
+    return _convert_as_root(
+        "apptainer", "the Apptainer release .deb", ["build", "--force", str(sif), f"docker-daemon:{image}"], sif
+    )
 
 
 def enroot_squashfs(image: str, dest: Path) -> Path:
     """``image`` imported as pyxis does before its first task (`enroot import dockerd://IMAGE`)."""
     sqsh = dest / "image.sqsh"
-    return _convert_as_root("enroot", "NVIDIA's enroot .deb", ["import", "--output", str(sqsh), f"dockerd://{image}"],
-                            sqsh)
+    return _convert_as_root(
+        "enroot", "NVIDIA's enroot .deb", ["import", "--output", str(sqsh), f"dockerd://{image}"], sqsh
+    )

@@ -33,7 +33,11 @@ class SlurmUnavailable(RuntimeError):
 
 def missing() -> list[str]:
     """The host programs a one-node Slurm needs and does not find."""
-    return [p for p in (*DAEMONS, "srun", "sinfo") if not shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
+    return [
+        p
+        for p in (*DAEMONS, "srun", "sinfo")
+        if not shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    ]
 
 
 def pmi_in_common(kind: str, speaks: set[str], offered: list[str]) -> tuple[list[str], str]:
@@ -44,8 +48,10 @@ def pmi_in_common(kind: str, speaks: set[str], offered: list[str]) -> tuple[list
     common = sorted(set(speaks) & set(offered))
     if common:
         return common, ""
-    return [], (f"no PMI in common: the image's {kind} speaks {', '.join(sorted(speaks)) or 'none this suite knows'}, "
-                f"this Slurm offers {', '.join(offered) or 'nothing'} (srun --mpi=list)")
+    return [], (
+        f"no PMI in common: the image's {kind} speaks {', '.join(sorted(speaks)) or 'none this suite knows'}, "
+        f"this Slurm offers {', '.join(offered) or 'nothing'} (srun --mpi=list)"
+    )
 
 
 def _free_port() -> int:
@@ -58,8 +64,10 @@ def _free_port() -> int:
 def _which(prog: str) -> str:
     found = shutil.which(prog, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
     if not found:
-        raise SlurmUnavailable(f"{prog} not found (Debian: apt-get install munge slurmctld slurmd slurm-client "
-                               "libpmix-dev; scripts/setup.sh does)")
+        raise SlurmUnavailable(
+            f"{prog} not found (Debian: apt-get install munge slurmctld slurmd slurm-client "
+            "libpmix-dev; scripts/setup.sh does)"
+        )
     return found
 
 
@@ -82,15 +90,28 @@ class Slurm:
 
     def mpi_plugins(self) -> list[str]:
         """What `srun --mpi=list` offers (none, pmi2, pmix...)."""
-        p = subprocess.run([_which("srun"), "--mpi=list"], capture_output=True, text=True,
-                           env={**os.environ, **self.env}, timeout=60, check=False)
+        p = subprocess.run(
+            [_which("srun"), "--mpi=list"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env},
+            timeout=60,
+            check=False,
+        )
         text = p.stdout + p.stderr
-        return sorted({w.strip(" ,:") for line in text.splitlines() for w in line.split()
-                       if w.strip(" ,:") in ("none", "pmi2", "pmix", "cray_shasta")}
-                      | {w.split("_")[0] for w in text.split() if w.startswith("pmix_v")})
+        return sorted(
+            {
+                w.strip(" ,:")
+                for line in text.splitlines()
+                for w in line.split()
+                if w.strip(" ,:") in ("none", "pmi2", "pmix", "cray_shasta")
+            }
+            | {w.split("_")[0] for w in text.split() if w.startswith("pmix_v")}
+        )
 
-    def srun(self, args: list[str], *, user: str | None = None, timeout: int = 300,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def srun(
+        self, args: list[str], *, user: str | None = None, timeout: int = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """`srun ARGS` as ``user`` (root when None), bounded by ``timeout`` (Slurm's own --time
         too, so a hung step is cancelled by slurmctld, not just abandoned)."""
         cmd = [_which("srun"), f"--time={max(1, timeout // 60 + 1)}", *args]
@@ -98,8 +119,14 @@ class Slurm:
             # a login's environment plus ``env`` and SLURM_CONF, nothing of root's: srun hands
             # its environment to the tasks, as it does for the user's own jobs
             return runtimes.as_user(user, cmd, env={**(env or {}), **self.env}, timeout=timeout + 30)
-        return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {}), **self.env},
-                              timeout=timeout + 30, check=False)
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {}), **self.env},
+            timeout=timeout + 30,
+            check=False,
+        )
 
     def logs(self, tail: int = 40) -> str:
         out = []
@@ -172,7 +199,7 @@ def start(root: Path, timeout: float = 60) -> Slurm:
     munged, slurmctld, slurmd = (_which(d) for d in DAEMONS)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o755)     # noqa: S103 -- task users read slurm.conf (a mkdtemp folder is 0700)
+    os.chmod(root, 0o755)  # noqa: S103 -- task users read slurm.conf (a mkdtemp folder is 0700)
     for sub in ("state", "spool", "munge"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "munge", 0o700)
@@ -188,11 +215,23 @@ def start(root: Path, timeout: float = 60) -> Slurm:
     env = {**os.environ, **s.env}
     try:
         # --force: munged refuses key and socket folders it did not vet (a temp dir's parents)
-        subprocess.run([munged, "--force", f"--socket={munge_socket}", f"--key-file={key}",
-                        f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
-                        f"--seed-file={root}/munge/munged.seed"], check=True, capture_output=True, text=True, timeout=30)
+        subprocess.run(
+            [
+                munged,
+                "--force",
+                f"--socket={munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={root}/munged.pid",
+                f"--log-file={root}/munged.log",
+                f"--seed-file={root}/munge/munged.seed",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         s.pids["munged"] = int((root / "munged.pid").read_text())
-        os.chmod(root / "munge", 0o755)    # noqa: S103 -- task users reach the socket (srun authenticates through it)
+        os.chmod(root / "munge", 0o755)  # noqa: S103 -- task users reach the socket (srun authenticates through it)
         for name, prog in (("slurmctld", slurmctld), ("slurmd", slurmd)):
             subprocess.run([prog, "-f", str(s.conf)], check=True, capture_output=True, text=True, timeout=60, env=env)
             pidfile = root / f"{name}.pid"
@@ -205,8 +244,14 @@ def start(root: Path, timeout: float = 60) -> Slurm:
         deadline = time.time() + timeout
         state = ""
         while time.time() < deadline:
-            p = subprocess.run([_which("sinfo"), "-h", "-N", "-o", "%T"], capture_output=True, text=True, env=env,
-                               timeout=30, check=False)
+            p = subprocess.run(
+                [_which("sinfo"), "-h", "-N", "-o", "%T"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=30,
+                check=False,
+            )
             state = p.stdout.strip() or p.stderr.strip()
             if state in ("idle", "mixed", "allocated"):
                 return s

@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-FLOOR_4MIB = 0.7   # the suite fails an image below this share of the host's 4 MiB bandwidth
-GOAL_4MIB = 0.9    # what the images are built to reach (docs/performance.md)
+FLOOR_4MIB = 0.7  # the suite fails an image below this share of the host's 4 MiB bandwidth
+GOAL_4MIB = 0.9  # what the images are built to reach (docs/performance.md)
 GOAL_LATENCY = 1.3  # ... and at most this multiple of the host's 8 B latency
 
 
@@ -35,8 +35,14 @@ def host_command(probe: str, ranks: int = 2, reps: int = 5) -> list[str] | None:
     # the distro's Python first: its mpi4py is built against the distro MPI (a pyenv or venv
     # python3 earlier on PATH has none, or one for another MPI)
     pythons = [p for p in ("/usr/bin/python3", shutil.which("python3")) if p]
-    python = next((p for p in pythons
-                   if subprocess.run([p, "-c", "import mpi4py"], capture_output=True, check=False).returncode == 0), None)
+    python = next(
+        (
+            p
+            for p in pythons
+            if subprocess.run([p, "-c", "import mpi4py"], capture_output=True, check=False).returncode == 0
+        ),
+        None,
+    )
     if not mpirun or not python:
         return None
     version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, check=False).stdout
@@ -57,8 +63,10 @@ def settle() -> None:
 def host_reference(probe: str, reps: int = 5, timeout: int = 300) -> dict[str, Any]:
     cmd = host_command(probe, reps=reps)
     if cmd is None:
-        raise FileNotFoundError("the host has no mpirun with python3-mpi4py (Debian: apt-get install openmpi-bin "
-                                "python3-mpi4py; scripts/setup.sh does)")
+        raise FileNotFoundError(
+            "the host has no mpirun with python3-mpi4py (Debian: apt-get install openmpi-bin "
+            "python3-mpi4py; scripts/setup.sh does)"
+        )
     # the host's environment, less any OMPI_/UCX_ setting a caller exported for the image
     import os
 
@@ -96,17 +104,19 @@ def best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 @dataclass
 class Ratios:
-    lat_8B: float       # image / host (lower is better; 1.0 = as fast)
-    bw_64KiB: float     # image / host (higher is better)
+    lat_8B: float  # image / host (lower is better; 1.0 = as fast)
+    bw_64KiB: float  # image / host (higher is better)
     bw_4MiB: float
     allreduce_4MiB: float  # host time / image time (higher is better)
 
     @classmethod
     def of(cls, image: dict[str, Any], host: dict[str, Any]) -> Ratios:
-        return cls(lat_8B=round(image["lat_8B_us"] / host["lat_8B_us"], 2),
-                   bw_64KiB=round(image["bw_64KiB_GBs"] / host["bw_64KiB_GBs"], 2),
-                   bw_4MiB=round(image["bw_4MiB_GBs"] / host["bw_4MiB_GBs"], 2),
-                   allreduce_4MiB=round(host["allreduce_4MiB_ms"] / image["allreduce_4MiB_ms"], 2))
+        return cls(
+            lat_8B=round(image["lat_8B_us"] / host["lat_8B_us"], 2),
+            bw_64KiB=round(image["bw_64KiB_GBs"] / host["bw_64KiB_GBs"], 2),
+            bw_4MiB=round(image["bw_4MiB_GBs"] / host["bw_4MiB_GBs"], 2),
+            allreduce_4MiB=round(host["allreduce_4MiB_ms"] / image["allreduce_4MiB_ms"], 2),
+        )
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)

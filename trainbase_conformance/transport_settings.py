@@ -8,6 +8,7 @@ image, wherever it runs.)
 Sources: the image's ENV, what a login shell adds (/etc/profile.d), NCCL's config files, Open
 MPI's MCA parameter files and UCX's config file. Each finding names the setting, its value
 and where it comes from."""
+
 from __future__ import annotations
 
 import re
@@ -15,16 +16,18 @@ from dataclasses import dataclass
 
 # UCX transports that ride InfiniBand/RoCE (verbs or mlx5 direct): a UCX_TLS without any of
 # them keeps UCX off the fabric. "all"/"any" (Open MPI's pml_ucx_tls) let UCX choose.
-UCX_IB_TRANSPORTS = re.compile(r"^(rc|rc_v|rc_x|rc_verbs|rc_mlx5|ud|ud_v|ud_x|ud_verbs|ud_mlx5|dc|dc_x|dc_mlx5|ib|all|any)$")
+UCX_IB_TRANSPORTS = re.compile(
+    r"^(rc|rc_v|rc_x|rc_verbs|rc_mlx5|ud|ud_v|ud_x|ud_verbs|ud_mlx5|dc|dc_x|dc_mlx5|ib|all|any)$"
+)
 # libfabric providers without RDMA: forcing one keeps Intel MPI on TCP.
 NON_RDMA_PROVIDERS = {"tcp", "sockets", "udp", "shm", "tcp;ofi_rxm", "udp;ofi_rxd", "net"}
 
 
 @dataclass(frozen=True)
 class Setting:
-    name: str     # environment-variable form: NCCL_IB_DISABLE, UCX_TLS, OMPI_MCA_pml
+    name: str  # environment-variable form: NCCL_IB_DISABLE, UCX_TLS, OMPI_MCA_pml
     value: str
-    source: str   # "image ENV", "login shell", or the file it was read from
+    source: str  # "image ENV", "login shell", or the file it was read from
 
     def __str__(self) -> str:
         return f"{self.name}={self.value} ({self.source})"
@@ -88,10 +91,18 @@ def defects(settings: list[Setting]) -> list[str]:
             bad(s, "turns off NCCL's intra-node path (NVLink/PCIe peer-to-peer or shared memory)")
         elif n == "NCCL_NET_GDR_LEVEL" and v.upper() in ("0", "LOC"):
             bad(s, "turns off GPUDirect RDMA")
-        elif n in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES", "OMPI_MCA_pml_ucx_devices",
-                   "OMPI_MCA_btl_tcp_if_include") and _inclusion_list(v) not in (None, [], ["any"], ["all"]):
-            bad(s, "pins one cluster's device/interface names into the image; elsewhere they match nothing "
-                   "(an exclusion list, `^docker0,lo`, is fine)")
+        elif n in (
+            "NCCL_IB_HCA",
+            "NCCL_SOCKET_IFNAME",
+            "UCX_NET_DEVICES",
+            "OMPI_MCA_pml_ucx_devices",
+            "OMPI_MCA_btl_tcp_if_include",
+        ) and _inclusion_list(v) not in (None, [], ["any"], ["all"]):
+            bad(
+                s,
+                "pins one cluster's device/interface names into the image; elsewhere they match nothing "
+                "(an exclusion list, `^docker0,lo`, is fine)",
+            )
         elif n in ("UCX_TLS", "OMPI_MCA_pml_ucx_tls") and _ucx_tls_without_fabric(v):
             bad(s, "no InfiniBand/RoCE transport (rc, ud, dc) left: UCX runs over TCP or shared memory only")
         elif n == "OMPI_MCA_pml" and ("ucx" not in v.split(",") or v.startswith("^")):

@@ -1,5 +1,6 @@
 """Fixtures for the build tests: the engine, the build report of the images under test, a
 loopback registry, and a scratch copy of the repository for deliberately broken builds."""
+
 from __future__ import annotations
 
 import json
@@ -53,7 +54,7 @@ class Registry:
     host: str
     user: str
     password: str
-    config: Path          # DOCKER_CONFIG with the login (the CLI's credential store)
+    config: Path  # DOCKER_CONFIG with the login (the CLI's credential store)
 
     def env(self, logged_in: bool = True, anonymous_config: Path | None = None) -> dict[str, str]:
         """The environment of a build.py run: with the stored login, or with an empty config."""
@@ -66,9 +67,14 @@ class Registry:
         import urllib.request
 
         auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/manifests/{tag}", method="HEAD",
-                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json",
-                                              "Authorization": f"Basic {auth}"})
+        req = urllib.request.Request(
+            f"http://{self.host}/v2/{repo}/manifests/{tag}",
+            method="HEAD",
+            headers={
+                "Accept": "application/vnd.docker.distribution.manifest.v2+json",
+                "Authorization": f"Basic {auth}",
+            },
+        )
         try:
             return urllib.request.urlopen(req, timeout=10).status
         except urllib.error.HTTPError as e:
@@ -81,10 +87,15 @@ class Registry:
         import urllib.request
 
         auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-        accept = ("application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json, "
-                  "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json")
-        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/manifests/{tag}", method="HEAD",
-                                     headers={"Accept": accept, "Authorization": f"Basic {auth}"})
+        accept = (
+            "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"
+        )
+        req = urllib.request.Request(
+            f"http://{self.host}/v2/{repo}/manifests/{tag}",
+            method="HEAD",
+            headers={"Accept": accept, "Authorization": f"Basic {auth}"},
+        )
         try:
             return urllib.request.urlopen(req, timeout=10).headers["Docker-Content-Digest"]
         except urllib.error.HTTPError as e:
@@ -97,7 +108,9 @@ class Registry:
         import urllib.request
 
         auth = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-        req = urllib.request.Request(f"http://{self.host}/v2/{repo}/tags/list", headers={"Authorization": f"Basic {auth}"})
+        req = urllib.request.Request(
+            f"http://{self.host}/v2/{repo}/tags/list", headers={"Authorization": f"Basic {auth}"}
+        )
         return json.load(urllib.request.urlopen(req, timeout=10))["tags"]
 
 
@@ -134,7 +147,7 @@ def registry(tmp_path_factory, docker) -> Registry:
         f"http: {{addr: '127.0.0.1:{port}'}}\n"
         f"auth: {{htpasswd: {{realm: trainbase-test, path: {d / 'htpasswd'}}}}}\n"
     )
-    with open(d / "registry.log", "w") as log:   # the registry holds its own copy of the descriptor
+    with open(d / "registry.log", "w") as log:  # the registry holds its own copy of the descriptor
         proc = subprocess.Popen([exe, "serve", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -148,10 +161,16 @@ def registry(tmp_path_factory, docker) -> Registry:
     host = f"127.0.0.1:{port}"
     config = d / "docker-config"
     config.mkdir()
-    login = subprocess.run([docker, "--config", str(config), "login", host, "-u", user, "--password-stdin"],
-                           input=password, capture_output=True, text=True, timeout=60, check=False)
+    login = subprocess.run(
+        [docker, "--config", str(config), "login", host, "-u", user, "--password-stdin"],
+        input=password,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert login.returncode == 0, f"docker login {host} failed: {login.stderr.strip()}"
-    _untag_loopback_registries(docker)   # debris of an earlier session killed before its teardown
+    _untag_loopback_registries(docker)  # debris of an earlier session killed before its teardown
     yield Registry(host=host, user=user, password=password, config=config)
     proc.terminate()
     proc.wait(timeout=10)
@@ -163,8 +182,13 @@ def registry(tmp_path_factory, docker) -> Registry:
 
 def _untag_loopback_registries(docker: str, host: str | None = None) -> None:
     """Remove local tags of this fixture's registry (``host``), or of any loopback registry."""
-    listing = subprocess.run([docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
-                             capture_output=True, text=True, timeout=60, check=False).stdout.split()
+    listing = subprocess.run(
+        [docker, "images", "--format", "{{.Repository}}:{{.Tag}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout.split()
     for ref in listing:
         if ref.startswith(f"{host}/" if host else "127.0.0.1:"):
             engine.remove_image(ref)

@@ -1,5 +1,6 @@
 """The build system, for real: what `build.py --matrix` produced, a no-op rebuild, failure
 isolation, Ctrl-C, and publishing to a loopback registry (nothing half-published)."""
+
 from __future__ import annotations
 
 import json
@@ -27,14 +28,28 @@ def _docker(docker, *args, check=False):
 
 
 def _build(cwd, *args, timeout=3600, env=None):
-    return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        [PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def _cli(cwd, *args, env=None):
     """build.py with another action than --matrix (--promote)."""
-    return subprocess.run([PY, str(ROOT / "build.py"), "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env, check=False)
+    return subprocess.run(
+        [PY, str(ROOT / "build.py"), "--file", str(cwd / "matrix.yaml"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
 
 
 def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docker):
@@ -55,8 +70,15 @@ def test_every_selected_cell_built_with_both_tags_and_labels(build_report, docke
 def test_launcher_on_path_and_manifest_in_image(build_report, docker):
     for c in [c for c in build_report["cells"] if c["selected"]]:
         launcher = "mpirun" if c["manifest"]["components"]["mpi"]["kind"] == "openmpi" else "mpiexec"
-        r = _docker(docker, "run", "--rm", c["image"], "bash", "-lc",
-                    f"command -v {launcher} && cat /etc/trainbase/manifest.json")
+        r = _docker(
+            docker,
+            "run",
+            "--rm",
+            c["image"],
+            "bash",
+            "-lc",
+            f"command -v {launcher} && cat /etc/trainbase/manifest.json",
+        )
         assert r.returncode == 0, r.stderr
         path, _, manifest = r.stdout.partition("\n")
         assert path.endswith("/" + launcher)
@@ -96,11 +118,21 @@ def _break_openmpi(scratch):
     data = yaml.safe_load((scratch / "matrix.yaml").read_text())
     data["artifacts"]["openmpi-4.1.4-debian"]["sha256"] = "0" * 63 + "f"
     (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
-    listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--file",
-                                         str(scratch / "matrix.yaml")], capture_output=True, text=True, check=False).stdout)
+    listing = json.loads(
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "--list", "--json", "--file", str(scratch / "matrix.yaml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
     return {c["name"]: c for c in listing["cells"]}
 
 
@@ -110,8 +142,17 @@ def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docke
     child = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch")
     good = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="none")
     report = scratch / "report.json"
-    r = _build(scratch, "--select", f"name={bad},{child},{good}", "--report", str(report),
-               "--push", "--registry", f"{registry.host}/trainbase", env=registry.env())
+    r = _build(
+        scratch,
+        "--select",
+        f"name={bad},{child},{good}",
+        "--report",
+        str(report),
+        "--push",
+        "--registry",
+        f"{registry.host}/trainbase",
+        env=registry.env(),
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     rep = {c["name"]: c for c in json.loads(report.read_text())["cells"]}
     assert rep[bad]["status"] == "failed" and "sha256 mismatch" in rep[bad]["reason"]
@@ -133,8 +174,17 @@ def test_anonymous_existence_check_is_an_auth_error(registry, docker, build_repo
     c = _base_cell(build_report)
     anonymous = tmp_path / "docker-config"
     anonymous.mkdir()
-    r = _build(ROOT, "--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase",
-               "--report", str(tmp_path / "r.json"), env=registry.env(logged_in=False, anonymous_config=anonymous))
+    r = _build(
+        ROOT,
+        "--select",
+        f"name={c['name']}",
+        "--push",
+        "--registry",
+        f"{registry.host}/trainbase",
+        "--report",
+        str(tmp_path / "r.json"),
+        env=registry.env(logged_in=False, anonymous_config=anonymous),
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert f"registry {registry.host} refused to say whether" in out and f"docker login {registry.host}" in out, out
@@ -142,8 +192,9 @@ def test_anonymous_existence_check_is_an_auth_error(registry, docker, build_repo
     assert registry.status(f"trainbase/{c['name']}", c["tag"]) == 404
 
 
-def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(registry, docker, build_report,
-                                                                             tmp_path):
+def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(
+    registry, docker, build_report, tmp_path
+):
     """Logged in (`docker login`, the CLI's credential store): --push stages the immutable tag
     only; --promote with an empty gate holds the cell back (exit 1, no alias), and so does a
     gate that passed it while its SBOM and provenance are not attached (the push's attest step
@@ -167,7 +218,10 @@ def test_push_stages_the_immutable_tag_and_promotion_moves_the_alias_by_digest(r
     gate.mkdir()
     promote = ["--select", f"name={c['name']}", "--promote", *reg, "--public-key", str(pub)]
     held = _cli(ROOT, *promote, "--gate", str(gate), env=registry.env())
-    assert held.returncode == 1 and f"NOT promoted: the gate has no pass for {registry.host}/{repo}@{staged}" in held.stdout
+    assert (
+        held.returncode == 1
+        and f"NOT promoted: the gate has no pass for {registry.host}/{repo}@{staged}" in held.stdout
+    )
     assert registry.digest(repo, "latest") is None
     ref = f"{registry.host}/{repo}@{staged}"
     # fail closed: the GPU tier's pass alone is not enough while the scan left no record
@@ -198,8 +252,17 @@ def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, d
     both local tags come back."""
     c = _base_cell(build_report)
     if registry.status(f"trainbase/{c['name']}", c["tag"]) != 200:
-        pushed = _build(ROOT, "--select", f"name={c['name']}", "--push", "--registry", f"{registry.host}/trainbase",
-                        "--report", "/dev/null", env=registry.env())
+        pushed = _build(
+            ROOT,
+            "--select",
+            f"name={c['name']}",
+            "--push",
+            "--registry",
+            f"{registry.host}/trainbase",
+            "--report",
+            "/dev/null",
+            env=registry.env(),
+        )
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     remote = f"{registry.host}/trainbase/{c['name']}:{c['tag']}"
     info = engine.inspect_image(c["image"])
@@ -209,8 +272,16 @@ def test_parent_is_pulled_from_the_registry_when_the_engine_lacks_it(registry, d
     for ref in [c["alias"], c["image"]] + [t for t in info.raw.get("RepoTags") or [] if t.startswith("127.0.0.1:")]:
         engine.remove_image(ref)
     assert engine.inspect_image(image_id) is None, "the image is still in the engine under another name"
-    r = _build(ROOT, "--select", f"name={c['name']}", "--registry", f"{registry.host}/trainbase",
-               "--report", str(tmp_path / "r.json"), env=registry.env())
+    r = _build(
+        ROOT,
+        "--select",
+        f"name={c['name']}",
+        "--registry",
+        f"{registry.host}/trainbase",
+        "--report",
+        str(tmp_path / "r.json"),
+        env=registry.env(),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     cell = next(x for x in json.loads((tmp_path / "r.json").read_text())["cells"] if x["name"] == c["name"])
     assert cell["status"] == "cached" and cell["reason"] == f"pulled {remote} (same recipe)", cell
@@ -231,25 +302,59 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     # (a nonce keeps the step out of the build cache: a step that once ran to the end would be
     # cached and never print its marker again)
     marker = f"tb-ctrl-c-point-{uuid.uuid4().hex[:12]}"
-    block.write_text(block.read_text().replace(" && mpiexec --version",
-                                               f" && mpiexec --version \\\n && echo {marker} && sleep 600"))
-    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True, check=False)
+    block.write_text(
+        block.read_text().replace(" && mpiexec --version", f" && mpiexec --version \\\n && echo {marker} && sleep 600")
+    )
+    r = subprocess.run(
+        [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     name = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
-    listing = json.loads(subprocess.run([PY, str(ROOT / "build.py"), "--list", "--json", "--select", f"name={name}",
-                                         "--file", str(scratch / "matrix.yaml")], capture_output=True, text=True, check=False).stdout)
+    listing = json.loads(
+        subprocess.run(
+            [
+                PY,
+                str(ROOT / "build.py"),
+                "--list",
+                "--json",
+                "--select",
+                f"name={name}",
+                "--file",
+                str(scratch / "matrix.yaml"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
     image = listing["cells"][0]["image"]
     assert not engine.image_exists(image)
-    proc = subprocess.Popen([PY, str(ROOT / "build.py"), "--matrix", "--select", f"name={name}",
-                             "--file", str(scratch / "matrix.yaml"), "--log-dir", str(scratch / "logs")],
-                            cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            # a shell's background job inherits SIGINT ignored, and Python then
-                            # never raises KeyboardInterrupt: give the build a Ctrl-C it can hear
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            PY,
+            str(ROOT / "build.py"),
+            "--matrix",
+            "--select",
+            f"name={name}",
+            "--file",
+            str(scratch / "matrix.yaml"),
+            "--log-dir",
+            str(scratch / "logs"),
+        ],
+        cwd=scratch,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # a shell's background job inherits SIGINT ignored, and Python then
+        # never raises KeyboardInterrupt: give the build a Ctrl-C it can hear
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     log_dir = scratch / "logs"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:      # interrupt once the sleep step is running
+    while time.monotonic() < deadline:  # interrupt once the sleep step is running
         logs = list(log_dir.rglob("*.log"))
         if logs and marker in logs[0].read_text():
             break
@@ -257,7 +362,7 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
             pytest.fail(f"the build ended (exit {proc.returncode}) before its sleep step: {proc.stdout.read()[-1500:]}")
         time.sleep(1)
     else:
-        proc.send_signal(signal.SIGINT)     # build.py stops its docker build; kill() would orphan it
+        proc.send_signal(signal.SIGINT)  # build.py stops its docker build; kill() would orphan it
         proc.communicate(timeout=120)
         pytest.fail("the build's sleep step never started within 300 s")
     time.sleep(3)
@@ -270,8 +375,9 @@ def test_ctrl_c_stops_cleanly_and_leaves_no_tag(scratch, docker):
     assert ps.stdout.strip() == "", "a docker build process survived Ctrl-C"
 
 
-def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_exit_code(scratch, docker,
-                                                                                          build_report):
+def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_exit_code(
+    scratch, docker, build_report
+):
     """Issue 27: BuildKit's error names the failed command in brackets (`executor failed running
     [/bin/bash -o pipefail -c ...]`) and rich parsed it as markup: the summary crashed, no report
     was written, the exit code was Python's. A real build whose last RUN fails printing
@@ -282,8 +388,12 @@ def test_a_failed_build_with_brackets_in_its_output_gets_its_summary_report_and_
     assert last in text
     noise = "[bold red]boom[/] [/bin/bash -o pipefail] :smile: [link=x]y"
     block.write_text(text.replace(last, f"RUN echo '{noise}' && exit 3"))
-    r = subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                       capture_output=True, text=True, check=False)
+    r = subprocess.run(
+        [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     parent = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="none")
     child = cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="pytorch")

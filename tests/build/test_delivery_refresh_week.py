@@ -20,6 +20,7 @@ matrix.yaml (a scratch git checkout of the repository) and the loopback registry
 
 After each day the test asserts what `latest` points to for both repositories, in the primary
 and in the mirror, and writes the table to reports/delivery-refresh-week.md."""
+
 from __future__ import annotations
 
 import io
@@ -41,23 +42,33 @@ from .test_registry_side import _keypair
 
 pytestmark = pytest.mark.engine
 NS, MIRROR_NS = "trainbase", "mirror"
-MULTI = "openmpi5.0.11-cuda13.0-cudnn9-debian12"        # amd64 + arm64: one index
-SINGLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"      # its arm64 twin is refused
+MULTI = "openmpi5.0.11-cuda13.0-cudnn9-debian12"  # amd64 + arm64: one index
+SINGLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"  # its arm64 twin is refused
 CELLS = [MULTI, f"{MULTI}-arm64", SINGLE, f"{SINGLE}-arm64"]
 SELECT = [arg for name in CELLS for arg in ("--select", f"name={name}")]
 
 
 def _git(repo: Path, *args: str) -> str:
-    r = subprocess.run(["git", "-C", str(repo), "-c", "user.name=week", "-c", "user.email=week@example.invalid",
-                        *args], capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=week", "-c", "user.email=week@example.invalid", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == 0, f"git {' '.join(args)}: {r.stderr}"
     return r.stdout
 
 
 def _remove_stand_ins(docker: str) -> None:
     """The stand-in images' local tags (week/...): bytes only, but no debris in the engine."""
-    refs = subprocess.run([docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "week/*"],
-                          capture_output=True, text=True, timeout=60, check=False).stdout.split()
+    refs = subprocess.run(
+        [docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "week/*"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stdout.split()
     if refs:
         subprocess.run([docker, "image", "rm", *refs], capture_output=True, timeout=120, check=False)
 
@@ -68,12 +79,24 @@ class Week:
         self.primary = f"{registry.host}/{NS}"
         self.mirror = f"{registry.host}/{MIRROR_NS}"
 
-    def run(self, *args: str, module: str | None = None, ok: tuple[int, ...] = (0,), event: str = "push",
-            env: dict[str, str] | None = None) -> str:
+    def run(
+        self,
+        *args: str,
+        module: str | None = None,
+        ok: tuple[int, ...] = (0,),
+        event: str = "push",
+        env: dict[str, str] | None = None,
+    ) -> str:
         cmd = [sys.executable, "-m", module] if module else [sys.executable, str(ROOT / "build.py")]
-        r = subprocess.run([*cmd, *args, "--file", str(self.main / "matrix.yaml")], cwd=self.main,
-                           capture_output=True, text=True, timeout=600,
-                           env={**self.registry.env(), "PYTHONPATH": str(ROOT), "GITHUB_EVENT_NAME": event, **(env or {})}, check=False)
+        r = subprocess.run(
+            [*cmd, *args, "--file", str(self.main / "matrix.yaml")],
+            cwd=self.main,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**self.registry.env(), "PYTHONPATH": str(ROOT), "GITHUB_EVENT_NAME": event, **(env or {})},
+            check=False,
+        )
         assert r.returncode in ok, f"{' '.join(args)}: exit {r.returncode}\n{r.stdout[-2500:]}\n{r.stderr[-2500:]}"
         return r.stdout + r.stderr
 
@@ -94,7 +117,7 @@ class Week:
         for platform in sorted({e["platform"] for e in entries}):
             jobs = []
             for e in (e for e in entries if e["platform"] == platform):
-                image = f"week/{e['name']}:{e['tag']}"   # never the engine's real image of the cell
+                image = f"week/{e['name']}:{e['tag']}"  # never the engine's real image of the cell
                 ctx = self.tmp / "ctx" / e["name"] / e["tag"]
                 ctx.mkdir(parents=True)
                 (ctx / "recipe").write_text(f"{e['name']} {e['tag']}\n")
@@ -104,17 +127,40 @@ class Week:
                 docs.mkdir(parents=True, exist_ok=True)
                 (docs / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6"}))
                 (docs / "inputs.lock.json").write_text(json.dumps({"tag": e["tag"], "inputs": {}}))
-                jobs.append(SimpleNamespace(name=e["name"], repository=e["repository"], platform=platform,
-                                            image=image, tag=e["tag"], parent=None, status=JobState.BUILT,
-                                            pushed=[], present=[], repo_digest=None))
+                jobs.append(
+                    SimpleNamespace(
+                        name=e["name"],
+                        repository=e["repository"],
+                        platform=platform,
+                        image=image,
+                        tag=e["tag"],
+                        parent=None,
+                        status=JobState.BUILT,
+                        pushed=[],
+                        present=[],
+                        repo_digest=None,
+                    )
+                )
             attester = attest.Attester(self.primary, self.tmp / "supply", self.key, io.StringIO())
-            publish.publish(jobs, self.primary, lambda src, dst: self._docker("tag", src, dst), log,
-                            platforms=expected, attest=attester.attach)
+            publish.publish(
+                jobs,
+                self.primary,
+                lambda src, dst: self._docker("tag", src, dst),
+                log,
+                platforms=expected,
+                attest=attester.attach,
+            )
         return log.getvalue()
 
     def _docker(self, *args: str) -> None:
-        r = subprocess.run([self.docker, "--config", str(self.registry.config), *args], capture_output=True,
-                           text=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "1"}, check=False)
+        r = subprocess.run(
+            [self.docker, "--config", str(self.registry.config), *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "DOCKER_BUILDKIT": "1"},
+            check=False,
+        )
         assert r.returncode == 0, r.stderr[-1500:]
 
     def gate(self, day: str, refs: list[dict], gpu: dict[str, bool | None], scan: bool = True) -> Path:
@@ -125,18 +171,28 @@ class Week:
         for i, e in enumerate(refs):
             # one GPU job per cell, on its platform's runners; one scan per cell
             if gpu.get(e["platform"]) is not None:
-                (d / f"gpu-{i}.json").write_text(json.dumps(
-                    {"ref": e["ref"], "check": promote.GPU_TIER, "platform": e["platform"], "passed": gpu[e["platform"]]}))
-            (d / f"scan-{i}.json").write_text(json.dumps({"ref": e["ref"], "check": vulnscan.CHECK,
-                                                          "platform": e["platform"], "passed": scan}))
+                (d / f"gpu-{i}.json").write_text(
+                    json.dumps(
+                        {
+                            "ref": e["ref"],
+                            "check": promote.GPU_TIER,
+                            "platform": e["platform"],
+                            "passed": gpu[e["platform"]],
+                        }
+                    )
+                )
+            (d / f"scan-{i}.json").write_text(
+                json.dumps({"ref": e["ref"], "check": vulnscan.CHECK, "platform": e["platform"], "passed": scan})
+            )
         return d
 
     def latest(self, ns: str, repo: str) -> str | None:
         return self.registry.digest(f"{ns}/{repo}", "latest")
 
 
-def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_revert(registry, docker, monkeypatch,
-                                                                                                tmp_path, request):
+def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_revert(
+    registry, docker, monkeypatch, tmp_path, request
+):
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     request.addfinalizer(lambda: _remove_stand_ins(docker))
     (tmp_path / "main").mkdir()
@@ -148,8 +204,14 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
     w = Week(main, registry, docker, key, tmp_path)
     table, names = [], {}
 
-    def day(label: str, what: str, gpu: dict[str, bool | None], want: dict[str, str | None],
-            promote_exit: int, held: str = "") -> dict[str, list[dict]]:
+    def day(
+        label: str,
+        what: str,
+        gpu: dict[str, bool | None],
+        want: dict[str, str | None],
+        promote_exit: int,
+        held: str = "",
+    ) -> dict[str, list[dict]]:
         """One push to main: build.yml's plan, stage, merge; gpu.yml's plan, records, promote, mirror."""
         todo, left_out = w.plan("unpublished")
         assert f"{SINGLE}-arm64" in left_out and "miniforge" in left_out[f"{SINGLE}-arm64"], left_out
@@ -160,8 +222,17 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
         assert f"{SINGLE}: left out, never built" in merged, merged
         tested, _ = w.plan("unpromoted")
         gate = w.gate(label, tested, gpu)
-        promoted = w.run("--promote", *SELECT, "--registry", w.primary, "--gate", str(gate), "--public-key", str(pub),
-                         ok=(promote_exit,))
+        promoted = w.run(
+            "--promote",
+            *SELECT,
+            "--registry",
+            w.primary,
+            "--gate",
+            str(gate),
+            "--public-key",
+            str(pub),
+            ok=(promote_exit,),
+        )
         if held:
             assert held in promoted and "HELD:" in promoted, f"{label}: {promoted}"
         mirrored = w.run("--from", w.primary, "--to", w.mirror, *SELECT, module="trainbase.deliver.mirror")
@@ -169,18 +240,33 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
         for repo, expect in want.items():
             got, in_mirror = w.latest(NS, repo), w.latest(MIRROR_NS, repo)
             assert got == expect, f"{label}: {repo}:latest is {got}, expected {expect}\n{promoted}"
-            assert in_mirror == got, f"{label}: the mirror's {repo}:latest is {in_mirror}, the primary's {got}\n{mirrored}"
+            assert in_mirror == got, (
+                f"{label}: the mirror's {repo}:latest is {in_mirror}, the primary's {got}\n{mirrored}"
+            )
             said = io.StringIO()
-            assert not got or attest.verify_command(None, tmp_path, [], f"{w.primary}/{repo}:latest", None, str(pub),
-                                                    out=said) == 0, f"{label}: {repo}:latest is unattested: {said.getvalue()}"
+            assert (
+                not got
+                or attest.verify_command(None, tmp_path, [], f"{w.primary}/{repo}:latest", None, str(pub), out=said)
+                == 0
+            ), f"{label}: {repo}:latest is unattested: {said.getvalue()}"
             if got:
                 said = io.StringIO()
-                assert attest.verify_command(None, tmp_path, [], f"{w.mirror}/{repo}:latest", None, str(pub),
-                                             out=said) == 0, \
-                    f"{label}: the mirror's {repo}:latest is unattested: {said.getvalue()}\n{mirrored}"
+                assert (
+                    attest.verify_command(None, tmp_path, [], f"{w.mirror}/{repo}:latest", None, str(pub), out=said)
+                    == 0
+                ), f"{label}: the mirror's {repo}:latest is unattested: {said.getvalue()}\n{mirrored}"
             row[repo] = names.get(got, "absent")
-        table.append((label, what, len(todo), len(tested), row[MULTI], row[SINGLE],
-                      promoted.strip().splitlines()[-1 if not held else -2]))
+        table.append(
+            (
+                label,
+                what,
+                len(todo),
+                len(tested),
+                row[MULTI],
+                row[SINGLE],
+                promoted.strip().splitlines()[-1 if not held else -2],
+            )
+        )
         return {"todo": todo, "tested": tested, "staged": [staged]}
 
     def release(entries: list[dict], repo: str) -> tuple[str, str]:
@@ -190,14 +276,26 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
         return tag, digest
 
     # Mon: hosted runners only -- everything is built, staged, merged and scanned; no GPU job runs
-    mon = day("Mon", "hosted runners only: built, merged, scanned; no GPU runner", {}, {MULTI: None, SINGLE: None},
-              1, held="missing gpu[linux/amd64], gpu[linux/arm64]")
+    mon = day(
+        "Mon",
+        "hosted runners only: built, merged, scanned; no GPU runner",
+        {},
+        {MULTI: None, SINGLE: None},
+        1,
+        held="missing gpu[linux/amd64], gpu[linux/arm64]",
+    )
     assert len(mon["todo"]) == 3 and len(mon["tested"]) == 3, mon
     (t_multi, d_multi), (_t_single, d_single) = release(mon["todo"], MULTI), release(mon["todo"], SINGLE)
     # Tue: one amd64 GPU runner online: the Ubuntu repository passes and moves on its own
     # verdict; the Debian index still lacks its arm64 GPU tier, and is held alone (issue 52)
-    tue = day("Tue", "an amd64 GPU runner registered; no arm64 one", {"linux/amd64": True},
-              {MULTI: None, SINGLE: d_single}, 1, held="missing gpu[linux/arm64]")
+    tue = day(
+        "Tue",
+        "an amd64 GPU runner registered; no arm64 one",
+        {"linux/amd64": True},
+        {MULTI: None, SINGLE: d_single},
+        1,
+        held="missing gpu[linux/arm64]",
+    )
     assert not tue["todo"], f"Tuesday rebuilt what Monday published: {tue['todo']}"
     # ... and a fork's pull request that points the amd64 build runner at the GPU host: its plan
     # (the pull request's own matrix.yaml, build.py's routing) refuses to run there; the same
@@ -212,18 +310,26 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
     assert "a pull request builds on GitHub-hosted runners only" in refused and "runner is gpu" in refused, refused
     w.main = main
     routed = w.run("--ci-matrix", *SELECT, event="pull_request", env={"TRAINBASE_BUILD_RUNNER": "gpu"})
-    assert "TRAINBASE_BUILD_RUNNER=gpu is not a GitHub-hosted label" in routed and '"runs_on":"gpu"' not in routed, routed
+    assert "TRAINBASE_BUILD_RUNNER=gpu is not a GitHub-hosted label" in routed and '"runs_on":"gpu"' not in routed, (
+        routed
+    )
     assert w.latest(NS, MULTI) is None and w.latest(NS, SINGLE) == d_single, "a pull request moved an alias"
     # Wed: the arm64 GPU runner too: both repositories promoted and mirrored
-    day("Wed", "both GPU runners pass both repositories", {"linux/amd64": True, "linux/arm64": True},
-        {MULTI: d_multi, SINGLE: d_single}, 0)
+    day(
+        "Wed",
+        "both GPU runners pass both repositories",
+        {"linux/amd64": True, "linux/arm64": True},
+        {MULTI: d_multi, SINGLE: d_single},
+        0,
+    )
 
     # Thu: the weekly refresh. The security job found a pending Debian fix (its artifact:
     # locks/security-rebuilds.json); propose renders, lists the affected cells and makes the patch
     proposal = tmp_path / "propose"
     _git(tmp_path, "clone", "-q", str(main), str(proposal))
-    (proposal / "locks" / "security-rebuilds.json").write_text(json.dumps(
-        {"schema": 1, "os": {"debian12": {"epoch": "2026-11-26", "fixes": ["openssl 3.0.17-1~deb12u3"]}}}))
+    (proposal / "locks" / "security-rebuilds.json").write_text(
+        json.dumps({"schema": 1, "os": {"debian12": {"epoch": "2026-11-26", "fixes": ["openssl 3.0.17-1~deb12u3"]}}})
+    )
     w.main = proposal
     w.run("--render")
     affected = w.run("--affected", "HEAD")
@@ -237,23 +343,40 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
     _git(main, "apply", "--binary", str(tmp_path / "refresh.patch"))
     _git(main, "add", "-A")
     _git(main, "commit", "-q", "-m", "weekly refresh")
-    thu = day("Thu", "the refresh merged (Debian security epoch); arm64 GPU tier fails the new index",
-              {"linux/amd64": True, "linux/arm64": False}, {MULTI: d_multi, SINGLE: d_single}, 1,
-              held="failed gpu[linux/arm64]")
+    thu = day(
+        "Thu",
+        "the refresh merged (Debian security epoch); arm64 GPU tier fails the new index",
+        {"linux/amd64": True, "linux/arm64": False},
+        {MULTI: d_multi, SINGLE: d_single},
+        1,
+        held="failed gpu[linux/arm64]",
+    )
     assert {e["name"] for e in thu["todo"]} == {MULTI, f"{MULTI}-arm64"}, thu["todo"]
     t_refresh, d_refresh = release(thu["todo"], MULTI)
     assert t_refresh != t_multi and d_refresh != d_multi
     # Fri: the GPU tier re-run on the refreshed index passes: latest moves to it, the mirror follows
-    day("Fri", "the re-run of the GPU tier passes the refreshed index", {"linux/amd64": True, "linux/arm64": True},
-        {MULTI: d_refresh, SINGLE: d_single}, 0)
+    day(
+        "Fri",
+        "the re-run of the GPU tier passes the refreshed index",
+        {"linux/amd64": True, "linux/arm64": True},
+        {MULTI: d_refresh, SINGLE: d_single},
+        0,
+    )
     # Sat: the refresh is reverted; nothing is rebuilt, Wednesday's index is re-tested and latest follows it back
     _git(main, "revert", "--no-edit", "HEAD")
-    sat = day("Sat", "the refresh reverted: Wednesday's index re-tested, latest back on it",
-              {"linux/amd64": True, "linux/arm64": True}, {MULTI: d_multi, SINGLE: d_single}, 0)
+    sat = day(
+        "Sat",
+        "the refresh reverted: Wednesday's index re-tested, latest back on it",
+        {"linux/amd64": True, "linux/arm64": True},
+        {MULTI: d_multi, SINGLE: d_single},
+        0,
+    )
     assert not sat["todo"] and [e["repository"] for e in sat["tested"]] == [MULTI] * 2, sat
 
-    head = ["| day | what happened | cells built | refs GPU-tested | "
-            f"`{MULTI}:latest` | `{SINGLE}:latest` | promotion |", "|---|---|---|---|---|---|---|"]
+    head = [
+        f"| day | what happened | cells built | refs GPU-tested | `{MULTI}:latest` | `{SINGLE}:latest` | promotion |",
+        "|---|---|---|---|---|---|---|",
+    ]
     lines = head + [f"| {d} | {w_} | {n} | {t} | {a} | {b} | {p} |" for d, w_, n, t, a, b, p in table]
     out = ROOT / "reports" / "delivery-refresh-week.md"
     out.parent.mkdir(exist_ok=True)

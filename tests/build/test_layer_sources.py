@@ -2,6 +2,7 @@
 are its `docker save` layers, entry by entry, on a real image: the ci profile's base with a
 layer that writes a hard link, a symlink, a fifo and files a second layer deletes (whiteouts)
 and hides (an opaque directory), built by the engine as the self-test's variants are."""
+
 from __future__ import annotations
 
 import uuid
@@ -36,8 +37,10 @@ def test_the_engines_layer_folders_are_its_saved_layers(build_report, tmp_path, 
     engine.build_legacy(tmp_path, tag, {"BASE": base})
     try:
         if overlay_layers.layer_dirs(tag) is None:
-            pytest.skip(f"this engine's layers are not overlay2 folders this user may read "
-                        f"(driver {engine.info().driver}): only `docker save` is used here")
+            pytest.skip(
+                f"this engine's layers are not overlay2 folders this user may read "
+                f"(driver {engine.info().driver}): only `docker save` is used here"
+            )
         folders = layers.scan_layers(tag, _want)
         monkeypatch.setenv("TRAINBASE_LAYER_SOURCE", "save")
         saved = layers.scan_layers(tag, _want)
@@ -45,8 +48,10 @@ def test_the_engines_layer_folders_are_its_saved_layers(build_report, tmp_path, 
         engine.remove_image(tag, force=True)
     assert (folders.source, saved.source) == ("engine's overlay2 layer folders", "docker save")
     a, b = _entries(folders), _entries(saved)
-    assert a == b, (f"{len(a - b)} entries only in the folders, {len(b - a)} only in the save: "
-                    f"{sorted(a - b)[:5]} / {sorted(b - a)[:5]}")
+    assert a == b, (
+        f"{len(a - b)} entries only in the folders, {len(b - a)} only in the save: "
+        f"{sorted(a - b)[:5]} / {sorted(b - a)[:5]}"
+    )
     assert folders.created_by == saved.created_by and len(folders.layers) == len(saved.layers)
     top = len(saved.layers) - 1
     got = {(f.layer, f.path): f for f in saved.files}
@@ -56,5 +61,7 @@ def test_the_engines_layer_folders_are_its_saved_layers(build_report, tmp_path, 
     assert got[(top - 1, "opt/t/hardlink")].kind == "link" or got[(top - 1, "opt/t/file")].kind == "link"
     assert got[(top - 1, "opt/t/symlink")].kind == "symlink" and got[(top - 1, "opt/t/fifo")].kind == "other"
     assert layers.layer_waste(folders).total == layers.layer_waste(saved).total > 0
-    print(f"\n{len(a)} entries in {len(saved.layers)} layers: folders {folders.seconds:.1f} s, "
-          f"docker save {saved.seconds:.1f} s")
+    print(
+        f"\n{len(a)} entries in {len(saved.layers)} layers: folders {folders.seconds:.1f} s, "
+        f"docker save {saved.seconds:.1f} s"
+    )

@@ -2,6 +2,7 @@
 real loopback registry (htpasswd, as GHCR/ACR/ECR): a zstd twin that keeps the image and changes
 only the layer compression, and a retag by digest that writes the manifest unchanged. A small
 image (the local Debian base) keeps this quick; tests/build/test_build.py promotes a real cell."""
+
 import base64
 import json
 import os
@@ -20,23 +21,31 @@ BASE = "trainbase-bootstrap/debian:12.15-slim"
 
 def _manifest(reg, repo: str, tag: str) -> dict:
     auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
-    req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/manifests/{tag}", headers={
-        "Authorization": f"Basic {auth}",
-        "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, "
-                  "application/vnd.oci.image.index.v1+json"})
+    req = urllib.request.Request(
+        f"http://{reg.host}/v2/{repo}/manifests/{tag}",
+        headers={
+            "Authorization": f"Basic {auth}",
+            "Accept": "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, "
+            "application/vnd.oci.image.index.v1+json",
+        },
+    )
     return json.load(urllib.request.urlopen(req, timeout=30))
 
 
 def _blob(reg, repo: str, digest: str) -> dict:
     auth = base64.b64encode(f"{reg.user}:{reg.password}".encode()).decode()
-    req = urllib.request.Request(f"http://{reg.host}/v2/{repo}/blobs/{digest}", headers={"Authorization": f"Basic {auth}"})
+    req = urllib.request.Request(
+        f"http://{reg.host}/v2/{repo}/blobs/{digest}", headers={"Authorization": f"Basic {auth}"}
+    )
     return json.load(urllib.request.urlopen(req, timeout=30))
 
 
 def _push(docker, reg, image: str, ref: str) -> None:
     """`docker tag IMAGE REF` and `docker push REF` with the fixture's login; each must succeed."""
     for args in (["tag", image, ref], ["push", ref]):
-        r = subprocess.run([docker, "--config", str(reg.config), *args], capture_output=True, text=True, timeout=600, check=False)
+        r = subprocess.run(
+            [docker, "--config", str(reg.config), *args], capture_output=True, text=True, timeout=600, check=False
+        )
         assert r.returncode == 0, r.stderr
 
 
@@ -75,8 +84,14 @@ def _platform_image(docker, tmp_path, arch: str) -> str:
     (ctx / "which").write_text(f"{arch}\n")
     (ctx / "Dockerfile").write_text("FROM scratch\nCOPY which /which\n")
     ref = f"trainbase-test/index-{arch}:t"
-    r = subprocess.run([docker, "build", "--platform", f"linux/{arch}", "-t", ref, str(ctx)], capture_output=True,
-                       text=True, timeout=600, env={**__import__("os").environ, "DOCKER_BUILDKIT": "1"}, check=False)
+    r = subprocess.run(
+        [docker, "build", "--platform", f"linux/{arch}", "-t", ref, str(ctx)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "DOCKER_BUILDKIT": "1"},
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return ref
 
@@ -93,9 +108,22 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
     assert registry.tags(repo) == [tag], "a per-platform tag was pushed"
     assert set(regmod.platforms_of(registry.host, f"{registry.host}/{repo}:{tag}")) == set(images)
     for arch in ("amd64", "arm64"):
-        r = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--authfile", str(registry.config / "config.json"),
-                            "--override-arch", arch, f"docker://{registry.host}/{repo}:{tag}"],
-                           capture_output=True, text=True, timeout=120, check=False)
+        r = subprocess.run(
+            [
+                "skopeo",
+                "inspect",
+                "--tls-verify=false",
+                "--authfile",
+                str(registry.config / "config.json"),
+                "--override-arch",
+                arch,
+                f"docker://{registry.host}/{repo}:{tag}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert r.returncode == 0 and json.loads(r.stdout)["Architecture"] == arch, r.stderr
     ref = f"{registry.host}/{repo}:{tag}"
     # CI's way: each platform's runner staged its image (docker push to <ns>/staging/<cell>),
@@ -109,33 +137,48 @@ def test_a_multi_arch_index_is_one_tag_and_each_platform_pulls_its_own(registry,
         _push(docker, registry, image, f"{registry.host}/{stage_repo}:t")
         staged[plat] = f"docker://{registry.host}/{stage_repo}:t"
         staged_digests[plat] = registry.digest(stage_repo, "t")
-    merged = platforms._index_of_staged(registry.host, repo, "merged",
-                                        {p: (s.removeprefix(f"docker://{registry.host}/").rsplit(":", 1)[0], "t")
-                                         for p, s in staged.items()})
+    merged = platforms._index_of_staged(
+        registry.host,
+        repo,
+        "merged",
+        {p: (s.removeprefix(f"docker://{registry.host}/").rsplit(":", 1)[0], "t") for p, s in staged.items()},
+    )
     assert registry.digest(repo, "merged") == merged
-    assert regmod.platforms_of(registry.host, f"{registry.host}/{repo}:merged") == staged_digests, \
+    assert regmod.platforms_of(registry.host, f"{registry.host}/{repo}:merged") == staged_digests, (
         "the index does not serve the staged (attested) digests"
+    )
     # its zstd twin: one index again, every platform's layers zstd, the same filesystems
     import io
 
     from trainbase.deliver import publish
+
     publish.index_twin(registry.host, repo, "merged", io.StringIO(), repo)
     twin = _manifest(registry, repo, "merged-zstd")
     assert twin["mediaType"] == regmod.INDEX_MEDIA_TYPE and len(twin["manifests"]) == 2
     gz = _manifest(registry, repo, "merged")
-    for plat_z, plat_g in zip(sorted(twin["manifests"], key=lambda m: m["platform"]["architecture"]),
-                              sorted(gz["manifests"], key=lambda m: m["platform"]["architecture"]), strict=True):
+    for plat_z, plat_g in zip(
+        sorted(twin["manifests"], key=lambda m: m["platform"]["architecture"]),
+        sorted(gz["manifests"], key=lambda m: m["platform"]["architecture"]),
+        strict=True,
+    ):
         mz, mg = (_manifest(registry, repo, m["digest"]) for m in (plat_z, plat_g))
         assert {layer["mediaType"] for layer in mz["layers"]} == {"application/vnd.oci.image.layer.v1.tar+zstd"}
-        assert [_blob(registry, repo, m["config"]["digest"])["rootfs"]["diff_ids"] for m in (mz, mg)][0] == \
-            _blob(registry, repo, mg["config"]["digest"])["rootfs"]["diff_ids"]
+        assert [_blob(registry, repo, m["config"]["digest"])["rootfs"]["diff_ids"] for m in (mz, mg)][0] == _blob(
+            registry, repo, mg["config"]["digest"]
+        )["rootfs"]["diff_ids"]
         images.update({f"staged-{p}": s.removeprefix("docker://") for p, s in staged.items()})
     try:
-        r = subprocess.run([docker, "--config", str(registry.config), "pull", "--platform", "linux/arm64", ref],
-                           capture_output=True, text=True, timeout=300, check=False)
+        r = subprocess.run(
+            [docker, "--config", str(registry.config), "pull", "--platform", "linux/arm64", ref],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert r.returncode == 0, r.stderr
-        arch = subprocess.run([docker, "image", "inspect", "-f", "{{.Architecture}}", ref], capture_output=True,
-                              text=True, check=False).stdout.strip()
+        arch = subprocess.run(
+            [docker, "image", "inspect", "-f", "{{.Architecture}}", ref], capture_output=True, text=True, check=False
+        ).stdout.strip()
         assert arch == "arm64"
     finally:
         for im in [ref, *images.values()]:
@@ -148,10 +191,12 @@ def _keypair(tmp_path, name: str):
 
     key = ec.generate_private_key(ec.SECP256R1())
     priv, pub = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
-    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
+    priv.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    pub.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     return priv, pub
 
 
@@ -175,14 +220,23 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     docs.mkdir(parents=True)
     sbom = {"bomFormat": "CycloneDX", "specVersion": "1.6", "components": [{"name": "openmpi", "version": "4.1.4"}]}
     (docs / "sbom.cdx.json").write_text(json.dumps(sbom))
-    (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "recipe": "ab" * 32, "inputs": {
-        "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE},
-        "artifacts": {"openmpi": {"url": "http://deb.debian.org/x.tar.xz", "sha256": "d" * 64}}}}))
+    (docs / "inputs.lock.json").write_text(
+        json.dumps(
+            {
+                "tag": tag,
+                "recipe": "ab" * 32,
+                "inputs": {
+                    "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE},
+                    "artifacts": {"openmpi": {"url": "http://deb.debian.org/x.tar.xz", "sha256": "d" * 64}},
+                },
+            }
+        )
+    )
     key, pub = _keypair(tmp_path, "signing")
     out = io.StringIO()
     signer = attest.Attester(f"{registry.host}/trainbase", tmp_path / "supply", key, out)
     signer.attach(job, repo, tag)
-    signer.attach(job, repo, tag)                                   # a re-run attaches nothing twice
+    signer.attach(job, repo, tag)  # a re-run attaches nothing twice
     assert out.getvalue().count("signed (key") == 2 and out.getvalue().count("already attached") == 2, out.getvalue()
 
     client = referrers.Client(registry.host)
@@ -198,9 +252,16 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     out = io.StringIO()
     assert attest.verify_command(None, tmp_path, [], ref, None, str(pub), out=out) == 0, out.getvalue()
     assert out.getvalue().count("subject matches") == 2
-    prov = next(att.verify(client.blob(repo, json.loads(client.manifest(repo, d.digest)[0])["layers"][0]["digest"]),
-                           att.load_public_key(pub), digest, att.PROVENANCE) for d in found
-                if dict(d.annotations)[att.PREDICATE_ANNOTATION] == att.PROVENANCE)
+    prov = next(
+        att.verify(
+            client.blob(repo, json.loads(client.manifest(repo, d.digest)[0])["layers"][0]["digest"]),
+            att.load_public_key(pub),
+            digest,
+            att.PROVENANCE,
+        )
+        for d in found
+        if dict(d.annotations)[att.PREDICATE_ANNOTATION] == att.PROVENANCE
+    )
     deps = {d["name"]: d for d in prov["predicate"]["buildDefinition"]["resolvedDependencies"]}
     assert deps["artifact:openmpi"]["digest"] == {"sha256": "d" * 64}
     assert deps["base"]["digest"] == {"packages-sha256": "c" * 64}
@@ -210,16 +271,20 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
 
     # promotion retags by digest: latest has the same attestations
     regmod.retag(f"{registry.host}/{repo}@{digest}", f"{registry.host}/{repo}:latest")
-    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{repo}:latest", None, str(pub),
-                                 out=io.StringIO()) == 0
+    assert (
+        attest.verify_command(None, tmp_path, [], f"{registry.host}/{repo}:latest", None, str(pub), out=io.StringIO())
+        == 0
+    )
 
     # --merge-platforms copies a staged image's attestations into the published repository
     merged = "trainbase/attested-merged"
     regmod.retag(f"{registry.host}/{repo}@{digest}", f"{registry.host}/{merged}:{tag}")
     assert client.copy_referrers(repo, merged, client.descriptor(repo, tag)) == 2
     assert client.copy_referrers(repo, merged, client.descriptor(repo, tag)) == 0
-    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/{merged}:{tag}", None, str(pub),
-                                 out=io.StringIO()) == 0
+    assert (
+        attest.verify_command(None, tmp_path, [], f"{registry.host}/{merged}:{tag}", None, str(pub), out=io.StringIO())
+        == 0
+    )
 
     _, other = _keypair(tmp_path, "other")
     out = io.StringIO()
@@ -234,12 +299,19 @@ def test_signed_sbom_and_provenance_are_attached_listed_and_verified(registry, d
     assert attest.verify_command(None, tmp_path, [], tref, None, str(pub), out=out) == 1
     assert out.getvalue().count("nothing attached") == 2, out.getvalue()
     forged = json.loads(envelope)
-    forged["payload"] = base64.b64encode(json.dumps(att.statement("x", digest, att.SBOM, {"forged": True}))
-                                         .replace(" ", "").encode()).decode()
+    forged["payload"] = base64.b64encode(
+        json.dumps(att.statement("x", digest, att.SBOM, {"forged": True})).replace(" ", "").encode()
+    ).decode()
     subject = client.descriptor(tampered_repo, tag)
     for ptype in att.PREDICATES:
-        client.attach(tampered_repo, subject, att.DSSE_MEDIA_TYPE, json.dumps(forged).encode(), att.DSSE_MEDIA_TYPE,
-                      {att.PREDICATE_ANNOTATION: ptype})
+        client.attach(
+            tampered_repo,
+            subject,
+            att.DSSE_MEDIA_TYPE,
+            json.dumps(forged).encode(),
+            att.DSSE_MEDIA_TYPE,
+            {att.PREDICATE_ANNOTATION: ptype},
+        )
     out = io.StringIO()
     assert attest.verify_command(None, tmp_path, [], tref, None, str(pub), out=out) == 1
     assert out.getvalue().count("signature does not verify") == 2, out.getvalue()
@@ -264,8 +336,10 @@ def test_a_mirror_gets_the_promoted_digest_its_tag_latest_and_attestations(regis
     _push(docker, registry, image, f"{src}:{tag}")
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     out = io.StringIO()
-    assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) \
+    assert (
+        mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out)
         == "not promoted in the primary: nothing to mirror"
+    )
     digest = registry.digest("primary/cellx", tag)
     regmod.retag(f"{src}@{digest}", f"{src}:latest")
     docs = tmp_path / "supply" / "cellx" / tag
@@ -274,18 +348,26 @@ def test_a_mirror_gets_the_promoted_digest_its_tag_latest_and_attestations(regis
     (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "inputs": {}}))
     key, pub = _keypair(tmp_path, "k")
     attest.Attester(f"{registry.host}/primary", tmp_path / "supply", key, io.StringIO()).attach(
-        SimpleNamespace(name="cellx", tag=tag, platform="linux/amd64", image=image), "primary/cellx", tag)
+        SimpleNamespace(name="cellx", tag=tag, platform="linux/amd64", image=image), "primary/cellx", tag
+    )
 
     done = mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out)
     assert done == f"{tag} copied, latest -> {digest}, 2 attestation(s)"
     assert registry.digest("mirror/cellx", tag) == digest and registry.digest("mirror/cellx", "latest") == digest
-    assert attest.verify_command(None, tmp_path, [], f"{registry.host}/mirror/cellx:latest", None, str(pub),
-                                 out=io.StringIO()) == 0
-    assert mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) == "already current"
+    assert (
+        attest.verify_command(
+            None, tmp_path, [], f"{registry.host}/mirror/cellx:latest", None, str(pub), out=io.StringIO()
+        )
+        == 0
+    )
+    assert (
+        mirror.mirror_one(f"{registry.host}/primary", f"{registry.host}/mirror", "cellx", tag, out) == "already current"
+    )
 
 
 def test_a_tag_its_first_run_left_unattested_and_its_zstd_twin_are_attested_by_the_next(
-        registry, docker, monkeypatch, tmp_path):
+    registry, docker, monkeypatch, tmp_path
+):
     """`--push --zstd-twin --sign-key`: a run pushed the tag and its twin, then failed before
     attesting (here: no signer). The next run finds both published -- immutable, left as is --
     records them with the tag's digest, and attaches what each lacks; the twin (what
@@ -316,8 +398,18 @@ def test_a_tag_its_first_run_left_unattested_and_its_zstd_twin_are_attested_by_t
     docs = tmp_path / "supply" / "late-attested" / tag
     docs.mkdir(parents=True)
     (docs / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "components": []}))
-    (docs / "inputs.lock.json").write_text(json.dumps({"tag": tag, "recipe": "ab" * 32, "inputs": {
-        "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE}, "artifacts": {}}}))
+    (docs / "inputs.lock.json").write_text(
+        json.dumps(
+            {
+                "tag": tag,
+                "recipe": "ab" * 32,
+                "inputs": {
+                    "base": {"how": "bootstrap", "identity": "packages-sha256:" + "c" * 64, "ref": BASE},
+                    "artifacts": {},
+                },
+            }
+        )
+    )
     key, pub = _keypair(tmp_path, "late")
 
     def tag_local(src, dst):
@@ -350,7 +442,7 @@ def test_a_blob_is_mounted_across_repositories_or_streamed_where_the_registry_de
     chunks where it declines and opens an upload instead (a registry may; a layer is gigabytes)."""
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     client = referrers.Client(registry.host)
-    payload = os.urandom(20 << 20)          # more than two 8 MiB chunks
+    payload = os.urandom(20 << 20)  # more than two 8 MiB chunks
     desc = client.put_blob("trainbase/blob-src", payload, "application/octet-stream")
     real, calls = client._request, []
 
@@ -363,7 +455,7 @@ def test_a_blob_is_mounted_across_repositories_or_streamed_where_the_registry_de
     assert ("GET", "blobs") not in calls, f"a mountable blob was downloaded: {calls}"
     assert client.blob("trainbase/blob-mounted", desc.digest) == payload
 
-    def declines(method, path, *a, **kw):   # what a registry without cross-repository mounts answers
+    def declines(method, path, *a, **kw):  # what a registry without cross-repository mounts answers
         return spy(method, path.split("?mount=")[0], *a, **kw)
 
     calls.clear()

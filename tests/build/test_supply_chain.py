@@ -2,6 +2,7 @@
 SBOM; a tampered checksum stops the cell naming file, expected and actual hash; --locked
 reproduces a cell from its lock and refuses one whose inputs moved; an over-budget cell fails
 with its largest layers named and keeps no tag."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,13 +22,19 @@ from .conftest import ROOT
 
 pytestmark = pytest.mark.engine
 PY = sys.executable
-CHEAP = "openmpi5.0.11-cuda13.0-cudnn9-debian12"   # a ci-profile cell with no compile step
+CHEAP = "openmpi5.0.11-cuda13.0-cudnn9-debian12"  # a ci-profile cell with no compile step
 DOCS = ("inputs.lock.json", "inventory.json", "sbom.cdx.json", "audit.json", "budget.json", "release-notes.md")
 
 
 def _build(cwd, *args, timeout=3600):
-    return subprocess.run([PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_every_built_cell_has_its_documents_and_carries_its_sbom(build_report, docker):
@@ -37,8 +44,12 @@ def test_every_built_cell_has_its_documents_and_carries_its_sbom(build_report, d
         labels = engine.inspect_image(c["image"]).labels
         digest = hashlib.sha256(sbom_text.encode()).hexdigest()
         assert labels["io.trainbase.sbom.sha256"] == digest, c["name"]
-        r = subprocess.run([docker, "run", "--rm", c["image"], "sha256sum", labels["io.trainbase.sbom"]],
-                           capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            [docker, "run", "--rm", c["image"], "sha256sum", labels["io.trainbase.sbom"]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert r.returncode == 0 and r.stdout.split()[0] == digest, (c["name"], r.stdout, r.stderr)
         lock = json.loads(Path(c["supply"]["documents"]["inputs.lock.json"]).read_text())
         assert lock["tag"] == c["tag"] and lock["outputs"]["sbom_sha256"] == digest
@@ -69,8 +80,14 @@ def test_tampered_checksum_names_file_expected_and_actual(scratch, docker):
     real, fake = art["sha256"], "0" * 63 + "f"
     art["sha256"] = fake
     (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                          capture_output=True, check=False).returncode == 0
+    assert (
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     report = scratch / "report.json"
     r = _build(scratch, "--select", "name=openmpi4.1.4-cuda12.8-cudnn9-debian12", "--report", str(report))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -102,16 +119,24 @@ def test_locked_rebuild_reproduces_the_lock(build_report):
     r = _build(ROOT, "--locked", "--select", f"name={CHEAP}", "--report", "/dev/null")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "result: 1 built" in r.stdout
-    assert engine.inspect_image(cell["image"]).labels["io.trainbase.sbom.sha256"] == \
-        json.loads(Path(cell["supply"]["documents"]["inputs.lock.json"]).read_text())["outputs"]["sbom_sha256"]
+    assert (
+        engine.inspect_image(cell["image"]).labels["io.trainbase.sbom.sha256"]
+        == json.loads(Path(cell["supply"]["documents"]["inputs.lock.json"]).read_text())["outputs"]["sbom_sha256"]
+    )
 
 
 def test_over_budget_cell_fails_with_its_largest_layers_and_keeps_no_tag(scratch, docker):
     data = yaml.safe_load((scratch / "matrix.yaml").read_text())
     data["os"]["debian12"]["size_budget_gb"] = 0.5
     (scratch / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                          capture_output=True, check=False).returncode == 0
+    assert (
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     report = scratch / "report.json"
     r = _build(scratch, "--select", f"name={CHEAP}", "--report", str(report))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -134,18 +159,24 @@ def test_a_base_that_is_not_the_locked_one_is_refused(scratch):
     deb["identity"] = "packages-sha256:" + "0" * 64
     deb["packages"][0] = f"{name} {version}~older"
     lock_path.write_text(json.dumps(lock))
-    assert subprocess.run([PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
-                          capture_output=True, check=False).returncode == 0
+    assert (
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "--render", "--file", str(scratch / "matrix.yaml")],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     report = scratch / "report.json"
     r = _build(scratch, "--select", f"name={CHEAP}", "--report", str(report))
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     got = json.loads(report.read_text())["cells"][0]
     assert got["status"] == "failed" and not engine.image_exists(got["image"])
-    assert (f"base debian:12.15-slim is not the locked one: locked packages-sha256:{'0' * 64}, "
-            f"resolved {real_identity}") in got["reason"], got["reason"]
+    assert (
+        f"base debian:12.15-slim is not the locked one: locked packages-sha256:{'0' * 64}, resolved {real_identity}"
+    ) in got["reason"], got["reason"]
     assert f"{name} {version}~older -> {version}" in got["reason"], got["reason"]
     assert "not the locked one: making it again" in r.stdout and "bootstrapped as" in r.stdout, r.stdout[-2000:]
-
 
 
 def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_moved(registry, docker, tmp_path):
@@ -164,8 +195,15 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
     made = []
 
     def docker_(*args, cwd=None):
-        r = subprocess.run([docker, *cfg, *args], capture_output=True, text=True, cwd=cwd,
-                           env={**registry.env(), "DOCKER_BUILDKIT": "1"}, timeout=600, check=False)
+        r = subprocess.run(
+            [docker, *cfg, *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env={**registry.env(), "DOCKER_BUILDKIT": "1"},
+            timeout=600,
+            check=False,
+        )
         assert r.returncode == 0, f"docker {' '.join(args)}: {r.stdout[-1500:]}{r.stderr[-1500:]}"
         return r.stdout.strip()
 
@@ -179,17 +217,26 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
 
     try:
         locked = push_variant("locked")
-        moved = push_variant("moved")          # the same tag, now another image upstream
+        moved = push_variant("moved")  # the same tag, now another image upstream
         assert locked != moved
-        for image_id in made:                  # nothing local: the resolver must pull
+        for image_id in made:  # nothing local: the resolver must pull
             docker_("image", "rm", "-f", image_id)
         lock = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity=locked)
-        probe = ("import json, sys; from types import SimpleNamespace; "
-                 "from trainbase.define import base_lock; from trainbase.build import bases; "
-                 "lock = base_lock.BaseLock(ref=sys.argv[1], how=base_lock.REGISTRY, identity=sys.argv[2]); "
-                 "print(json.dumps(bases.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))")
-        r = subprocess.run([PY, "-c", probe, ref, locked], cwd=ROOT, capture_output=True, text=True,
-                           env=registry.env(), timeout=300, check=False)
+        probe = (
+            "import json, sys; from types import SimpleNamespace; "
+            "from trainbase.define import base_lock; from trainbase.build import bases; "
+            "lock = base_lock.BaseLock(ref=sys.argv[1], how=base_lock.REGISTRY, identity=sys.argv[2]); "
+            "print(json.dumps(bases.resolve(lock.ref, SimpleNamespace(bootstrap=None), lock, log=print)))"
+        )
+        r = subprocess.run(
+            [PY, "-c", probe, ref, locked],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=registry.env(),
+            timeout=300,
+            check=False,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         made.append(lock.engine_ref())
         assert json.loads(r.stdout.splitlines()[-1]) == [lock.engine_ref(), None], r.stdout
@@ -201,5 +248,5 @@ def test_a_registry_locked_base_is_pulled_and_built_by_its_digest_after_its_tag_
         labels = json.loads(docker_("image", "inspect", "--format", "{{json .Config.Labels}}", child))
         assert labels.get("io.trainbase.test.which") == "locked", labels
     finally:
-        for name in reversed(made):            # the child, the pulled base, the pushed variants
+        for name in reversed(made):  # the child, the pulled base, the pushed variants
             subprocess.run([docker, "image", "rm", "-f", name], capture_output=True, check=False)

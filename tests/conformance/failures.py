@@ -20,6 +20,7 @@ is not what this writes.
     .venv/bin/python -m tests.conformance.failures           # write the table into docs/conformance.md
     .venv/bin/python -m tests.conformance.failures --check   # exit 1 if the docs' table is out of date
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,14 +48,14 @@ DOC = ROOT / "docs" / "conformance.md"
 START, END = "<!-- failures-table:start -->", "<!-- failures-table:end -->"
 GENERATOR = ".venv/bin/python -m tests.conformance.failures"
 MATRIX = ROOT / "matrix.yaml"
-CI_PROFILE = "ci"           # the profile .ci/run builds, and the self-test builds its variants FROM
+CI_PROFILE = "ci"  # the profile .ci/run builds, and the self-test builds its variants FROM
 MUTATION_RECORD = HERE / "mutation-record.json"
 # A foreign image's recorded failure whose message is one of these failed before the check's own
 # asserts ran (a precondition many checks share): listed, not counted as the check shown failing.
 PRECONDITIONS = {
     r"mpirun has detected an attempt to run as root": "its mpirun refuses root before the check's own asserts run",
 }
-KINDS = ("variant", "unit", "foreign")      # the ways, strongest first: a check counts under the first it has
+KINDS = ("variant", "unit", "foreign")  # the ways, strongest first: a check counts under the first it has
 ENTRY_KEYS = {"unit": {"shown_by", "unit", "message", "via", "also"}, "none": {"shown_by", "why"}}
 
 
@@ -80,18 +81,20 @@ class Way:
     source: str
     message: str
     note: str = ""
-    uncounted: str = ""     # why this way does not count as the check shown failing ("" where it counts)
+    uncounted: str = ""  # why this way does not count as the check shown failing ("" where it counts)
 
 
 # --------------------------------------------------------------------------- the checks
+
 
 def _marks(obj) -> list:
     marks = getattr(obj, "pytestmark", [])
     return list(marks) if isinstance(marks, (list, tuple)) else [marks]
 
 
-def collect_checks(checks_dir: Path = CHECKS, package: str = "trainbase_conformance.checks"
-                   ) -> tuple[dict[str, Check], list[str]]:
+def collect_checks(
+    checks_dir: Path = CHECKS, package: str = "trainbase_conformance.checks"
+) -> tuple[dict[str, Check], list[str]]:
     """Every ``test_*`` function of the check modules (imported, so that marks applied any way
     count), with its tier; the problems: a check without exactly one tier marker."""
     out, problems = {}, []
@@ -111,17 +114,19 @@ def collect_checks(checks_dir: Path = CHECKS, package: str = "trainbase_conforma
 
 # --------------------------------------------------------------------------- the ways
 
+
 def ci_builds(matrix: Path = MATRIX, profile: str = CI_PROFILE) -> tuple[set[str], set[str]]:
     """The frameworks and MPI kinds of the images the ``ci`` profile builds (the bases the self-test
     in .ci/run builds its variants FROM)."""
     from trainbase.define import matrix as m
+
     cells = m.load(matrix).select(profile=profile)
-    return ({c.framework for c in cells if c.framework != "none"},
-            {re.sub(r"[\d.]+$", "", c.mpi) for c in cells})
+    return ({c.framework for c in cells if c.framework != "none"}, {re.sub(r"[\d.]+$", "", c.mpi) for c in cells})
 
 
-def variant_ways(checks: dict[str, Check], broken: Path = BROKEN,
-                 built: tuple[set[str], set[str]] | None = None) -> tuple[list[Way], list[str]]:
+def variant_ways(
+    checks: dict[str, Check], broken: Path = BROKEN, built: tuple[set[str], set[str]] | None = None
+) -> tuple[list[Way], list[str]]:
     """expect.json's must_fail of every broken variant, each check resolved to the file of
     ``paths`` that defines it. A variant that needs a framework or MPI no image of the ``ci``
     profile has is built nowhere CI runs it (test_broken_variants.py skips it): its ways are
@@ -133,13 +138,26 @@ def variant_ways(checks: dict[str, Check], broken: Path = BROKEN,
             problems.append(f"variant {folder.name}: an expect.json without a Dockerfile")
             continue
         expect = json.loads((folder / "expect.json").read_text())
-        needs = [f"a {expect['framework']} image" for _ in [0] if expect.get("framework") and expect["framework"] not in frameworks]
+        needs = [
+            f"a {expect['framework']} image"
+            for _ in [0]
+            if expect.get("framework") and expect["framework"] not in frameworks
+        ]
         needs += [f"an {expect['mpi']} image" for _ in [0] if expect.get("mpi") and expect["mpi"] not in mpis]
-        unbuilt = (f"not built by CI: it needs {' and '.join(needs)}, which the {CI_PROFILE} profile does not build "
-                   "(test_broken_variants.py skips it)") if needs else ""
+        unbuilt = (
+            (
+                f"not built by CI: it needs {' and '.join(needs)}, which the {CI_PROFILE} profile does not build "
+                "(test_broken_variants.py skips it)"
+            )
+            if needs
+            else ""
+        )
         # must_fail: judged by the self-test on any engine; gpu_must_fail: by a GPU runner
         # (scripts/gpu-variants.sh in gpu.yml), on the checks of the gpu tier
-        for key, paths_key, where in (("must_fail", "paths", ""), (verdict.GPU_CLAIMS, "gpu_paths", "on a GPU runner: ")):
+        for key, paths_key, where in (
+            ("must_fail", "paths", ""),
+            (verdict.GPU_CLAIMS, "gpu_paths", "on a GPU runner: "),
+        ):
             if key != "must_fail" and key not in expect:
                 continue
             try:
@@ -150,11 +168,21 @@ def variant_ways(checks: dict[str, Check], broken: Path = BROKEN,
             for name, e in expected.items():
                 found = [f"{p}::{name}" for p in expect.get(paths_key, []) if f"{p}::{name}" in checks]
                 if len(found) != 1:
-                    problems.append(f"variant {folder.name} claims {name}, which {len(found)} of its {paths_key} "
-                                    f"{expect.get(paths_key)} define")
+                    problems.append(
+                        f"variant {folder.name} claims {name}, which {len(found)} of its {paths_key} "
+                        f"{expect.get(paths_key)} define"
+                    )
                     continue
-                ways.append(Way(found[0], "variant", folder.name, e.pattern, where + e.why,
-                                unbuilt if key == "must_fail" else ""))
+                ways.append(
+                    Way(
+                        found[0],
+                        "variant",
+                        folder.name,
+                        e.pattern,
+                        where + e.why,
+                        unbuilt if key == "must_fail" else "",
+                    )
+                )
     return ways, problems
 
 
@@ -212,15 +240,22 @@ def hollow_checks(record: Path = MUTATION_RECORD) -> set[str]:
     return {mid.split("#", 1)[0] for mid, o in outcomes.items() if mid.endswith("#noop") and not o.get("killed")}
 
 
-def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[Way],
-              root: Path = ROOT, hollow: set[str] = frozenset()) -> tuple[list[Way], dict[str, str], list[str]]:
+def yaml_ways(
+    entries: dict[str, dict],
+    checks: dict[str, Check],
+    derived: list[Way],
+    root: Path = ROOT,
+    hollow: set[str] = frozenset(),
+) -> tuple[list[Way], dict[str, str], list[str]]:
     """failures.yaml read: the unit ways, the ``none`` entries (check -> why), and the problems."""
     ways, nones, problems = [], {}, []
     has = {w.check: w for w in sorted(derived, key=lambda w: bool(not w.uncounted))}
     for cid, entry in entries.items():
         if cid not in checks:
-            problems.append(f"failures.yaml: {cid} is no check (not a test_* function of "
-                            f"trainbase_conformance/checks/{cid.split('::')[0]})")
+            problems.append(
+                f"failures.yaml: {cid} is no check (not a test_* function of "
+                f"trainbase_conformance/checks/{cid.split('::')[0]})"
+            )
             continue
         if not isinstance(entry, dict):
             problems.append(f"failures.yaml: {cid}: an entry is a mapping with shown_by")
@@ -230,24 +265,33 @@ def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[
             where = "its broken variant's expect.json" if kind == "variant" else "tests/foreign/*/outcomes.json"
             claimed = [w.source for w in derived if w.check == cid and w.kind == kind]
             named = entry.get(kind) or entry.get("variant") or "?"
-            said = (f"{named} claims it: drop this duplicate" if named in claimed
-                    else f"{named} does not claim it (claimed by: {', '.join(claimed) or 'none'})")
+            said = (
+                f"{named} claims it: drop this duplicate"
+                if named in claimed
+                else f"{named} does not claim it (claimed by: {', '.join(claimed) or 'none'})"
+            )
             problems.append(f"failures.yaml: {cid}: {kind} entries are read from {where}, not written here; {said}")
             continue
         if kind not in ENTRY_KEYS:
-            problems.append(f"failures.yaml: {cid}: shown_by {kind!r}, want unit or none "
-                            "(variant and foreign entries come from expect.json and outcomes.json)")
+            problems.append(
+                f"failures.yaml: {cid}: shown_by {kind!r}, want unit or none "
+                "(variant and foreign entries come from expect.json and outcomes.json)"
+            )
             continue
         if extra := set(entry) - ENTRY_KEYS[kind]:
             problems.append(f"failures.yaml: {cid}: unknown keys {sorted(extra)} for shown_by {kind}")
         if kind == "none":
             why = entry.get("why")
             if not isinstance(why, str) or len(why.strip()) < 20:
-                problems.append(f"failures.yaml: {cid}: shown_by none needs a why (why no failure can be "
-                                "built here, or 'not yet built: ...')")
+                problems.append(
+                    f"failures.yaml: {cid}: shown_by none needs a why (why no failure can be "
+                    "built here, or 'not yet built: ...')"
+                )
             elif cid in has and not has[cid].uncounted:
-                problems.append(f"failures.yaml: {cid}: says none, but {has[cid].kind} {has[cid].source} shows "
-                                "it failing: drop the none entry")
+                problems.append(
+                    f"failures.yaml: {cid}: says none, but {has[cid].kind} {has[cid].source} shows "
+                    "it failing: drop the none entry"
+                )
             else:
                 nones[cid] = why.strip()
             continue
@@ -263,22 +307,36 @@ def yaml_ways(entries: dict[str, dict], checks: dict[str, Check], derived: list[
             also = []
         for more in also:
             if not isinstance(more, str) or (why := unit_test_exists(more, root)):
-                problems.append(f"failures.yaml: {cid}: also {more!r}: {why if isinstance(more, str) else 'not a node id'}")
-        ways.append(Way(cid, "unit", node, (message or "").strip(), (entry.get("via") or "").strip(),
-                        "hollow: its evidence still passes with the check made a no-op (the mutation run)"
-                        if cid in hollow else ""))
+                problems.append(
+                    f"failures.yaml: {cid}: also {more!r}: {why if isinstance(more, str) else 'not a node id'}"
+                )
+        ways.append(
+            Way(
+                cid,
+                "unit",
+                node,
+                (message or "").strip(),
+                (entry.get("via") or "").strip(),
+                "hollow: its evidence still passes with the check made a no-op (the mutation run)"
+                if cid in hollow
+                else "",
+            )
+        )
     return ways, nones, problems
 
 
-def without_entry(checks: dict[str, Check], ways: list[Way], nones: dict[str, str],
-                  refused: set[str] = frozenset()) -> list[str]:
+def without_entry(
+    checks: dict[str, Check], ways: list[Way], nones: dict[str, str], refused: set[str] = frozenset()
+) -> list[str]:
     """The checks with neither a way nor a ``none`` entry, named (but those in ``refused``, whose
     entry's own problem is reported)."""
     missing = sorted(set(checks) - {w.check for w in ways} - set(nones) - set(refused))
     if not missing:
         return []
-    return [f"{len(missing)} check(s) with no entry: show each failing (a broken variant, a unit test) or add "
-            f"`shown_by: none` with a why to tests/conformance/failures.yaml: {', '.join(missing)}"]
+    return [
+        f"{len(missing)} check(s) with no entry: show each failing (a broken variant, a unit test) or add "
+        f"`shown_by: none` with a why to tests/conformance/failures.yaml: {', '.join(missing)}"
+    ]
 
 
 @dataclass
@@ -289,31 +347,38 @@ class Table:
     problems: list[str]
 
     def ways_of(self, cid: str) -> list[Way]:
-        return sorted((w for w in self.ways if w.check == cid),
-                      key=lambda w: (bool(w.uncounted), KINDS.index(w.kind), w.source))
+        return sorted(
+            (w for w in self.ways if w.check == cid), key=lambda w: (bool(w.uncounted), KINDS.index(w.kind), w.source)
+        )
 
     def primary(self) -> dict[str, str]:
         """check -> the strongest way that counts it as shown failing."""
-        return {cid: ways[0].kind for cid in self.checks
-                if (ways := [w for w in self.ways_of(cid) if not w.uncounted])}
+        return {cid: ways[0].kind for cid in self.checks if (ways := [w for w in self.ways_of(cid) if not w.uncounted])}
 
 
-def build(checks: dict[str, Check] | None = None, entries: dict[str, dict] | None = None,
-          broken: Path = BROKEN, foreign: Path = FOREIGN, root: Path = ROOT,
-          hollow: set[str] | None = None) -> Table:
+def build(
+    checks: dict[str, Check] | None = None,
+    entries: dict[str, dict] | None = None,
+    broken: Path = BROKEN,
+    foreign: Path = FOREIGN,
+    root: Path = ROOT,
+    hollow: set[str] | None = None,
+) -> Table:
     problems = []
     if checks is None:
         checks, problems = collect_checks()
     entries = load_entries() if entries is None else entries
     variants, p1 = variant_ways(checks, broken)
     foreigns, p2 = foreign_ways(checks, foreign)
-    units, nones, p3 = yaml_ways(entries, checks, variants + foreigns, root,
-                                 hollow_checks() if hollow is None else hollow)
+    units, nones, p3 = yaml_ways(
+        entries, checks, variants + foreigns, root, hollow_checks() if hollow is None else hollow
+    )
     ways = variants + foreigns + units
     return Table(checks, ways, nones, problems + p1 + p2 + p3 + without_entry(checks, ways, nones, set(entries)))
 
 
 # --------------------------------------------------------------------------- the Markdown
+
 
 def code(text: str) -> str:
     """``text`` as an inline code span inside a table cell: pipes escaped, newlines folded,
@@ -349,23 +414,32 @@ def render(t: Table) -> str:
     rows = ["| check | tier | how it is shown failing | the message it gives |", "|---|---|---|---|"]
     for c in order:
         for w in t.ways_of(c.id) or [None]:
-            rows.append(f"| `{c.id}` | {c.tier} | " + (f"{how(w)} | {said(w)} |" if w else "no failure yet (below) | — |"))
+            rows.append(
+                f"| `{c.id}` | {c.tier} | " + (f"{how(w)} | {said(w)} |" if w else "no failure yet (below) | — |")
+            )
     primary = t.primary()
     by = {k: sum(1 for v in primary.values() if v == k) for k in KINDS}
     also = sum(1 for cid in primary if len({w.kind for w in t.ways_of(cid) if not w.uncounted}) > 1)
     uncounted = [w for w in t.ways if w.uncounted]
     nones = [c for c in order if c.id not in primary]
-    lines = [START, f"<!-- written by `{GENERATOR}` from tests/conformance/failures.yaml, the broken "
-             "variants' expect.json and tests/foreign/*/outcomes.json: edit those, not this -->", "",
-             *rows, "",
-             f"Each check counted once, by the strongest way it has: {by['variant']} by a broken variant, "
-             f"{by['unit']} by a unit test (and no variant), {by['foreign']} by the foreign image only; {also} of "
-             f"the {len(primary)} are shown in more than one way. {len(uncounted)} listed way(s) do not count: "
-             f"{sum(1 for w in uncounted if w.kind == 'variant')} variant claim(s) CI never builds, "
-             f"{sum(1 for w in uncounted if w.kind == 'unit')} hollow unit test(s), "
-             f"{sum(1 for w in uncounted if w.kind == 'foreign')} foreign failure(s) of a shared precondition.", "",
-             f"{len(primary)} of {len(t.checks)} checks are shown failing; {len(nones)} have no failure yet"
-             + (":" if nones else "."), ""]
+    lines = [
+        START,
+        f"<!-- written by `{GENERATOR}` from tests/conformance/failures.yaml, the broken "
+        "variants' expect.json and tests/foreign/*/outcomes.json: edit those, not this -->",
+        "",
+        *rows,
+        "",
+        f"Each check counted once, by the strongest way it has: {by['variant']} by a broken variant, "
+        f"{by['unit']} by a unit test (and no variant), {by['foreign']} by the foreign image only; {also} of "
+        f"the {len(primary)} are shown in more than one way. {len(uncounted)} listed way(s) do not count: "
+        f"{sum(1 for w in uncounted if w.kind == 'variant')} variant claim(s) CI never builds, "
+        f"{sum(1 for w in uncounted if w.kind == 'unit')} hollow unit test(s), "
+        f"{sum(1 for w in uncounted if w.kind == 'foreign')} foreign failure(s) of a shared precondition.",
+        "",
+        f"{len(primary)} of {len(t.checks)} checks are shown failing; {len(nones)} have no failure yet"
+        + (":" if nones else "."),
+        "",
+    ]
     for tier in TIERS:
         mine = sorted((c for c in nones if c.tier == tier), key=lambda c: (c.file, c.line))
         if not mine:
@@ -387,7 +461,7 @@ def current_block(doc_text: str) -> str:
     """The docs' block between the markers, markers included."""
     if doc_text.count(START) != 1 or doc_text.count(END) != 1 or doc_text.index(START) > doc_text.index(END):
         raise ValueError(f"docs/conformance.md must hold one {START} ... {END} block")
-    return doc_text[doc_text.index(START):doc_text.index(END) + len(END)]
+    return doc_text[doc_text.index(START) : doc_text.index(END) + len(END)]
 
 
 def splice(doc_text: str, block: str) -> str:
@@ -404,9 +478,11 @@ def drift_problem(doc_text: str, block: str) -> str | None:
         return None
     old, new = now.splitlines(), block.splitlines()
     first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-    return (f"the failures table in docs/conformance.md is not what the generator writes now (first difference "
-            f"at its line {first + 1}: {old[first] if first < len(old) else '<end>'!r} -> "
-            f"{new[first] if first < len(new) else '<end>'!r}): run `{GENERATOR}`")
+    return (
+        f"the failures table in docs/conformance.md is not what the generator writes now (first difference "
+        f"at its line {first + 1}: {old[first] if first < len(old) else '<end>'!r} -> "
+        f"{new[first] if first < len(new) else '<end>'!r}): run `{GENERATOR}`"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -419,9 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     text, block = DOC.read_text(), render(t)
     primary = t.primary()
-    print(f"{len(primary)} of {len(t.checks)} checks shown failing "
-          f"({', '.join(f'{k} {list(primary.values()).count(k)}' for k in KINDS)}); {len(t.checks) - len(primary)} "
-          "with none yet")
+    print(
+        f"{len(primary)} of {len(t.checks)} checks shown failing "
+        f"({', '.join(f'{k} {list(primary.values()).count(k)}' for k in KINDS)}); {len(t.checks) - len(primary)} "
+        "with none yet"
+    )
     if a.check:
         problem = drift_problem(text, block)
         if problem:

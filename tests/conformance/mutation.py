@@ -39,6 +39,7 @@ heavy third-party modules once and forks one child per mutant, which sets TB_MUT
                                                                 # record is stale against the plan
     .venv/bin/python -m tests.conformance.mutation --only test_nccl.py::test_nccl_allreduce_gpu
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,8 @@ class Mutant:
     key: str
     where: str
     owner: str
-    site: str        # OWNER.assertK (the K-th assert of OWNER), or the check's name for noop: stable under
-    text: str        # edits elsewhere in the file, unlike a line number
+    site: str  # OWNER.assertK (the K-th assert of OWNER), or the check's name for noop: stable under
+    text: str  # edits elsewhere in the file, unlike a line number
     evidence: tuple[str, ...]
 
     @property
@@ -103,11 +104,12 @@ class Mutant:
 class Outcome:
     id: str
     killed: bool
-    by: str = ""          # the evidence node that failed, "timeout", or "" (survived)
+    by: str = ""  # the evidence node that failed, "timeout", or "" (survived)
     seconds: float = 0.0
 
 
 # --------------------------------------------------------------------------- the plan
+
 
 def _keyed(path: Path, node: ast.AST, kind: str) -> str:
     return f"{kind}:{path.name}:{node.lineno}:{node.col_offset}"
@@ -166,8 +168,12 @@ def read_sources(evidence: dict[str, tuple[str, ...]], checks_dir: Path = CHECKS
     return {f: (checks_dir / f).read_text() for f in sorted({cid.split("::")[0] for cid in evidence})}
 
 
-def plan(evidence: dict[str, tuple[str, ...]], sources: dict[str, str] | None = None,
-         checks_dir: Path = CHECKS, found: dict[str, list[str]] | None = None) -> list[Mutant]:
+def plan(
+    evidence: dict[str, tuple[str, ...]],
+    sources: dict[str, str] | None = None,
+    checks_dir: Path = CHECKS,
+    found: dict[str, list[str]] | None = None,
+) -> list[Mutant]:
     """The mutants of every check of ``evidence``. A helper's assert is also judged by the unit
     tests that call that helper directly (``found``): they drive the verdict the check delegates."""
     sources = read_sources(evidence, checks_dir) if sources is None else sources
@@ -182,24 +188,54 @@ def plan(evidence: dict[str, tuple[str, ...]], sources: dict[str, str] | None = 
         if not fns:
             continue
         check = fns[0]
-        mutants.append(Mutant(cid, "noop", _keyed(path, check, "noop"), f"{file}:{check.lineno}", name, name,
-                              f"def {name}(...): return", evidence[cid]))
+        mutants.append(
+            Mutant(
+                cid,
+                "noop",
+                _keyed(path, check, "noop"),
+                f"{file}:{check.lineno}",
+                name,
+                name,
+                f"def {name}(...): return",
+                evidence[cid],
+            )
+        )
         for fn in fns:
-            asserts = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset))
-            ev = evidence[cid] if fn is check else tuple(dict.fromkeys(evidence[cid] + tuple(
-                n for n in found.get(fn.name, []) if n.startswith("tests/unit/"))))
+            asserts = sorted(
+                (n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset)
+            )
+            ev = (
+                evidence[cid]
+                if fn is check
+                else tuple(
+                    dict.fromkeys(
+                        evidence[cid] + tuple(n for n in found.get(fn.name, []) if n.startswith("tests/unit/"))
+                    )
+                )
+            )
             for k, a in enumerate(asserts, 1):
                 for kind in ("negate", "remove"):
-                    mutants.append(Mutant(cid, kind, _keyed(path, a, kind), f"{file}:{a.lineno}", fn.name,
-                                          f"{fn.name}.assert{k}", src[a.lineno - 1].strip()[:160], ev))
+                    mutants.append(
+                        Mutant(
+                            cid,
+                            kind,
+                            _keyed(path, a, kind),
+                            f"{file}:{a.lineno}",
+                            fn.name,
+                            f"{fn.name}.assert{k}",
+                            src[a.lineno - 1].strip()[:160],
+                            ev,
+                        )
+                    )
     return mutants
 
 
 # --------------------------------------------------------------------------- the schemata
 
+
 def _at(new: ast.AST, anchor: ast.AST, shallow: bool = False) -> ast.AST:
     """``new`` (all of it, or only itself when ``shallow``) placed at ``anchor``'s lines."""
-    for n in ([new] if shallow else ast.walk(new)):
+    for n in [new] if shallow else ast.walk(new):
         if hasattr(n, "lineno") or isinstance(n, (ast.expr, ast.stmt)):
             for a in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
                 setattr(n, a, getattr(anchor, a))
@@ -219,21 +255,40 @@ class Schemata(ast.NodeTransformer):
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
         self.generic_visit(node)
         if node.name.startswith("test_"):
-            guard = _at(ast.If(test=self._is(_keyed(self.path, node, "noop"), node.body[0]),
-                               body=[ast.Return(value=None)], orelse=[]), node.body[0])
-            at = 1 if (node.body and isinstance(node.body[0], ast.Expr)
-                       and isinstance(getattr(node.body[0], "value", None), ast.Constant)) else 0
+            guard = _at(
+                ast.If(
+                    test=self._is(_keyed(self.path, node, "noop"), node.body[0]),
+                    body=[ast.Return(value=None)],
+                    orelse=[],
+                ),
+                node.body[0],
+            )
+            at = (
+                1
+                if (
+                    node.body
+                    and isinstance(node.body[0], ast.Expr)
+                    and isinstance(getattr(node.body[0], "value", None), ast.Constant)
+                )
+                else 0
+            )
             node.body.insert(at, guard)
         return node
 
     def visit_Assert(self, node: ast.Assert) -> ast.stmt:
         negated = ast.Assert(test=ast.UnaryOp(op=ast.Not(), operand=node.test), msg=node.msg)
-        inner = _at(ast.If(test=self._is(_keyed(self.path, node, "remove"), node), body=[_at(ast.Pass(), node)],
-                           orelse=[node]), node, shallow=True)
+        inner = _at(
+            ast.If(test=self._is(_keyed(self.path, node, "remove"), node), body=[_at(ast.Pass(), node)], orelse=[node]),
+            node,
+            shallow=True,
+        )
         for n in (negated, negated.test):
             ast.copy_location(n, node)
-        return _at(ast.If(test=self._is(_keyed(self.path, node, "negate"), node), body=[negated], orelse=[inner]),
-                   node, shallow=True)
+        return _at(
+            ast.If(test=self._is(_keyed(self.path, node, "negate"), node), body=[negated], orelse=[inner]),
+            node,
+            shallow=True,
+        )
 
 
 def schemata_code(path: Path, source: bytes):
@@ -242,12 +297,18 @@ def schemata_code(path: Path, source: bytes):
     tree = Schemata(path).visit(ast.parse(source, str(path)))
     body = tree.body
     at = 0
-    while at < len(body) and (isinstance(body[at], ast.ImportFrom) and body[at].module == "__future__"
-                              or at == 0 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)):
+    while at < len(body) and (
+        isinstance(body[at], ast.ImportFrom)
+        and body[at].module == "__future__"
+        or at == 0
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+    ):
         at += 1
     body.insert(at, _at(ast.parse("import os as __tb_os__").body[0], body[at] if at < len(body) else body[-1]))
     ast.fix_missing_locations(tree)
     from _pytest.assertion.rewrite import rewrite_asserts
+
     rewrite_asserts(tree, source, str(path), None)
     return compile(tree, str(path), "exec", dont_inherit=True)
 
@@ -297,12 +358,20 @@ def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path,
     for m in modules:
         importlib.import_module(m)
     import pytest
-    return int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic",
-                            *nodes]))
+
+    return int(
+        pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic", *nodes])
+    )
 
 
-def run_forked(mutant_key: str, modules: list[str], nodes: list[str], log: Path, snapshot: Path | None = None,
-               timeout: int = TIMEOUT_S) -> int | None:
+def run_forked(
+    mutant_key: str,
+    modules: list[str],
+    nodes: list[str],
+    log: Path,
+    snapshot: Path | None = None,
+    timeout: int = TIMEOUT_S,
+) -> int | None:
     """Fork a child for one mutant; its exit code, or None when it ran past ``timeout``."""
     pid = os.fork()
     if pid == 0:
@@ -310,8 +379,9 @@ def run_forked(mutant_key: str, modules: list[str], nodes: list[str], log: Path,
         try:
             os.chdir(ROOT)
             code = _run_child(mutant_key, modules, nodes, log, snapshot)
-        except BaseException:      # noqa: BLE001 - the child must never return into the worker
+        except BaseException:  # noqa: BLE001 - the child must never return into the worker
             import traceback
+
             traceback.print_exc()
         finally:
             sys.stdout.flush()
@@ -341,11 +411,22 @@ def worker_main() -> int:
         task = json.loads(line)
         log = logs / "child.log"
         t0 = time.monotonic()
-        code = run_forked(task["key"], task["modules"], task["nodes"], log,
-                          Path(task["snapshot"]) if task.get("snapshot") else None)
+        code = run_forked(
+            task["key"], task["modules"], task["nodes"], log, Path(task["snapshot"]) if task.get("snapshot") else None
+        )
         text = log.read_text(errors="replace") if log.exists() else ""
-        out.write(json.dumps({"id": task["id"], "code": code, "seconds": round(time.monotonic() - t0, 2),
-                              "failed": _failed_node(text), "tail": text[-1500:]}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "id": task["id"],
+                    "code": code,
+                    "seconds": round(time.monotonic() - t0, 2),
+                    "failed": _failed_node(text),
+                    "tail": text[-1500:],
+                }
+            )
+            + "\n"
+        )
         out.flush()
     return 0
 
@@ -360,9 +441,19 @@ def _failed_node(text: str) -> str:
 class Worker:
     def __init__(self):
         import subprocess
-        self.p = subprocess.Popen([sys.executable, "-c", "from tests.conformance.mutation import worker_main; "
-                                   "import sys; sys.exit(worker_main())"], cwd=ROOT, text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, ENV: ""})
+
+        self.p = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from tests.conformance.mutation import worker_main; import sys; sys.exit(worker_main())",
+            ],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, ENV: ""},
+        )
 
     def ask(self, task: dict) -> dict:
         self.p.stdin.write(json.dumps(task) + "\n")
@@ -374,13 +465,15 @@ class Worker:
         self.p.wait()
 
 
-def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
-        progress=None) -> tuple[list[Outcome], dict[str, dict]]:
+def run(
+    mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS, progress=None
+) -> tuple[list[Outcome], dict[str, dict]]:
     """Each check's evidence first on the unmutated schemata (it must pass: else its mutants prove
     nothing), then every mutant, the modules' text taken from ``sources`` (the plan's snapshot,
     written to a temporary folder). Returns the outcomes and the baselines that did not pass."""
     import queue
     import threading
+
     snapshot = Path(tempfile.mkdtemp(prefix="tb-mutation-src-"))
     for file, text in sources.items():
         (snapshot / file).write_text(text)
@@ -388,10 +481,17 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
     for m in mutants:
         union.setdefault(m.check, {}).update(dict.fromkeys(m.evidence))
     checks = sorted({m.check: (tuple(union[m.check]), m.module) for m in mutants}.items())
-    tasks: list[tuple[str, dict]] = [("baseline", {"id": cid, "key": "", "modules": [mod], "nodes": list(ev),
-                                                   "snapshot": str(snapshot)}) for cid, (ev, mod) in checks]
-    tasks += [("mutant", {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence),
-                          "snapshot": str(snapshot)}) for m in mutants]
+    tasks: list[tuple[str, dict]] = [
+        ("baseline", {"id": cid, "key": "", "modules": [mod], "nodes": list(ev), "snapshot": str(snapshot)})
+        for cid, (ev, mod) in checks
+    ]
+    tasks += [
+        (
+            "mutant",
+            {"id": m.id, "key": m.key, "modules": [m.module], "nodes": list(m.evidence), "snapshot": str(snapshot)},
+        )
+        for m in mutants
+    ]
     q: queue.Queue = queue.Queue()
     for t in tasks:
         q.put(t)
@@ -426,12 +526,14 @@ def run(mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS,
         elif a["code"] is None:
             outcomes.append(Outcome(m.id, True, "timeout", a["seconds"]))
         else:
-            outcomes.append(Outcome(m.id, a["code"] != 0, (a["failed"] or f"exit {a['code']}") if a["code"] else "",
-                                    a["seconds"]))
+            outcomes.append(
+                Outcome(m.id, a["code"] != 0, (a["failed"] or f"exit {a['code']}") if a["code"] else "", a["seconds"])
+            )
     return outcomes, broken
 
 
 # --------------------------------------------------------------------------- survivors, the report
+
 
 def load_survivors(path: Path = SURVIVORS) -> tuple[float, dict[str, dict[str, str]]]:
     """The floor (the least killed share CI accepts) and the reasons: check -> {KIND@SITE, SITE,
@@ -449,8 +551,14 @@ def reason_of(m: Mutant, reasons: dict[str, dict[str, str]]) -> str:
     """The reason mutation-survivors.yaml gives for a surviving mutant (see load_survivors)."""
     mine = reasons.get(m.check, {})
     shared = reasons.get(f"{m.check.split('::')[0]}::{m.site}", {})
-    return (mine.get(f"{m.kind}@{m.site}") or mine.get(m.site if m.kind != "noop" else "noop")
-            or shared.get(f"{m.kind}@*") or shared.get("*") or mine.get("*") or "").strip()
+    return (
+        mine.get(f"{m.kind}@{m.site}")
+        or mine.get(m.site if m.kind != "noop" else "noop")
+        or shared.get(f"{m.kind}@*")
+        or shared.get("*")
+        or mine.get("*")
+        or ""
+    ).strip()
 
 
 @dataclass
@@ -472,16 +580,23 @@ class Report:
         return sum(o.killed for o in self.outcomes.values()) / max(1, len(self.mutants))
 
     def per_kind(self) -> dict[str, tuple[int, int]]:
-        return {k: (sum(1 for m in self.mutants if m.kind == k and self.outcomes[m.id].killed),
-                    sum(1 for m in self.mutants if m.kind == k)) for k in KINDS}
+        return {
+            k: (
+                sum(1 for m in self.mutants if m.kind == k and self.outcomes[m.id].killed),
+                sum(1 for m in self.mutants if m.kind == k),
+            )
+            for k in KINDS
+        }
 
     def hollow(self) -> list[str]:
         """Checks whose evidence passes with the check made a no-op."""
         return sorted(m.check for m in self.mutants if m.kind == "noop" and not self.outcomes[m.id].killed)
 
     def problems(self) -> list[str]:
-        out = [f"{cid}: its evidence fails on the unmutated check: {b.get('failed') or b.get('tail', '')[-300:]}"
-               for cid, b in sorted(self.broken.items())]
+        out = [
+            f"{cid}: its evidence fails on the unmutated check: {b.get('failed') or b.get('tail', '')[-300:]}"
+            for cid, b in sorted(self.broken.items())
+        ]
         out += [f"{m.id}: survived ({m.text}) and mutation-survivors.yaml gives no reason" for m in self.unexplained()]
         if self.share() < self.floor:
             out.append(f"killed {self.share():.1%} of the mutants, under the floor {self.floor:.0%}")
@@ -495,23 +610,37 @@ class Report:
             c["mutants"] += 1
             c["killed"] += o.killed
             if not o.killed:
-                c["survived"].append({"kind": m.kind, "site": m.site, "where": m.where, "assert": m.text,
-                                      "reason": reason_of(m, self.reasons)})
+                c["survived"].append(
+                    {
+                        "kind": m.kind,
+                        "site": m.site,
+                        "where": m.where,
+                        "assert": m.text,
+                        "reason": reason_of(m, self.reasons),
+                    }
+                )
         kinds = self.per_kind()
-        return {"generator": "tests/conformance/mutation.py", "seconds": round(self.seconds, 1),
-                "mutants": len(self.mutants), "killed": sum(o.killed for o in self.outcomes.values()),
-                "share_killed": round(self.share(), 4), "floor": self.floor,
-                "per_kind": {k: {"killed": a, "mutants": b} for k, (a, b) in kinds.items()},
-                "checks": checks,
-                "outcomes": {m.id: {"killed": self.outcomes[m.id].killed, "by": self.outcomes[m.id].by}
-                             for m in self.mutants}}
+        return {
+            "generator": "tests/conformance/mutation.py",
+            "seconds": round(self.seconds, 1),
+            "mutants": len(self.mutants),
+            "killed": sum(o.killed for o in self.outcomes.values()),
+            "share_killed": round(self.share(), 4),
+            "floor": self.floor,
+            "per_kind": {k: {"killed": a, "mutants": b} for k, (a, b) in kinds.items()},
+            "checks": checks,
+            "outcomes": {
+                m.id: {"killed": self.outcomes[m.id].killed, "by": self.outcomes[m.id].by} for m in self.mutants
+            },
+        }
 
 
 def from_record(record: dict, mutants: list[Mutant], reasons, floor) -> Report:
     """The recorded outcomes laid over today's plan; a mutant the record lacks counts as survived."""
     got = record.get("outcomes", {})
-    outcomes = {m.id: Outcome(m.id, bool(got.get(m.id, {}).get("killed")), got.get(m.id, {}).get("by", ""))
-                for m in mutants}
+    outcomes = {
+        m.id: Outcome(m.id, bool(got.get(m.id, {}).get("killed")), got.get(m.id, {}).get("by", "")) for m in mutants
+    }
     return Report(mutants, outcomes, reasons, floor, seconds=float(record.get("seconds", 0)))
 
 
@@ -525,26 +654,40 @@ def render(r: Report) -> str:
     for cid, ms in sorted(by_check.items()):
         killed = sum(r.outcomes[m.id].killed for m in ms)
         surv = [m for m in ms if not r.outcomes[m.id].killed]
-        cell = "; ".join(f"{m.kind} @ `{m.site}`: "
-                         f"{' '.join(reason_of(m, r.reasons).split()) or 'NO REASON'}".replace("|", "\\|")
-                         for m in surv) or "—"
+        cell = (
+            "; ".join(
+                f"{m.kind} @ `{m.site}`: {' '.join(reason_of(m, r.reasons).split()) or 'NO REASON'}".replace("|", "\\|")
+                for m in surv
+            )
+            or "—"
+        )
         rows.append(f"| `{cid}` | {len(ms)} | {killed} | {cell} |")
     kinds = r.per_kind()
     total_killed = sum(o.killed for o in r.outcomes.values())
     hollow = r.hollow()
-    return "\n".join([
-        START,
-        f"<!-- written by `{GENERATOR}` from its run (tests/conformance/mutation-record.json) and the reasons in "
-        "tests/conformance/mutation-survivors.yaml: edit those, not this -->", "",
-        *rows, "",
-        f"{len(by_check)} checks with unit evidence, {len(r.mutants)} mutants: {total_killed} killed "
-        f"({r.share():.1%}; the floor is {r.floor:.0%}); by kind: "
-        + ", ".join(f"{k} {a} of {b}" for k, (a, b) in kinds.items())
-        + f". {len(r.survivors())} survive, each with its reason. Run time of the last recorded run: "
-          f"{r.seconds:.0f} s ({JOBS} workers).", "",
-        ("Checks whose evidence passes with the check made a no-op (hollow): " + ", ".join(f"`{c}`" for c in hollow)
-         if hollow else "No check's evidence passes with the check made a no-op."),
-        END])
+    return "\n".join(
+        [
+            START,
+            f"<!-- written by `{GENERATOR}` from its run (tests/conformance/mutation-record.json) and the reasons in "
+            "tests/conformance/mutation-survivors.yaml: edit those, not this -->",
+            "",
+            *rows,
+            "",
+            f"{len(by_check)} checks with unit evidence, {len(r.mutants)} mutants: {total_killed} killed "
+            f"({r.share():.1%}; the floor is {r.floor:.0%}); by kind: "
+            + ", ".join(f"{k} {a} of {b}" for k, (a, b) in kinds.items())
+            + f". {len(r.survivors())} survive, each with its reason. Run time of the last recorded run: "
+            f"{r.seconds:.0f} s ({JOBS} workers).",
+            "",
+            (
+                "Checks whose evidence passes with the check made a no-op (hollow): "
+                + ", ".join(f"`{c}`" for c in hollow)
+                if hollow
+                else "No check's evidence passes with the check made a no-op."
+            ),
+            END,
+        ]
+    )
 
 
 def splice(doc_text: str, block: str) -> str:
@@ -568,16 +711,19 @@ def record_problems(record: dict, mutants: list[Mutant]) -> list[str]:
     got, want = set(record.get("outcomes", {})), {m.id for m in mutants}
     out = []
     if want - got:
-        out.append(f"{len(want - got)} planned mutant(s) not in the record, e.g. {sorted(want - got)[0]}: "
-                   f"run `{GENERATOR}`")
+        out.append(
+            f"{len(want - got)} planned mutant(s) not in the record, e.g. {sorted(want - got)[0]}: run `{GENERATOR}`"
+        )
     if got - want:
-        out.append(f"{len(got - want)} recorded mutant(s) no longer planned, e.g. {sorted(got - want)[0]}: "
-                   f"run `{GENERATOR}`")
+        out.append(
+            f"{len(got - want)} recorded mutant(s) no longer planned, e.g. {sorted(got - want)[0]}: run `{GENERATOR}`"
+        )
     return out
 
 
 def current_plan() -> tuple[list[Mutant], dict[str, str]]:
     from tests.conformance import failures
+
     found = callers(UNIT)
     evidence = evidence_of(failures.load_entries(), found)
     sources = read_sources(evidence)
@@ -586,12 +732,18 @@ def current_plan() -> tuple[list[Mutant], dict[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.conformance.mutation", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ci", action="store_true", help="exit 1 below the floor, on a survivor without a reason, or on "
-                    "a result other than the record's")
+    ap.add_argument(
+        "--ci",
+        action="store_true",
+        help="exit 1 below the floor, on a survivor without a reason, or on a result other than the record's",
+    )
     ap.add_argument("--record", action="store_true", help="write the record and docs/conformance.md's block")
     ap.add_argument("--check", action="store_true", help="no run: exit 1 if the record or the docs' block is stale")
-    ap.add_argument("--render", action="store_true", help="no run: write docs/conformance.md's block from the record "
-                    "(after editing mutation-survivors.yaml)")
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="no run: write docs/conformance.md's block from the record (after editing mutation-survivors.yaml)",
+    )
     ap.add_argument("--only", action="append", default=[], help="run only this check (FILE::FUNCTION), repeatable")
     ap.add_argument("--jobs", type=int, default=JOBS, help=f"worker processes (at most {JOBS})")
     a = ap.parse_args(argv)
@@ -606,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
         rep = from_record(record, mutants, reasons, floor)
         problems = record_problems(record, mutants) + rep.problems()
-        if (d := drift_problem(DOC.read_text(), render(rep))):
+        if d := drift_problem(DOC.read_text(), render(rep)):
             problems.append(d)
         for p in problems:
             print(p, file=sys.stderr)
@@ -627,14 +779,23 @@ def main(argv: list[str] | None = None) -> int:
     data = rep.to_json()
     REPORT.write_text(json.dumps(data, indent=1) + "\n")
     kinds = rep.per_kind()
-    print(f"{len(mutants)} mutants of {len({m.check for m in mutants})} checks: "
-          f"{sum(o.killed for o in outcomes)} killed ({rep.share():.1%}), "
-          + ", ".join(f"{k} {x}/{y}" for k, (x, y) in kinds.items()) + f"; {rep.seconds:.0f} s; wrote {REPORT.relative_to(ROOT)}")
+    print(
+        f"{len(mutants)} mutants of {len({m.check for m in mutants})} checks: "
+        f"{sum(o.killed for o in outcomes)} killed ({rep.share():.1%}), "
+        + ", ".join(f"{k} {x}/{y}" for k, (x, y) in kinds.items())
+        + f"; {rep.seconds:.0f} s; wrote {REPORT.relative_to(ROOT)}"
+    )
     for m in rep.survivors():
         print(f"  survived {m.id}: {m.text}  -- {reason_of(m, reasons) or 'NO REASON'}")
     if a.record and not a.only:
-        RECORD.write_text(json.dumps({k: data[k] for k in ("seconds", "mutants", "killed", "share_killed", "outcomes")},
-                                     indent=1, sort_keys=True) + "\n")
+        RECORD.write_text(
+            json.dumps(
+                {k: data[k] for k in ("seconds", "mutants", "killed", "share_killed", "outcomes")},
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         text = DOC.read_text()
         new = splice(text, render(rep))
         if new != text:
@@ -647,8 +808,10 @@ def main(argv: list[str] | None = None) -> int:
         was = record.get("outcomes", {})
         changed = [m.id for m in mutants if m.id in was and bool(was[m.id].get("killed")) != rep.outcomes[m.id].killed]
         if changed:
-            problems.append(f"{len(changed)} mutant(s) whose fate differs from the record, e.g. {changed[0]} "
-                            f"(now {'killed' if rep.outcomes[changed[0]].killed else 'survived'}): run `{GENERATOR}`")
+            problems.append(
+                f"{len(changed)} mutant(s) whose fate differs from the record, e.g. {changed[0]} "
+                f"(now {'killed' if rep.outcomes[changed[0]].killed else 'survived'}): run `{GENERATOR}`"
+            )
     for p in problems:
         print(p, file=sys.stderr)
     return 1 if (a.ci and problems) else 0

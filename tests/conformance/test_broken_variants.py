@@ -9,6 +9,7 @@ the broken images and this self-test stay in the repository. A check must fail f
 variant plants, not just fail: expect.json gives each one the pattern its failure message must
 match, and an error (a crash of the check's own setup) fails the self-test (verdict.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,23 @@ def run_suite(image: str, paths: list[str], k: str, workdir: Path) -> tuple[int,
     its state and message, the JUnit file (for `python -m tests.conformance.verdict`), and the
     output's tail."""
     junit = workdir / "junit.xml"
-    args = [sys.executable, "-m", "pytest", *[str(CHECKS / p) for p in paths], "--image", image, "-k", k,
-            "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
-            "--conformance-report", str(workdir / "conformance.md")]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *[str(CHECKS / p) for p in paths],
+        "--image",
+        image,
+        "-k",
+        k,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--junitxml",
+        str(junit),
+        "--conformance-report",
+        str(workdir / "conformance.md"),
+    ]
     p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
     cases = verdict.cases_from_junit(junit.read_bytes()) if junit.exists() else []
     return p.returncode, cases, junit, (p.stdout[-3000:] + p.stderr[-2000:])
@@ -63,12 +78,16 @@ def mpi_kind(image: str) -> str:
 
 def frameworks(image: str) -> set[str]:
     """The frameworks the image carries, from its `io.trainbase.framework.<name>` labels."""
-    return {k.removeprefix("io.trainbase.framework.") for k in _labels(image) if k.startswith("io.trainbase.framework.")}
+    return {
+        k.removeprefix("io.trainbase.framework.") for k in _labels(image) if k.startswith("io.trainbase.framework.")
+    }
 
 
 def fits(expect: dict, kind: str, fws: set[str]) -> bool:
     """Whether an image of this MPI kind and these frameworks can be a variant's base."""
-    return (not expect.get("mpi") or kind == expect["mpi"]) and (not expect.get("framework") or expect["framework"] in fws)
+    return (not expect.get("mpi") or kind == expect["mpi"]) and (
+        not expect.get("framework") or expect["framework"] in fws
+    )
 
 
 def plan(refs: list[str]) -> dict[str, str | None]:
@@ -81,23 +100,36 @@ def plan(refs: list[str]) -> dict[str, str | None]:
 
 def _needs(v: str) -> str:
     e = _expect(v)
-    return " and ".join(x for x in (e.get("mpi") and f"{e['mpi']} images", e.get("framework") and f"a {e['framework']} image") if x)
+    return " and ".join(
+        x for x in (e.get("mpi") and f"{e['mpi']} images", e.get("framework") and f"a {e['framework']} image") if x
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "base" in metafunc.fixturenames:
         refs = image_refs(metafunc.config)
         if not refs:
-            metafunc.parametrize(("base", "variant"), [pytest.param(
-                None, v, marks=pytest.mark.skip(reason="no base image: pass --image REF")) for v in VARIANTS],
-                ids=[f"no-image-{v}" for v in VARIANTS], scope="session")
+            metafunc.parametrize(
+                ("base", "variant"),
+                [
+                    pytest.param(None, v, marks=pytest.mark.skip(reason="no base image: pass --image REF"))
+                    for v in VARIANTS
+                ],
+                ids=[f"no-image-{v}" for v in VARIANTS],
+                scope="session",
+            )
             return
         # the variants of one base next to each other: pytest keeps this order, and the session
         # fixture `control` (the base's own run) is made again whenever the base changes
         bases = dict(sorted(plan(refs).items(), key=lambda vb: (vb[1] is None, refs.index(vb[1]) if vb[1] else 0)))
-        params = [pytest.param(b, v) if b else pytest.param(None, v, marks=pytest.mark.skip(
-                  reason=f"{v} needs {_needs(v)} and none was given (--image/--report)"))
-                  for v, b in bases.items()]
+        params = [
+            pytest.param(b, v)
+            if b
+            else pytest.param(
+                None, v, marks=pytest.mark.skip(reason=f"{v} needs {_needs(v)} and none was given (--image/--report)")
+            )
+            for v, b in bases.items()
+        ]
         metafunc.parametrize(("base", "variant"), params, ids=list(bases), scope="session")
 
 
@@ -106,8 +138,11 @@ def control_from_junit(junit: bytes, base: str) -> dict[str, str]:
     the check's parametrizations on that image (none of the other images' cases)."""
     image = re.compile(r"(?:^|[\[-])" + re.escape(short_name(base)) + r"(?:$|[\]-])")
     modules = {p.stem for p in CHECKS.glob("test_*.py")}
-    mine = [c for c in verdict.cases_from_junit(junit)
-            if c.module in modules and "[" in c.name and image.search(c.name.split("[", 1)[1])]
+    mine = [
+        c
+        for c in verdict.cases_from_junit(junit)
+        if c.module in modules and "[" in c.name and image.search(c.name.split("[", 1)[1])
+    ]
     return verdict.worst_states(mine)
 
 
@@ -140,8 +175,10 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
     expect = _expect(variant)
     expected = verdict.expectations(expect)
     not_green = {t: control.get(t, "not run") for t in expected if control.get(t) != "passed"}
-    assert not not_green, f"on the real image {base} these checks do not pass, so their failure on " \
-                          f"{variant} would prove nothing: {not_green}"
+    assert not not_green, (
+        f"on the real image {base} these checks do not pass, so their failure on "
+        f"{variant} would prove nothing: {not_green}"
+    )
     tag = f"trainbase-broken/{short_name(base).split(':')[0]}:{variant}-{uuid.uuid4().hex[:6]}"
     context = HERE / "broken" / variant
     if expect.get("pypi") or expect.get("repo_files"):
@@ -161,8 +198,7 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
             (context / "ca-bundle.crt").write_text("")
     try:
         # a variant that fetches from Debian's mirror needs the build network the builds use
-        engine.build_legacy(context, tag, {"BASE": base},
-                            network=os.environ.get("TRAINBASE_BUILD_NETWORK") or None)
+        engine.build_legacy(context, tag, {"BASE": base}, network=os.environ.get("TRAINBASE_BUILD_NETWORK") or None)
     except engine.EngineError as e:
         pytest.fail(f"building {variant} FROM {base} failed: {e}")
     try:
@@ -171,17 +207,24 @@ def test_broken_variant_fails(base, variant, control, tmp_path):
             try:
                 for path in expect["absent_in_final_fs"]:
                     r = probe.exec(f"test -e {path}", timeout=30)
-                    assert r.returncode == 1, f"{path} is in {variant}'s final filesystem; the variant is meant " \
-                                              "to hide it in a lower layer only"
+                    assert r.returncode == 1, (
+                        f"{path} is in {variant}'s final filesystem; the variant is meant "
+                        "to hide it in a lower layer only"
+                    )
             finally:
                 probe.remove()
         rc, cases, junit, tail = run_suite(tag, expect["paths"], expect["k"], tmp_path)
         problems = verdict.judge(expected, cases)
-        assert not problems, (f"{variant} ({expect['why']}) does not prove what its expect.json says:\n- "
-                              + "\n- ".join(problems) + f"\nevery case: .venv/bin/python -m tests.conformance.verdict "
-                              f"{junit} --variant {variant}\n{tail}")
+        assert not problems, (
+            f"{variant} ({expect['why']}) does not prove what its expect.json says:\n- "
+            + "\n- ".join(problems)
+            + f"\nevery case: .venv/bin/python -m tests.conformance.verdict "
+            f"{junit} --variant {variant}\n{tail}"
+        )
         assert rc == 1, f"the suite exited {rc} on {variant} (1 = some check failed):\n{tail}"
-        print(f"\n{variant} FROM {base}: failed as expected, each for its reason:\n  " + "\n  ".join(
-            f"{c.name}: {verdict.one_line(c.message, 300)}" for c in cases if c.state == "failed"))
+        print(
+            f"\n{variant} FROM {base}: failed as expected, each for its reason:\n  "
+            + "\n  ".join(f"{c.name}: {verdict.one_line(c.message, 300)}" for c in cases if c.state == "failed")
+        )
     finally:
         engine.remove_image(tag, force=True)

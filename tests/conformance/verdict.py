@@ -24,6 +24,7 @@ check's state, and a pattern for each failure's message (judge_recorded).
 ``gpu_must_fail`` (same format) holds claims on checks of the gpu tier: a GPU runner builds the
 variant FROM the digest it tests and judges them (scripts/gpu-variants.sh, in gpu.yml's gpu job).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,9 +49,9 @@ class Case:
 
     name: str
     check: str
-    state: str      # passed | failed | error | skipped
+    state: str  # passed | failed | error | skipped
     message: str
-    module: str = ""    # the check's module (test_mpi), from the case's classname
+    module: str = ""  # the check's module (test_mpi), from the case's classname
 
     @property
     def key(self) -> str:
@@ -78,11 +79,20 @@ def cases_from_junit(xml: str | bytes) -> list[Case]:
     for case in ET.fromstring(xml).iter("testcase"):  # noqa: S314 -- the JUnit file pytest wrote in this run
         name = case.get("name", "")
         found = {c.tag: c for c in case if c.tag in ("failure", "error", "skipped")}
-        state = next((s for tag, s in (("error", "error"), ("failure", "failed"), ("skipped", "skipped"))
-                      if tag in found), "passed")
+        state = next(
+            (s for tag, s in (("error", "error"), ("failure", "failed"), ("skipped", "skipped")) if tag in found),
+            "passed",
+        )
         el = found.get({"error": "error", "failed": "failure", "skipped": "skipped"}.get(state, ""))
-        out.append(Case(name, name.split("[", 1)[0], state, el.get("message", "") if el is not None else "",
-                        case.get("classname", "").rsplit(".", 1)[-1]))
+        out.append(
+            Case(
+                name,
+                name.split("[", 1)[0],
+                state,
+                el.get("message", "") if el is not None else "",
+                case.get("classname", "").rsplit(".", 1)[-1],
+            )
+        )
     return out
 
 
@@ -95,7 +105,7 @@ def worst_states(cases: list[Case]) -> dict[str, str]:
     return out
 
 
-GPU_CLAIMS = "gpu_must_fail"   # the claims a GPU runner judges (gpu.yml, scripts/gpu-variants.sh)
+GPU_CLAIMS = "gpu_must_fail"  # the claims a GPU runner judges (gpu.yml, scripts/gpu-variants.sh)
 
 
 def expectations(expect: dict, key: str = "must_fail") -> dict[str, Expected]:
@@ -104,8 +114,7 @@ def expectations(expect: dict, key: str = "must_fail") -> dict[str, Expected]:
     patterns) or a pattern that does not compile is refused, naming the check."""
     must = expect.get(key)
     if not isinstance(must, dict) or not must:
-        raise ValueError(f"{key} must map each check to the pattern its failure message must match, "
-                         f"got {must!r}")
+        raise ValueError(f"{key} must map each check to the pattern its failure message must match, got {must!r}")
     out = {}
     for check, spec in must.items():
         pattern, why = (spec, "") if isinstance(spec, str) else (spec.get("message"), spec.get("why", ""))
@@ -129,8 +138,12 @@ def judge(expected: dict[str, Expected], cases: list[Case]) -> list[str]:
     named check failed in at least one parametrization, every failure of it matches its
     pattern, and no case of the run errored. Other parametrizations may pass or skip (a variant
     can break one mode of a check and leave the others working)."""
-    problems = [f"{c.name} ERRORED instead of failing: its fixture or setup crashed, so the check is broken, "
-                f"the image was not judged: {one_line(c.message)}" for c in cases if c.state == "error"]
+    problems = [
+        f"{c.name} ERRORED instead of failing: its fixture or setup crashed, so the check is broken, "
+        f"the image was not judged: {one_line(c.message)}"
+        for c in cases
+        if c.state == "error"
+    ]
     for check, want in expected.items():
         mine = [c for c in cases if c.check == check]
         if not mine:
@@ -139,9 +152,11 @@ def judge(expected: dict[str, Expected], cases: list[Case]) -> list[str]:
         failed = [c for c in mine if c.state == "failed"]
         for c in failed:
             if not want.matches(c.message):
-                problems.append(f"{c.name} failed for another reason than the variant's defect"
-                                f"{f' ({want.why})' if want.why else ''}:\n    message: {one_line(c.message, 1500)}\n"
-                                f"    pattern: {want.pattern}")
+                problems.append(
+                    f"{c.name} failed for another reason than the variant's defect"
+                    f"{f' ({want.why})' if want.why else ''}:\n    message: {one_line(c.message, 1500)}\n"
+                    f"    pattern: {want.pattern}"
+                )
         if not failed and not any(c.state == "error" for c in mine):
             states = [f"{c.name} {c.state}" + (f" ({one_line(c.message, 200)})" if c.message else "") for c in mine]
             problems.append(f"{check} did not fail: " + ", ".join(states))
@@ -163,7 +178,7 @@ def judge_recorded(outcomes: dict, cases: list[Case]) -> list[str]:
     if both:
         problems.append(f"recorded as failing and in states too: {', '.join(both)}")
     for key, state in sorted(worst_states(keyed).items()):
-        if key in must or state == "error":      # judged above (an error is named there)
+        if key in must or state == "error":  # judged above (an error is named there)
             continue
         want = recorded.get(key)
         failure = next((c.message for c in keyed if c.check == key and c.state == state and c.message), "")
@@ -173,8 +188,11 @@ def judge_recorded(outcomes: dict, cases: list[Case]) -> list[str]:
         elif state != want:
             problems.append(f"{key} {state}, recorded {want}{why}")
     ran = {c.check for c in keyed}
-    problems += [f"{key} is recorded {want} but did not run (renamed or removed?)"
-                 for key, want in sorted(recorded.items()) if key not in ran]
+    problems += [
+        f"{key} is recorded {want} but did not run (renamed or removed?)"
+        for key, want in sorted(recorded.items())
+        if key not in ran
+    ]
     return problems
 
 
@@ -189,14 +207,25 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.conformance.verdict", description=__doc__.split("\n\n")[0])
     ap.add_argument("junit", help="a pytest --junitxml file of a conformance run")
     ap.add_argument("--variant", help="judge it against tests/conformance/broken/VARIANT/expect.json")
-    ap.add_argument("--gpu", action="store_true",
-                    help=f"judge the variant's {GPU_CLAIMS} (a run of the gpu tier on a GPU runner)")
-    ap.add_argument("--width", type=int, default=600,
-                    help="characters of each message shown on one line (0: all of it, its lines as they are)")
-    ap.add_argument("--foreign", metavar="OUTCOMES",
-                    help="judge it against an image's recorded verdict (tests/foreign/*/outcomes.json)")
-    ap.add_argument("--record", action="store_true",
-                    help="with --foreign: write this run's states into OUTCOMES (after a reviewed change)")
+    ap.add_argument(
+        "--gpu", action="store_true", help=f"judge the variant's {GPU_CLAIMS} (a run of the gpu tier on a GPU runner)"
+    )
+    ap.add_argument(
+        "--width",
+        type=int,
+        default=600,
+        help="characters of each message shown on one line (0: all of it, its lines as they are)",
+    )
+    ap.add_argument(
+        "--foreign",
+        metavar="OUTCOMES",
+        help="judge it against an image's recorded verdict (tests/foreign/*/outcomes.json)",
+    )
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="with --foreign: write this run's states into OUTCOMES (after a reviewed change)",
+    )
     ap.add_argument("--verdict-only", action="store_true", help="print the verdict, not every case")
     a = ap.parse_args(argv)
     cases = cases_from_junit(Path(a.junit).read_bytes())
@@ -207,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         return foreign_main(Path(a.foreign), cases, a.record)
     if not a.variant:
         return 0
-    expected = expectations(json.loads((BROKEN / a.variant / "expect.json").read_text()),
-                            GPU_CLAIMS if a.gpu else "must_fail")
+    expected = expectations(
+        json.loads((BROKEN / a.variant / "expect.json").read_text()), GPU_CLAIMS if a.gpu else "must_fail"
+    )
     problems = judge(expected, cases)
     print(f"\n{a.variant}: " + ("fails as its expect.json says" if not problems else "does NOT prove its checks:"))
     for p in problems:
@@ -226,9 +256,15 @@ def foreign_main(path: Path, cases: list[Case], record: bool) -> int:
         print(f"\nrecorded {len(outcomes['states'])} states in {path}")
     problems = judge_recorded(outcomes, cases)
     name = path.parent.name
-    print(f"\n{name}: " + (f"the recorded verdict: {len(outcomes['must_fail'])} checks fail, each for its reason, "
-                            f"{len(outcomes.get('states') or {})} pass or skip as recorded"
-                            if not problems else "NOT the recorded verdict:"))
+    print(
+        f"\n{name}: "
+        + (
+            f"the recorded verdict: {len(outcomes['must_fail'])} checks fail, each for its reason, "
+            f"{len(outcomes.get('states') or {})} pass or skip as recorded"
+            if not problems
+            else "NOT the recorded verdict:"
+        )
+    )
     for p in problems:
         print(f"  - {p}")
     return 1 if problems else 0

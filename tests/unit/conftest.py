@@ -1,4 +1,5 @@
 """Fixtures for unit tests: a copy of the repository's inputs that a test may break."""
+
 from pathlib import Path
 
 import pytest

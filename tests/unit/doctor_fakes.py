@@ -1,6 +1,7 @@
 """A fake node for the in-image doctor (imagefs/opt/trainbase/lib/trainbase_doctor): a
 directory tree standing in for /sys, /dev, /proc and /etc, and fakes for what the process
 would ask the system (dlopen, subprocesses, limits)."""
+
 from __future__ import annotations
 
 import importlib
@@ -29,10 +30,16 @@ def import_doctor():
 doctor = import_doctor()
 core = importlib.import_module("trainbase_doctor.core")
 
-MANIFEST = {"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "schema": 1, "components": {
-    "cuda": {"version": "12.8"}, "nccl": {"version": "2.27.5"},
-    "mpi": {"kind": "openmpi", "version": "4.1.4", "prefix": "/opt/openmpi"},
-    "python": {"prefix": "/opt/trainbase/venv"}}}
+MANIFEST = {
+    "name": "openmpi4.1.4-cuda12.8-cudnn9-debian12",
+    "schema": 1,
+    "components": {
+        "cuda": {"version": "12.8"},
+        "nccl": {"version": "2.27.5"},
+        "mpi": {"kind": "openmpi", "version": "4.1.4", "prefix": "/opt/openmpi"},
+        "python": {"prefix": "/opt/trainbase/venv"},
+    },
+}
 
 
 class FakeCuda:
@@ -79,10 +86,21 @@ class FakeNccl:
 
 
 class FakeNode(core.Node):
-    def __init__(self, root: Path, env: dict | None = None, expect=(), manifest: dict | None = MANIFEST,
-                 libs: dict | None = None, commands: dict | None = None, memlock: int = -1, caps: int = 0,
-                 shm: int | None = 8 << 30, driver: str | None = None, cma: int = 0,
-                 unwritable: dict[str, str] | None = None):
+    def __init__(
+        self,
+        root: Path,
+        env: dict | None = None,
+        expect=(),
+        manifest: dict | None = MANIFEST,
+        libs: dict | None = None,
+        commands: dict | None = None,
+        memlock: int = -1,
+        caps: int = 0,
+        shm: int | None = 8 << 30,
+        driver: str | None = None,
+        cma: int = 0,
+        unwritable: dict[str, str] | None = None,
+    ):
         super().__init__(env=env or {"PATH": "/usr/bin:/bin"}, root=root, expect=expect)
         if manifest is not None:
             self.write("/etc/trainbase/manifest.json", json.dumps(manifest))
@@ -133,8 +151,12 @@ class FakeNode(core.Node):
     def rdma_device(self, name: str, uverbs: int | None, state: str = "4: ACTIVE", driver: str = "mlx5_core"):
         """A host RDMA device in sysfs; with ``uverbs``, its verbs node handed to the container."""
         port = f"/sys/class/infiniband/{name}/ports/1"
-        for f, v in (("state", state), ("phys_state", "5: LinkUp"), ("link_layer", "InfiniBand"),
-                     ("rate", "400 Gb/sec (4X NDR)")):
+        for f, v in (
+            ("state", state),
+            ("phys_state", "5: LinkUp"),
+            ("link_layer", "InfiniBand"),
+            ("rate", "400 Gb/sec (4X NDR)"),
+        ):
             self.write(f"{port}/{f}", v)
         drv = self.path(f"/sys/bus/pci/drivers/{driver}")
         drv.mkdir(parents=True, exist_ok=True)

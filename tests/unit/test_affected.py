@@ -1,6 +1,7 @@
 """Which cells a diff affects (`build.py --affected REV`, `--ci-matrix --since REV`): sample
 diffs applied to a scratch copy of the inputs, the tags rendered before and after compared;
 then the same through git, on a scratch repository."""
+
 import json
 import os
 import subprocess
@@ -37,21 +38,35 @@ def descendants(m, names: set[str]) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("path,kind", [
-    ("matrix.yaml", "recipe"), ("templates/blocks/nccl.j2", "recipe"), ("imagefs/usr/local/bin/tb-fetch", "recipe"),
-    ("locks/python-py3.11.txt", "recipe"), ("patches/horovod-cxx17.patch", "recipe"),
-    ("images/openmpi4.1.4-cuda12.8-cudnn9-debian12/Dockerfile", "recipe"),
-    ("trainbase_conformance/checks/test_mpi.py", "suite"), ("trainbase_conformance/host.py", "suite"), ("examples/pytorch_ddp.py", "suite"),
-    ("trainbase/run/executor.py", "tool"), ("build.py", "tool"), ("requirements.txt", "tool"),
-    ("scripts/setup.sh", "tool"),
-    ("docs/azureml.md", "none"), ("README.md", "none"), (".github/workflows/ci.yml", "none"),
-    ("tests/unit/test_render.py", "none"),
-    # prose beside the suite changes no check (docs/ci.md says "*.md changes nothing"); prose the
-    # images carry (imagefs/) is recipe
-    ("trainbase_conformance/checks/README.md", "none"), ("examples/README.md", "none"),
-    ("packaging/conformance/README.md", "none"), ("imagefs/opt/trainbase/README.md", "recipe"),
-    ("some/new/top-level/thing.txt", "tool"),      # unknown: conservative, and listed
-])
+@pytest.mark.parametrize(
+    "path,kind",
+    [
+        ("matrix.yaml", "recipe"),
+        ("templates/blocks/nccl.j2", "recipe"),
+        ("imagefs/usr/local/bin/tb-fetch", "recipe"),
+        ("locks/python-py3.11.txt", "recipe"),
+        ("patches/horovod-cxx17.patch", "recipe"),
+        ("images/openmpi4.1.4-cuda12.8-cudnn9-debian12/Dockerfile", "recipe"),
+        ("trainbase_conformance/checks/test_mpi.py", "suite"),
+        ("trainbase_conformance/host.py", "suite"),
+        ("examples/pytorch_ddp.py", "suite"),
+        ("trainbase/run/executor.py", "tool"),
+        ("build.py", "tool"),
+        ("requirements.txt", "tool"),
+        ("scripts/setup.sh", "tool"),
+        ("docs/azureml.md", "none"),
+        ("README.md", "none"),
+        (".github/workflows/ci.yml", "none"),
+        ("tests/unit/test_render.py", "none"),
+        # prose beside the suite changes no check (docs/ci.md says "*.md changes nothing"); prose the
+        # images carry (imagefs/) is recipe
+        ("trainbase_conformance/checks/README.md", "none"),
+        ("examples/README.md", "none"),
+        ("packaging/conformance/README.md", "none"),
+        ("imagefs/opt/trainbase/README.md", "recipe"),
+        ("some/new/top-level/thing.txt", "tool"),  # unknown: conservative, and listed
+    ],
+)
 def test_paths_are_classified(path, kind):
     assert affected.classify(path) == kind
 
@@ -66,7 +81,7 @@ def test_a_framework_pin_rebuilds_that_framework_and_the_cells_built_on_it(workd
     m = load(workdir / "matrix.yaml")
     torch215 = {c.name for c in m.included if c.framework == "pytorch" and c.framework_version == "2.15.0"}
     assert torch215 and set(a.build) == descendants(m, torch215)
-    assert all(m.cell(n).framework != "none" for n in a.build)           # no base cell is rebuilt
+    assert all(m.cell(n).framework != "none" for n in a.build)  # no base cell is rebuilt
     horovod = next(n for n in a.build if n.startswith("horovod"))
     assert a.build[horovod].startswith("its parent pytorch2.15.0-")
     assert set(a.test) == set(a.build)
@@ -90,7 +105,7 @@ def test_the_image_toolbox_rebuilds_every_cell(workdir):
     tool.write_text(tool.read_text() + "\n")
     a = after(workdir, base, [str(tool.relative_to(workdir))])
     m = load(workdir / "matrix.yaml")
-    assert list(a.build) == [c.name for c in m.included]                # matrix order
+    assert list(a.build) == [c.name for c in m.included]  # matrix order
 
 
 def test_a_new_cuda_version_is_new_cells_only(workdir):
@@ -147,7 +162,7 @@ def test_an_unreadable_base_rebuilds_everything(workdir):
 def test_removed_cells_are_reported_not_rebuilt(workdir):
     base = tags(workdir)
     data = yaml.safe_load((workdir / "matrix.yaml").read_text())
-    data["axes"]["cuda"].remove("12.9")            # an end-of-life CUDA leaves the matrix
+    data["axes"]["cuda"].remove("12.9")  # an end-of-life CUDA leaves the matrix
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     a = after(workdir, base, ["matrix.yaml"])
     assert a.build == {}
@@ -156,8 +171,13 @@ def test_removed_cells_are_reported_not_rebuilt(workdir):
 
 # -- through git --------------------------------------------------------------------------------------
 def git(root: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.invalid",
+    )
     return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -174,19 +194,19 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
     block = repo / "templates" / "blocks" / "horovod.j2"
     block.write_text(block.read_text().replace("# --- block: horovod", "# --- block: horovod (edited)", 1))
     git(repo, "commit", "-qam", "horovod block")
-    git(repo, "checkout", "-q", "main")                 # main moves on after the branch left it
+    git(repo, "checkout", "-q", "main")  # main moves on after the branch left it
     (repo / "docs").mkdir()
     (repo / "docs" / "x.md").write_text("x\n")
     git(repo, "add", "docs")
     git(repo, "commit", "-qm", "docs on main")
     git(repo, "checkout", "-q", "feature")
     (repo / "tests" / "conformance").mkdir(parents=True)
-    (repo / "tests" / "conformance" / "test_new.py").write_text("")      # untracked, not committed
+    (repo / "tests" / "conformance" / "test_new.py").write_text("")  # untracked, not committed
     a = affected.since(load(repo / "matrix.yaml"), repo, "main")
     assert a.build and all(n.startswith("horovod") for n in a.build)
     assert a.paths["recipe"] == ["templates/blocks/horovod.j2"]
     assert a.paths["suite"] == ["tests/conformance/test_new.py"]
-    assert "none" not in a.paths                          # main's own docs commit is not this branch's change
+    assert "none" not in a.paths  # main's own docs commit is not this branch's change
     code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main", "--json"], capsys)
     assert code == 0 and json.loads(out)["build"] == a.build
     code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--affected", "main"], capsys)
@@ -198,8 +218,9 @@ def test_since_compares_with_the_merge_base_and_sees_uncommitted_files(repo, cap
 def test_a_branch_that_changes_nothing_plans_no_job(repo, capsys):
     (repo / "docs").mkdir()
     (repo / "docs" / "new.md").write_text("docs only\n")
-    code, out, _ = run_cli(["--file", str(repo / "matrix.yaml"), "--ci-matrix", "--since", "main", "--cover",
-                            "--max-levels", "3"], capsys)
+    code, out, _ = run_cli(
+        ["--file", str(repo / "matrix.yaml"), "--ci-matrix", "--since", "main", "--cover", "--max-levels", "3"], capsys
+    )
     assert code == 0
     assert out.splitlines() == ["cells=[]", "count=0", "depth=0", "level0=[]", "level1=[]", "level2=[]", "left_out={}"]
 

@@ -2,6 +2,7 @@
 statements, provenance read from an input lock, DSSE signing and every way verification must
 refuse; the CI wiring that signs keyless. The registry side runs for real in
 tests/build/test_registry_side.py."""
+
 import base64
 import json
 from types import SimpleNamespace
@@ -16,12 +17,26 @@ from trainbase.supply import attestation as att
 from .conftest import ROOT
 
 DIGEST = "sha256:" + "1" * 64
-LOCK = {"tag": "r" + "a" * 12, "recipe": "b" * 64, "inputs": {
-    "base": {"how": "registry", "identity": "sha256:" + "c" * 64, "ref": "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"},
-    "artifacts": {"ucx": {"url": "https://example.org/ucx-1.19.0.tar.gz", "sha256": "d" * 64}},
-    "pip_locks": {"locks/python-py3.11.txt": "e" * 64}, "patches": {}, "parent_tag": "trainbase/base:r" + "f" * 12}}
-LABELS = {"org.opencontainers.image.source": "https://github.com/example/trainbase",
-          "org.opencontainers.image.revision": "0123abcd" * 5, "org.opencontainers.image.created": "2026-11-26T03:00:00Z"}
+LOCK = {
+    "tag": "r" + "a" * 12,
+    "recipe": "b" * 64,
+    "inputs": {
+        "base": {
+            "how": "registry",
+            "identity": "sha256:" + "c" * 64,
+            "ref": "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
+        },
+        "artifacts": {"ucx": {"url": "https://example.org/ucx-1.19.0.tar.gz", "sha256": "d" * 64}},
+        "pip_locks": {"locks/python-py3.11.txt": "e" * 64},
+        "patches": {},
+        "parent_tag": "trainbase/base:r" + "f" * 12,
+    },
+}
+LABELS = {
+    "org.opencontainers.image.source": "https://github.com/example/trainbase",
+    "org.opencontainers.image.revision": "0123abcd" * 5,
+    "org.opencontainers.image.created": "2026-11-26T03:00:00Z",
+}
 
 
 @pytest.fixture
@@ -32,10 +47,12 @@ def keys(tmp_path):
     out = []
     for name in ("signing", "other"):
         k = ec.generate_private_key(ec.SECP256R1())
-        (tmp_path / f"{name}.pem").write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                               serialization.NoEncryption()))
-        (tmp_path / f"{name}.pub").write_bytes(k.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+        (tmp_path / f"{name}.pem").write_bytes(
+            k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+        (tmp_path / f"{name}.pub").write_bytes(
+            k.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         out.append((att.load_signer(tmp_path / f"{name}.pem"), att.load_public_key(tmp_path / f"{name}.pub")))
     return out
 
@@ -48,16 +65,26 @@ def test_provenance_names_every_input_by_digest_and_the_workflow_run_that_built_
     p = att.provenance("openmpi4.1.4-cuda12.8-cudnn9-ubuntu22.04", "linux/amd64", LOCK, LABELS)
     deps = {d["name"]: d for d in p["buildDefinition"]["resolvedDependencies"]}
     assert deps["base"]["digest"] == {"sha256": "c" * 64} and deps["base"]["uri"].startswith("docker://nvidia/cuda:")
-    assert deps["artifact:ucx"] == {"name": "artifact:ucx", "uri": "https://example.org/ucx-1.19.0.tar.gz",
-                                    "digest": {"sha256": "d" * 64}}
-    assert deps["pip_locks:locks/python-py3.11.txt"]["uri"] == \
-        f"git+https://github.com/example/trainbase@{LABELS['org.opencontainers.image.revision']}#locks/python-py3.11.txt"
+    assert deps["artifact:ucx"] == {
+        "name": "artifact:ucx",
+        "uri": "https://example.org/ucx-1.19.0.tar.gz",
+        "digest": {"sha256": "d" * 64},
+    }
+    assert (
+        deps["pip_locks:locks/python-py3.11.txt"]["uri"]
+        == f"git+https://github.com/example/trainbase@{LABELS['org.opencontainers.image.revision']}#locks/python-py3.11.txt"
+    )
     assert deps["parent"]["uri"] == "docker://trainbase/base:r" + "f" * 12
     assert deps["source"]["digest"] == {"gitCommit": LABELS["org.opencontainers.image.revision"]}
     assert p["buildDefinition"]["externalParameters"]["recipe"] == "b" * 64
-    assert p["runDetails"]["builder"]["id"] == "https://github.com/example/trainbase/.github/workflows/build.yml@refs/heads/main"
-    assert p["runDetails"]["metadata"] == {"invocationId": "https://github.com/example/trainbase/actions/runs/42/attempts/1",
-                                          "finishedOn": "2026-11-26T03:00:00Z"}
+    assert (
+        p["runDetails"]["builder"]["id"]
+        == "https://github.com/example/trainbase/.github/workflows/build.yml@refs/heads/main"
+    )
+    assert p["runDetails"]["metadata"] == {
+        "invocationId": "https://github.com/example/trainbase/actions/runs/42/attempts/1",
+        "finishedOn": "2026-11-26T03:00:00Z",
+    }
 
 
 def test_a_signed_statement_verifies_only_with_its_key_for_its_digest_and_predicate(keys):
@@ -80,10 +107,34 @@ def test_a_signed_statement_verifies_only_with_its_key_for_its_digest_and_predic
 
 def test_a_bad_key_is_refused_before_any_build(tmp_path, capsys):
     (tmp_path / "k.pem").write_text("not a key")
-    assert main(["--matrix", "--select", "name=openmpi5.0.11-cuda13.0-cudnn9-debian12", "--sign-key", str(tmp_path / "k.pem")]) != 0
+    assert (
+        main(
+            [
+                "--matrix",
+                "--select",
+                "name=openmpi5.0.11-cuda13.0-cudnn9-debian12",
+                "--sign-key",
+                str(tmp_path / "k.pem"),
+            ]
+        )
+        != 0
+    )
     assert "--sign-key signs what --push publishes" in capsys.readouterr().err
-    assert main(["--matrix", "--push", "--registry", "127.0.0.1:5000/t", "--select", "name=openmpi5.0.11-cuda13.0-cudnn9-debian12",
-                 "--sign-key", str(tmp_path / "k.pem")]) != 0
+    assert (
+        main(
+            [
+                "--matrix",
+                "--push",
+                "--registry",
+                "127.0.0.1:5000/t",
+                "--select",
+                "name=openmpi5.0.11-cuda13.0-cudnn9-debian12",
+                "--sign-key",
+                str(tmp_path / "k.pem"),
+            ]
+        )
+        != 0
+    )
     assert "not a usable PEM private key" in capsys.readouterr().err
     assert main(["verify-attestations", "127.0.0.1:5000/t/x:latest"]) != 0
     assert "needs --public-key" in capsys.readouterr().err
@@ -96,12 +147,28 @@ def test_ci_subject_is_what_the_publish_report_pushed(tmp_path, monkeypatch):
     (docs / "sbom.cdx.json").write_text("{}")
     monkeypatch.setattr("trainbase_common.engine.inspect_image", lambda ref: SimpleNamespace(labels=LABELS))
     report = tmp_path / "publish.json"
-    report.write_text(json.dumps({"cells": [{"name": "cellA", "tag": LOCK["tag"], "image": "trainbase/cellA:x",
-                                             "platform": "linux/amd64", "repo_digest": DIGEST,
-                                             "pushed": [f"ghcr.io/example/staging/cellA:{LOCK['tag']}"]}]}))
+    report.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "name": "cellA",
+                        "tag": LOCK["tag"],
+                        "image": "trainbase/cellA:x",
+                        "platform": "linux/amd64",
+                        "repo_digest": DIGEST,
+                        "pushed": [f"ghcr.io/example/staging/cellA:{LOCK['tag']}"],
+                    }
+                ]
+            }
+        )
+    )
     got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest")
     assert got["subject-name"] == "ghcr.io/example/staging/cellA" and got["subject-digest"] == DIGEST
-    assert json.loads((tmp_path / "attest" / "provenance.slsa.json").read_text())["buildDefinition"]["buildType"] == att.BUILD_TYPE
+    assert (
+        json.loads((tmp_path / "attest" / "provenance.slsa.json").read_text())["buildDefinition"]["buildType"]
+        == att.BUILD_TYPE
+    )
     assert got["twin-digest"] == ""
     report.write_text(json.dumps({"cells": [{"name": "cellA", "repo_digest": None, "pushed": []}]}))
     assert attest.github_subject(report, tmp_path / "supply", tmp_path / "attest") == {}
@@ -116,7 +183,10 @@ class FakeReferrers:
     def referrers(self, repo, digest, artifact_type=""):
         self.asked.append(digest)
         assert artifact_type == attest.KEYLESS_BUNDLE
-        return [SimpleNamespace(annotations={attest.SIGSTORE_PREDICATE_ANNOTATION: p}) for p in self.attested.get(digest, ())]
+        return [
+            SimpleNamespace(annotations={attest.SIGSTORE_PREDICATE_ANNOTATION: p})
+            for p in self.attested.get(digest, ())
+        ]
 
     def descriptor(self, repo, ref):
         return SimpleNamespace(digest=self.tags[ref])
@@ -134,19 +204,37 @@ def test_ci_attests_a_published_digest_its_first_run_left_unattested_and_the_zst
     twin = "sha256:" + "7" * 64
     tag = f"ghcr.io/example/cellA:{LOCK['tag']}"
     report = tmp_path / "publish.json"
-    report.write_text(json.dumps({"cells": [{"name": "cellA", "tag": LOCK["tag"], "image": "trainbase/cellA:x",
-                                             "platform": "linux/amd64", "repo_digest": DIGEST, "pushed": [],
-                                             "already_published": [tag, tag + "-zstd"]}]}))
+    report.write_text(
+        json.dumps(
+            {
+                "cells": [
+                    {
+                        "name": "cellA",
+                        "tag": LOCK["tag"],
+                        "image": "trainbase/cellA:x",
+                        "platform": "linux/amd64",
+                        "repo_digest": DIGEST,
+                        "pushed": [],
+                        "already_published": [tag, tag + "-zstd"],
+                    }
+                ]
+            }
+        )
+    )
     both = set(att.PREDICATES)
     registry = FakeReferrers({DIGEST: {"https://slsa.dev/provenance/v1"}}, {LOCK["tag"] + "-zstd": twin})
     got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry)
     assert got["subject-name"] == "ghcr.io/example/cellA"
-    assert got["subject-digest"] == DIGEST and got["twin-digest"] == twin, "a half-attested digest and an unattested twin"
+    assert got["subject-digest"] == DIGEST and got["twin-digest"] == twin, (
+        "a half-attested digest and an unattested twin"
+    )
     registry.attested = {DIGEST: both}
     got = attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry)
     assert got["subject-digest"] == "" and got["twin-digest"] == twin
     registry.attested = {DIGEST: both, twin: both}
-    assert attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry) == {}
+    assert (
+        attest.github_subject(report, tmp_path / "supply", tmp_path / "attest", client_for=lambda host: registry) == {}
+    )
 
 
 def test_publishing_jobs_sign_keyless_and_pull_requests_cannot():

@@ -2,6 +2,7 @@
 every job YAML loads with `azure.ai.ml.load_job` (schema, distribution and `code:` path
 validated as `az ml job create` would), every Python snippet runs and builds its jobs, and the
 jobs follow the launch rules the page states. Nothing is submitted: MLClient is a recorder."""
+
 import re
 from types import SimpleNamespace
 
@@ -50,14 +51,14 @@ def run_python(upto: int, client, tmp_path, monkeypatch) -> dict:
     """The page's Python snippets 0..upto in order, in one namespace, as a reader pastes them."""
     monkeypatch.chdir(tmp_path)
     ns = {"__name__": "azureml_doc"}
-    for code in snippets("python")[:upto + 1]:
+    for code in snippets("python")[: upto + 1]:
         exec(compile(code, str(DOC), "exec"), ns)  # noqa: S102 -- the documentation's own snippets are what is tested
     return ns
 
 
 def jobs_of(ns: dict, client) -> list:
     built = [v for v in ns.values() if isinstance(v, (Command, Job))]
-    seen = {id(j) for j in built}   # by identity: the SDK's __eq__ finds different jobs equal
+    seen = {id(j) for j in built}  # by identity: the SDK's __eq__ finds different jobs equal
     return built + [j for j in client.sent if isinstance(j, (Command, Job)) and id(j) not in seen]
 
 
@@ -83,8 +84,7 @@ def all_jobs(client, tmp_path, monkeypatch) -> dict[str, list]:
 
 def test_every_mode_is_shown_in_yaml_and_python(client, tmp_path, monkeypatch):
     for form, jobs in all_jobs(client, tmp_path, monkeypatch).items():
-        shown = {(j.distribution.type, getattr(j.distribution, "process_count_per_instance", None) == 1)
-                 for j in jobs}
+        shown = {(j.distribution.type, getattr(j.distribution, "process_count_per_instance", None) == 1) for j in jobs}
         # mpi, pytorch per process, pytorch per node (one process a node + torchrun), tensorflow
         assert {("mpi", False), ("pytorch", False), ("pytorch", True)} <= shown, (form, shown)
         assert "tensorflow" in {t for t, _ in shown}, (form, shown)

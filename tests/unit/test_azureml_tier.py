@@ -7,6 +7,7 @@ image's tb-launch performs it passes, and one that leaves out a NODE_RANK or LOC
 its mode sets, or sets a wrong one, fails. The framework modes' checks (DDP, torchrun, Lightning,
 DeepSpeed, TF multi-worker, Horovod, the teardown) run unchanged on fake containers and fail
 on what a given defect prints."""
+
 import json
 import os
 import re
@@ -33,8 +34,12 @@ def _not_on_an_azure_node(monkeypatch):
 def test_type_pytorch_processes_resolve_to_the_2x2_world():
     procs = azureml.pytorch(IPS, 2)
     worlds = [tl.resolve(p.env) for p in procs]
-    assert [(w.rank, w.world_size, w.local_rank, w.node_rank) for w in worlds] == \
-        [(0, 4, 0, 0), (1, 4, 1, 0), (2, 4, 0, 1), (3, 4, 1, 1)]
+    assert [(w.rank, w.world_size, w.local_rank, w.node_rank) for w in worlds] == [
+        (0, 4, 0, 0),
+        (1, 4, 1, 0),
+        (2, 4, 0, 1),
+        (3, 4, 1, 1),
+    ]
     assert [p.node for p in procs] == [0, 0, 1, 1]
     # Azure gives no LOCAL_WORLD_SIZE and the tier must not add one: that is the case tb-launch failed on
     assert not any("LOCAL_WORLD_SIZE" in p.env for p in procs)
@@ -43,8 +48,10 @@ def test_type_pytorch_processes_resolve_to_the_2x2_world():
 
 def test_type_pytorch_per_node_is_one_process_a_node():
     procs = azureml.pytorch(IPS, 1)
-    assert [(p.node, p.env["RANK"], p.env["WORLD_SIZE"], p.env["NODE_RANK"]) for p in procs] == \
-        [(0, "0", "2", "0"), (1, "1", "2", "1")]
+    assert [(p.node, p.env["RANK"], p.env["WORLD_SIZE"], p.env["NODE_RANK"]) for p in procs] == [
+        (0, "0", "2", "0"),
+        (1, "1", "2", "1"),
+    ]
 
 
 def test_type_tensorflow_workers_are_the_nodes_addresses():
@@ -58,30 +65,48 @@ def test_type_tensorflow_workers_are_the_nodes_addresses():
 def test_type_mpi_batch_variables():
     env = azureml.batch(IPS)
     assert env["AZ_BATCH_MASTER_NODE"] == "172.30.0.2:6000" and env["AZ_BATCH_NODE_LIST"] == "172.30.0.2;172.30.0.3"
-    assert "AZUREML_EXPERIMENT_ID" in env      # DeepSpeed's Azure ML branch keys on it
+    assert "AZUREML_EXPERIMENT_ID" in env  # DeepSpeed's Azure ML branch keys on it
 
 
 def _helper(env, *cmd):
     base = {"PATH": os.environ["PATH"]}
-    return subprocess.run([sys.executable, str(HELPER), *cmd], env={**base, **env}, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, str(HELPER), *cmd], env={**base, **env}, capture_output=True, text=True, check=False
+    )
 
 
 def test_guides_helper_maps_open_mpi():
-    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "2", **azureml.batch(IPS)}
-    code = "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', " \
-           "'MASTER_ADDR', 'MASTER_PORT')}))"
+    env = {
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        **azureml.batch(IPS),
+    }
+    code = (
+        "import json, os; print(json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', "
+        "'MASTER_ADDR', 'MASTER_PORT')}))"
+    )
     r = _helper(env, sys.executable, "-c", code)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": IPS[0],
-                                    "MASTER_PORT": "6105"}
+    assert json.loads(r.stdout) == {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": IPS[0],
+        "MASTER_PORT": "6105",
+    }
 
 
-@pytest.mark.parametrize("env, launcher", [
-    ({"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, "Intel MPI"),
-    ({"SLURM_PROCID": "1"}, "Slurm"),
-    (azureml.pytorch(IPS, 2)[1].env, "RANK=1"),
-], ids=["intelmpi", "slurm", "type-pytorch"])
+@pytest.mark.parametrize(
+    "env, launcher",
+    [
+        ({"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}, "Intel MPI"),
+        ({"SLURM_PROCID": "1"}, "Slurm"),
+        (azureml.pytorch(IPS, 2)[1].env, "RANK=1"),
+    ],
+    ids=["intelmpi", "slurm", "type-pytorch"],
+)
 def test_guides_helper_elsewhere_names_the_fix(env, launcher):
     r = _helper({**env, **azureml.batch(IPS)}, "true")
     assert r.returncode == 2 and "KeyError" not in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -89,6 +114,7 @@ def test_guides_helper_elsewhere_names_the_fix(env, launcher):
 
 
 # ----------------------------------------------------------------------------- the topology judgement
+
 
 def launch_envs(mode: str, wrapper: str) -> list[tuple[int, dict]]:
     """(node, the environment the rendezvous probe runs with) per process of a 2 x 2 launch:
@@ -102,19 +128,38 @@ def launch_envs(mode: str, wrapper: str) -> list[tuple[int, dict]]:
     if wrapper == "tb-launch":
         return [(n, {**env, **tl.resolve(env).env(tf=mode == "tensorflow")}) for n, env in procs]
     if wrapper == "guides-helper":
-        return [(n, {**env, "RANK": env["OMPI_COMM_WORLD_RANK"], "WORLD_SIZE": env["OMPI_COMM_WORLD_SIZE"],
-                     "LOCAL_RANK": env["OMPI_COMM_WORLD_LOCAL_RANK"]}) for n, env in procs]
+        return [
+            (
+                n,
+                {
+                    **env,
+                    "RANK": env["OMPI_COMM_WORLD_RANK"],
+                    "WORLD_SIZE": env["OMPI_COMM_WORLD_SIZE"],
+                    "LOCAL_RANK": env["OMPI_COMM_WORLD_LOCAL_RANK"],
+                },
+            )
+            for n, env in procs
+        ]
     return procs
 
 
 def probe_lines(procs: list[tuple[int, dict]]) -> list[dict]:
     """What probes/rendezvous.py prints for each process: its view and the table rank 0 gathered."""
+
     def opt(env, name):
         return int(env[name]) if name in env else None
 
-    views = [{"host": HOSTS[n], "rank": int(e["RANK"]), "world_size": int(e["WORLD_SIZE"]),
-              "local_rank": int(e["LOCAL_RANK"]), "node_rank": opt(e, "NODE_RANK"),
-              "local_world_size": opt(e, "LOCAL_WORLD_SIZE")} for n, e in procs]
+    views = [
+        {
+            "host": HOSTS[n],
+            "rank": int(e["RANK"]),
+            "world_size": int(e["WORLD_SIZE"]),
+            "local_rank": int(e["LOCAL_RANK"]),
+            "node_rank": opt(e, "NODE_RANK"),
+            "local_world_size": opt(e, "LOCAL_WORLD_SIZE"),
+        }
+        for n, e in procs
+    ]
     table = sorted(views, key=lambda v: v["rank"])
     return [{**v, "table": table} for v in views]
 
@@ -125,9 +170,11 @@ def test_every_launch_as_tb_launch_and_azure_perform_it_passes(launch):
     assert azureml.topology_problems(ranks, HOSTS, 2, azureml.LAUNCH_SETS[launch]) == []
 
 
-@pytest.mark.parametrize("launch, var", [(launch, var) for launch, sets in sorted(azureml.LAUNCH_SETS.items())
-                                         for var in sorted(sets)],
-                         ids=lambda x: "-".join(x) if isinstance(x, tuple) else x)
+@pytest.mark.parametrize(
+    "launch, var",
+    [(launch, var) for launch, sets in sorted(azureml.LAUNCH_SETS.items()) for var in sorted(sets)],
+    ids=lambda x: "-".join(x) if isinstance(x, tuple) else x,
+)
 def test_a_launch_without_a_variable_its_mode_sets_fails(launch, var):
     """What the check used to fill in from the topology (the node for NODE_RANK, the per-node
     count for LOCAL_WORLD_SIZE) must be there."""
@@ -150,10 +197,13 @@ def test_a_wrong_node_rank_a_world_of_one_and_missing_processes_fail():
     procs[3][1]["NODE_RANK"] = "0"
     assert azureml.topology_problems(probe_lines(procs), HOSTS, 2, frozenset({"NODE_RANK"})) == [
         "rank 3 runs on node 1 (b): got {'world_size': 4, 'node_of_rank': 1, 'local_rank': 1, 'node_rank': 0}, "
-        "want {'world_size': 4, 'node_of_rank': 1, 'local_rank': 1, 'node_rank': 1}"]
+        "want {'world_size': 4, 'node_of_rank': 1, 'local_rank': 1, 'node_rank': 1}"
+    ]
     # tb-launch ignoring TF_CONFIG: every worker rank 0 of 1 (the broken variant's second defect)
-    alone = [(n, {**env, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
-             for n, env in launch_envs("tensorflow", "tb-launch")]
+    alone = [
+        (n, {**env, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+        for n, env in launch_envs("tensorflow", "tb-launch")
+    ]
     lines = [{**x, "table": [x]} for x in probe_lines(alone)]
     problems = azureml.topology_problems(lines, HOSTS, 2, azureml.LAUNCH_SETS["tensorflow", "tb-launch"])
     assert "got {'world_size': 1, " in problems[0] and problems[-1].startswith("processes gathered different tables")
@@ -165,6 +215,7 @@ def test_a_wrong_node_rank_a_world_of_one_and_missing_processes_fail():
 # The tier's framework checks run unchanged on two fake containers (tests/unit/framework_fakes.py):
 # the suite's own Job starts every process as Azure ML does; each fake process answers with the
 # example's line for the world its environment gives it (healthy), or what a given defect prints.
+
 
 def azure_job(answer, frameworks, packages=None):
     target = FakeTarget(frameworks, packages=packages)
@@ -190,8 +241,10 @@ def test_type_mpi_ddp_fails_when_each_node_is_a_world_of_two():
     target, job = azure_job(mpi_world(lambda r: ddp(r)), {"pytorch": "2.10.0"})
     aml.test_type_mpi_pytorch_ddp(target, job, "tb-launch")
     target, job = azure_job(mpi_world(lambda r: ddp(r % 2, world=2)), {"pytorch": "2.10.0"})
-    with pytest.raises(AssertionError, match=re.escape("type: mpi, tb-launch, pytorch_ddp.py: ranks that finished: "
-                                                       "['0', '0', '1', '1'], want 0..3")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape("type: mpi, tb-launch, pytorch_ddp.py: ranks that finished: ['0', '0', '1', '1'], want 0..3"),
+    ):
         aml.test_type_mpi_pytorch_ddp(target, job, "tb-launch")
 
 
@@ -201,11 +254,19 @@ def test_type_pytorch_ddp_fails_when_a_process_exits_non_zero():
 
     def rank_3_times_out(node, cmd, env):
         if env["RANK"] == "3":
-            return 1, "", "torch.distributed.DistStoreError: Timed out after 300 seconds waiting for clients. 3/4 clients joined."
+            return (
+                1,
+                "",
+                "torch.distributed.DistStoreError: Timed out after 300 seconds waiting for clients. 3/4 clients joined.",
+            )
         return 0, ddp_of(int(env["RANK"]), 4, node)
+
     target, job = azure_job(rank_3_times_out, {"pytorch": "2.10.0"})
-    with pytest.raises(AssertionError, match=r"type: pytorch, plain, pytorch_ddp\.py: node 1 rank 3: exit 1: "
-                                             r"torch\.distributed\.DistStoreError: Timed out"):
+    with pytest.raises(
+        AssertionError,
+        match=r"type: pytorch, plain, pytorch_ddp\.py: node 1 rank 3: exit 1: "
+        r"torch\.distributed\.DistStoreError: Timed out",
+    ):
         aml.test_type_pytorch_ddp(target, job, "plain")
 
 
@@ -216,8 +277,12 @@ def test_type_pytorch_per_node_torchrun_fails_when_torchrun_loses_the_node_varia
     aml.test_type_pytorch_per_node_torchrun(target, job, "tb-launch")
     alone = lambda node, cmd, env: (0, ddp(0, world=2, host="ab"[node]) + ddp(1, world=2, host="ab"[node]))  # noqa: E731
     target, job = azure_job(alone, {"pytorch": "2.10.0"})
-    with pytest.raises(AssertionError, match=re.escape("type: pytorch per node, tb-launch torchrun, pytorch_ddp.py: "
-                                                       "ranks that finished: ['0', '0', '1', '1']")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape(
+            "type: pytorch per node, tb-launch torchrun, pytorch_ddp.py: ranks that finished: ['0', '0', '1', '1']"
+        ),
+    ):
         aml.test_type_pytorch_per_node_torchrun(target, job, "tb-launch")
 
 
@@ -226,25 +291,33 @@ LIGHTNING = {"pytorch": {"lightning": "2.6.0"}}
 
 def test_type_pytorch_lightning_fails_when_lightning_ignores_the_node_rank():
     """Lightning that trains a world of 2 on each node (no num_nodes from Azure's variables)."""
-    target, job = azure_job(from_env(lambda r, w, n: lightning(r, w, "LightningEnvironment")),
-                            {"pytorch": "2.10.0"}, LIGHTNING)
+    target, job = azure_job(
+        from_env(lambda r, w, n: lightning(r, w, "LightningEnvironment")), {"pytorch": "2.10.0"}, LIGHTNING
+    )
     aml.test_type_pytorch_lightning(target, job, "plain")
-    target, job = azure_job(from_env(lambda r, w, n: lightning(r % 2, 2, "LightningEnvironment")),
-                            {"pytorch": "2.10.0"}, LIGHTNING)
-    with pytest.raises(AssertionError, match=re.escape("type: pytorch, plain, lightning_ddp.py: ranks that finished: "
-                                                       "['0', '0', '1', '1']")):
+    target, job = azure_job(
+        from_env(lambda r, w, n: lightning(r % 2, 2, "LightningEnvironment")), {"pytorch": "2.10.0"}, LIGHTNING
+    )
+    with pytest.raises(
+        AssertionError,
+        match=re.escape("type: pytorch, plain, lightning_ddp.py: ranks that finished: ['0', '0', '1', '1']"),
+    ):
         aml.test_type_pytorch_lightning(target, job, "plain")
 
 
 def test_type_mpi_lightning_fails_when_every_rank_trains_alone():
     """The contract's Lightning patch removed: under `type: mpi` each rank a world of 1."""
-    target, job = azure_job(mpi_world(lambda r: lightning(r, 4, "TorchElasticEnvironment")), {"pytorch": "2.10.0"},
-                            LIGHTNING)
+    target, job = azure_job(
+        mpi_world(lambda r: lightning(r, 4, "TorchElasticEnvironment")), {"pytorch": "2.10.0"}, LIGHTNING
+    )
     aml.test_type_mpi_lightning(target, job, "tb-launch lightning_ddp.py")
-    target, job = azure_job(mpi_world(lambda r: lightning(0, 1, "LightningEnvironment")), {"pytorch": "2.10.0"},
-                            LIGHTNING)
-    with pytest.raises(AssertionError, match=re.escape("type: mpi, tb-launch lightning_ddp.py: ranks that finished: "
-                                                       "['0', '0', '0', '0'], want 0..3")):
+    target, job = azure_job(
+        mpi_world(lambda r: lightning(0, 1, "LightningEnvironment")), {"pytorch": "2.10.0"}, LIGHTNING
+    )
+    with pytest.raises(
+        AssertionError,
+        match=re.escape("type: mpi, tb-launch lightning_ddp.py: ranks that finished: ['0', '0', '0', '0'], want 0..3"),
+    ):
         aml.test_type_mpi_lightning(target, job, "tb-launch lightning_ddp.py")
 
 
@@ -253,8 +326,10 @@ def test_deepspeed_init_fails_without_its_azure_ml_branch():
     target, job = azure_job(mpi_world(lambda r: deepspeed(r, 4, r % 2)), {"deepspeed": "0.18.2"})
     aml.test_deepspeed_init(target, job, "type: mpi", "plain")
     target, job = azure_job(mpi_world(lambda r: deepspeed(0, 1)), {"deepspeed": "0.18.2"})
-    with pytest.raises(AssertionError, match=re.escape("type: mpi, plain, deepspeed_init.py: ranks that finished: "
-                                                       "['0', '0', '0', '0'], want 0..3")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape("type: mpi, plain, deepspeed_init.py: ranks that finished: ['0', '0', '0', '0'], want 0..3"),
+    ):
         aml.test_deepspeed_init(target, job, "type: mpi", "plain")
 
 
@@ -264,11 +339,16 @@ def test_type_tensorflow_fails_when_tb_launch_rewrites_tf_config():
     def azure_s(node, cmd, env):
         task = json.loads(env["TF_CONFIG"])["task"]["index"]
         return 0, tf_worker(task, 4)
+
     target, job = azure_job(azure_s, {"tensorflow": "2.20.0"})
     aml.test_type_tensorflow_multiworker(target, job, "tb-launch")
     target, job = azure_job(lambda node, cmd, env: (0, tf_worker(0, 1)), {"tensorflow": "2.20.0"})
-    with pytest.raises(AssertionError, match=re.escape("type: tensorflow, tb-launch, tf_multiworker.py: workers that "
-                                                       "finished: ['0', '0', '0', '0'], want 0..3")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape(
+            "type: tensorflow, tb-launch, tf_multiworker.py: workers that finished: ['0', '0', '0', '0'], want 0..3"
+        ),
+    ):
         aml.test_type_tensorflow_multiworker(target, job, "tb-launch")
 
 
@@ -277,10 +357,14 @@ def test_type_mpi_tensorflow_fails_when_the_workers_never_meet():
     until `timeout` ends the job (exit 124)."""
     target, job = azure_job(mpi_world(lambda r: tf_worker(r, 4)), {"tensorflow": "2.20.0"})
     aml.test_type_mpi_tensorflow_multiworker(target, job)
-    target, job = azure_job(lambda node, cmd, env: (124, "", "grpc: failed to connect to all addresses"),
-                            {"tensorflow": "2.20.0"})
-    with pytest.raises(AssertionError, match=r"type: mpi, tb-launch --tf, tf_multiworker\.py: node 0 rank \*: exit 124: "
-                                             r"grpc: failed to connect"):
+    target, job = azure_job(
+        lambda node, cmd, env: (124, "", "grpc: failed to connect to all addresses"), {"tensorflow": "2.20.0"}
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"type: mpi, tb-launch --tf, tf_multiworker\.py: node 0 rank \*: exit 124: "
+        r"grpc: failed to connect",
+    ):
         aml.test_type_mpi_tensorflow_multiworker(target, job)
 
 
@@ -294,12 +378,16 @@ def test_teardown_check_fails_on_one_aborted_process_in_many_jobs(monkeypatch):
     def one_abort(node, cmd, env):
         if env["RANK"] == "2":
             rank_2_runs.append(cmd)
-            if len(rank_2_runs) == 8:    # rank 2 of the 8th job (run 7)
+            if len(rank_2_runs) == 8:  # rank 2 of the 8th job (run 7)
                 return 134, "", "terminate called without an active exception"
         return 0, ddp_of(int(env["RANK"]), 4, 0)
+
     target, job = azure_job(one_abort, {"pytorch": "2.10.0"})
-    with pytest.raises(AssertionError, match=r"1 of 80 processes in 20 finished jobs did not exit 0 \(exit codes "
-                                             r"\{0: 79, 134: 1\}\): run 7 rank 2: exit 134: terminate called"):
+    with pytest.raises(
+        AssertionError,
+        match=r"1 of 80 processes in 20 finished jobs did not exit 0 \(exit codes "
+        r"\{0: 79, 134: 1\}\): run 7 rank 2: exit 134: terminate called",
+    ):
         aml.test_pytorch_teardown_never_aborts_a_finished_job(target, job)
 
 
@@ -307,8 +395,10 @@ def test_type_mpi_horovod_fails_when_every_rank_is_a_world_of_one():
     target, job = azure_job(mpi_world(lambda r: horovod(r, 4, r % 2)), {"horovod": "0.28.1"})
     aml.test_type_mpi_horovod(target, job)
     target, job = azure_job(mpi_world(lambda r: horovod(0, 1)), {"horovod": "0.28.1"})
-    with pytest.raises(AssertionError, match=re.escape("type: mpi, plain, horovod_allreduce.py: ranks that finished: "
-                                                       "['0', '0', '0', '0'], want 0..3")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape("type: mpi, plain, horovod_allreduce.py: ranks that finished: ['0', '0', '0', '0'], want 0..3"),
+    ):
         aml.test_type_mpi_horovod(target, job)
 
 
@@ -327,6 +417,7 @@ def tf_rendezvous(alone: bool = False):
     def answer(node, cmd, env):
         assert cmd.split()[2:4] == ["tb-launch", "--tf"], cmd
         return 0, "TBCONF " + json.dumps(by_config[env["TF_CONFIG"]]) + "\n"
+
     return answer
 
 
@@ -337,6 +428,10 @@ def test_type_tensorflow_rendezvous_fails_when_tb_launch_ignores_tf_config():
     target, job = azure_job(tf_rendezvous(), {"tensorflow": "2.20.0"})
     aml.test_type_tensorflow_rendezvous(target, job)
     target, job = azure_job(tf_rendezvous(alone=True), {"tensorflow": "2.20.0"})
-    with pytest.raises(AssertionError, match=re.escape("type: tensorflow, tb-launch --tf, rendezvous probe: rank 0 runs "
-                                                       "on node 0 (a): got {'world_size': 1, ")):
+    with pytest.raises(
+        AssertionError,
+        match=re.escape(
+            "type: tensorflow, tb-launch --tf, rendezvous probe: rank 0 runs on node 0 (a): got {'world_size': 1, "
+        ),
+    ):
         aml.test_type_tensorflow_rendezvous(target, job)

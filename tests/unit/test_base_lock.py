@@ -2,6 +2,7 @@
 identity, a locked bootstrap row never takes the official image, and a base that is not the
 locked one is refused naming locked and resolved identity and the packages that moved -- after
 one fresh bootstrap, since an engine may hold one from before a Debian point release."""
+
 from __future__ import annotations
 
 import io
@@ -45,6 +46,7 @@ def test_the_committed_lock_locks_the_local_row_and_reads_back():
     # every base a cell of matrix.yaml names has an entry (locked, or unlocked with the reason)
     m = load(ROOT / "matrix.yaml")
     from trainbase.render import context
+
     bases = {context.build(m, c).data["os"]["base"] for c in m.included if not c.parent}
     assert bases <= set(entries), bases - set(entries)
     assert all(e.identity or e.note for e in entries.values())
@@ -70,8 +72,10 @@ def test_the_tag_folds_in_the_locked_base(tmp_path):
 
 def test_package_changes_are_named():
     now = ["apt 2.6.1", "libc6 2.36-9+deb12u13", "newpkg 1.0"]
-    assert base_lock.package_changes(PACKAGES, now) == \
-        "libc6 2.36-9+deb12u10 -> 2.36-9+deb12u13, +newpkg 1.0, -tzdata 2025b-0+deb12u1"
+    assert (
+        base_lock.package_changes(PACKAGES, now)
+        == "libc6 2.36-9+deb12u10 -> 2.36-9+deb12u13, +newpkg 1.0, -tzdata 2025b-0+deb12u1"
+    )
     lock = base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=LOCKED, packages=PACKAGES)
     why = base_lock.mismatch(lock, {"ref": OWN, "identity": "packages-sha256:" + "ef" * 32, "how": "bootstrap"}, now)
     assert f"locked {LOCKED}, resolved packages-sha256:{'ef' * 32}" in why and "libc6 2.36-9+deb12u10 ->" in why
@@ -85,10 +89,17 @@ def test_a_locked_bootstrap_row_never_looks_at_the_official_image(monkeypatch):
     monkeypatch.setattr(engine, "available", lambda: True)
     monkeypatch.setattr(engine, "image_exists", lambda ref: calls.append(("exists", ref)) or True)
     monkeypatch.setattr(engine, "pull", lambda ref: calls.append(("pull", ref)))
-    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
-        id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.source": "debootstrap"}, env={}, raw={}))
-    assert bootstrap.ensure_base_image(BASE, "bookworm", log=lambda s: None, bootstrap_only=True) == \
-        ("bootstrap present", OWN)
+    monkeypatch.setattr(
+        engine,
+        "inspect_image",
+        lambda ref: engine.ImageInfo(
+            id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.source": "debootstrap"}, env={}, raw={}
+        ),
+    )
+    assert bootstrap.ensure_base_image(BASE, "bookworm", log=lambda s: None, bootstrap_only=True) == (
+        "bootstrap present",
+        OWN,
+    )
     assert ("exists", BASE) not in calls and not [c for c in calls if c[0] == "pull"]
 
 
@@ -105,8 +116,7 @@ def _executor(tmp_path, monkeypatch, resolved_identities):
 
     idents = iter(resolved_identities)
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(bases, "base_identity",
-                        lambda ref: {"ref": ref, "identity": next(idents), "how": "bootstrap"})
+    monkeypatch.setattr(bases, "base_identity", lambda ref: {"ref": ref, "identity": next(idents), "how": "bootstrap"})
     monkeypatch.setattr(bootstrap, "packages_of", lambda image: ["apt 2.6.1", "libc6 2.36-9+deb12u13"])
     monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: removed.append(ref) or True)
     return b, b.jobs[cell.name], ensured, removed
@@ -155,8 +165,10 @@ def test_references_of_a_registry_locked_base():
     assert engine.repository("localhost:5000/team/cuda") == "localhost:5000/team/cuda"
     assert engine.repository("debian@" + CUDA_DIGEST) == "debian"
     # a bootstrap or an unlocked entry is named by its tag: nothing to pin
-    for other in (base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=LOCKED),
-                  base_lock.unlocked(CUDA_BASE, base_lock.REGISTRY)):
+    for other in (
+        base_lock.BaseLock(ref=BASE, how=base_lock.BOOTSTRAP, identity=LOCKED),
+        base_lock.unlocked(CUDA_BASE, base_lock.REGISTRY),
+    ):
         assert other.digest is None and other.from_ref() == other.engine_ref() == other.ref
 
 
@@ -193,8 +205,9 @@ def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, mo
         return "pulled", ref
 
     monkeypatch.setattr(bootstrap, "ensure_base_image", ensure)
-    monkeypatch.setattr(bases, "base_identity",
-                        lambda ref: {"ref": ref, "identity": CUDA_DIGEST, "how": "registry digest"})
+    monkeypatch.setattr(
+        bases, "base_identity", lambda ref: {"ref": ref, "identity": CUDA_DIGEST, "how": "registry digest"}
+    )
     row = m.spec.os["ubuntu22.04"]
     lock = base_lock.load(tmp_path)[CUDA_BASE]
     assert bases.resolve(CUDA_BASE, row, lock, log=lambda s: None) == (f"nvidia/cuda@{CUDA_DIGEST}", None)
@@ -203,9 +216,17 @@ def test_a_registry_locked_base_is_pulled_by_its_digest_not_its_tag(tmp_path, mo
 
 def test_the_identity_of_an_image_pulled_under_two_names_is_its_own_repositorys(monkeypatch):
     other = "sha256:" + "0f" * 32
-    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
-        id="sha256:" + "1" * 64, size=1, labels={}, env={},
-        raw={"RepoDigests": [f"mirror.example:5000/nvidia/cuda@{other}", f"nvidia/cuda@{CUDA_DIGEST}"]}))
+    monkeypatch.setattr(
+        engine,
+        "inspect_image",
+        lambda ref: engine.ImageInfo(
+            id="sha256:" + "1" * 64,
+            size=1,
+            labels={},
+            env={},
+            raw={"RepoDigests": [f"mirror.example:5000/nvidia/cuda@{other}", f"nvidia/cuda@{CUDA_DIGEST}"]},
+        ),
+    )
     assert bases.base_identity(CUDA_BASE)["identity"] == CUDA_DIGEST
     assert bases.base_identity("docker.io/" + CUDA_BASE)["identity"] == CUDA_DIGEST
     assert bases.base_identity("mirror.example:5000/nvidia/cuda:12.8")["identity"] == other
@@ -214,11 +235,22 @@ def test_the_identity_of_an_image_pulled_under_two_names_is_its_own_repositorys(
 def test_a_base_asked_for_by_digest_is_that_digest_even_with_bootstrap_labels(monkeypatch):
     """A registry-locked base made FROM a trainbase bootstrap (a team's mirror of it) still
     carries the bootstrap's package label: asked for by digest, its identity is the digest."""
-    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
-        id="sha256:" + "1" * 64, size=1, labels={"io.trainbase.base.packages-sha256": "ab" * 32}, env={},
-        raw={"RepoDigests": [f"registry.example/team/debian@{CUDA_DIGEST}"]}))
+    monkeypatch.setattr(
+        engine,
+        "inspect_image",
+        lambda ref: engine.ImageInfo(
+            id="sha256:" + "1" * 64,
+            size=1,
+            labels={"io.trainbase.base.packages-sha256": "ab" * 32},
+            env={},
+            raw={"RepoDigests": [f"registry.example/team/debian@{CUDA_DIGEST}"]},
+        ),
+    )
     assert bases.base_identity(f"registry.example/team/debian@{CUDA_DIGEST}") == {
-        "ref": f"registry.example/team/debian@{CUDA_DIGEST}", "identity": CUDA_DIGEST, "how": "registry digest"}
+        "ref": f"registry.example/team/debian@{CUDA_DIGEST}",
+        "identity": CUDA_DIGEST,
+        "how": "registry digest",
+    }
     assert bases.base_identity("registry.example/team/debian:12")["how"] == "bootstrap"
 
 
@@ -226,6 +258,7 @@ def _registry_rows(tmp_path):
     """A scratch matrix whose selection includes registry rows (nvidia/cuda bases)."""
     m = _scratch(tmp_path)
     from trainbase.render import context
+
     cells = [c for c in m.included if not c.parent]
     refs = {context.build(m, c).data["os"]["base"] for c in cells}
     return m, cells, sorted(r for r in refs if r != BASE)
@@ -242,8 +275,9 @@ def test_lock_bases_reads_registry_digests_without_pulling(tmp_path, monkeypatch
     monkeypatch.setattr(bases, "base_identity", lambda ref: {"identity": LOCKED, "how": "bootstrap"})
     monkeypatch.setattr(bootstrap, "packages_of", lambda ref: PACKAGES)
     asked = []
-    monkeypatch.setattr(engine, "distribution_digest",
-                        lambda ref: asked.append(ref) or "sha256:" + f"{len(asked):064x}")
+    monkeypatch.setattr(
+        engine, "distribution_digest", lambda ref: asked.append(ref) or "sha256:" + f"{len(asked):064x}"
+    )
     entries = bases.relock(m, tmp_path, cells, log=lambda s: None, refresh=True)
     assert sorted(asked) == registry_refs
     for ref in registry_refs:
@@ -265,6 +299,7 @@ def test_lock_bases_fails_naming_each_base_no_registry_answered_for(tmp_path, mo
         if ref == broken:
             raise engine.EngineAPIError(401, "unauthorized: authentication required")
         return "sha256:" + "c" * 64
+
     monkeypatch.setattr(engine, "distribution_digest", digest)
     with pytest.raises(TrainbaseError) as e:
         bases.relock(m, tmp_path, cells, log=lambda s: None, refresh=True)
@@ -280,7 +315,7 @@ def test_lock_bases_without_all_adds_only_the_missing_bases_and_moves_no_tag(tmp
     m, cells, registry_refs = _registry_rows(tmp_path)
     lock = base_lock.load(tmp_path)
     new = registry_refs[0]
-    for ref in registry_refs[1:]:   # locked where a registry answered (CI), one row new
+    for ref in registry_refs[1:]:  # locked where a registry answered (CI), one row new
         lock[ref] = base_lock.BaseLock(ref=ref, how=base_lock.REGISTRY, identity="sha256:" + "e" * 64, note="")
     lock.pop(new, None)
     base_lock.write(tmp_path, lock)

@@ -34,7 +34,10 @@ def _image(labels):
 def test_base_present(no_engine_calls, monkeypatch):
     monkeypatch.setattr(engine, "image_exists", lambda ref: True)
     monkeypatch.setattr(engine, "inspect_image", lambda ref: _image({}))
-    assert bootstrap.ensure_base_image("debian:12-slim", "bookworm", log=lambda m: None) == ("present", "debian:12-slim")
+    assert bootstrap.ensure_base_image("debian:12-slim", "bookworm", log=lambda m: None) == (
+        "present",
+        "debian:12-slim",
+    )
 
 
 def test_base_pulled(no_engine_calls, monkeypatch):
@@ -54,8 +57,10 @@ def test_an_old_bootstrap_under_the_official_name_is_not_taken_for_the_official_
     monkeypatch.setattr(engine, "image_exists", lambda ref: True)
     monkeypatch.setattr(engine, "inspect_image", lambda ref: _image(ours))
     logged = []
-    assert bootstrap.ensure_base_image("debian:12.15-slim", "bookworm", log=logged.append) == \
-        ("bootstrap present", "trainbase-bootstrap/debian:12.15-slim")
+    assert bootstrap.ensure_base_image("debian:12.15-slim", "bookworm", log=logged.append) == (
+        "bootstrap present",
+        "trainbase-bootstrap/debian:12.15-slim",
+    )
     assert any("ignored: an earlier trainbase bootstrap" in m for m in logged)
     assert not [c for c in no_engine_calls if c[0] == "pull"]
 
@@ -80,9 +85,11 @@ def test_base_without_engine(monkeypatch):
 def test_package_list_reads_dpkg_status(tmp_path):
     status = tmp_path / "var/lib/dpkg/status"
     status.parent.mkdir(parents=True)
-    status.write_text("Package: zlib1g\nStatus: install ok installed\nVersion: 1:1.2.13\n\n"
-                      "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
-                      "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b7\n")
+    status.write_text(
+        "Package: zlib1g\nStatus: install ok installed\nVersion: 1:1.2.13\n\n"
+        "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
+        "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b7\n"
+    )
     assert rootfs.package_list(str(tmp_path)) == "bash 5.2.15-2+b7\nzlib1g 1:1.2.13\n"
 
 
@@ -118,12 +125,15 @@ def test_sources_deb822():
     assert "security" not in other
 
 
-@pytest.mark.parametrize("ref,tag", [
-    ("debian:12.12-slim", "12.12-slim"),
-    ("localhost:5000/debian:12", "12"),
-    ("localhost:5000/debian", ""),
-    ("debian@sha256:abc", ""),
-])
+@pytest.mark.parametrize(
+    "ref,tag",
+    [
+        ("debian:12.12-slim", "12.12-slim"),
+        ("localhost:5000/debian:12", "12"),
+        ("localhost:5000/debian", ""),
+        ("debian@sha256:abc", ""),
+    ],
+)
 def test_tag_of(ref, tag):
     assert bootstrap._tag_of(ref) == tag
 

@@ -1,5 +1,6 @@
 """The build scheduler without an engine: dependency order, parallelism, failure isolation,
 refusals, the plan, and how registry answers are read (present, absent, or an error)."""
+
 import io
 import re
 import time
@@ -31,7 +32,9 @@ def m():
 def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     cells = [m.cell(n) for n in names]
     rendered = recipes.render_all(m, cells, root=ROOT)
-    b = executor.Executor(m, rendered, cells, executor.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO())
+    b = executor.Executor(
+        m, rendered, cells, executor.Options(jobs=jobs, ca_bundle="none", **kw), ROOT, out=io.StringIO()
+    )
     log: list[tuple[str, str, float]] = []
 
     def fake_build(job):
@@ -51,16 +54,20 @@ def make(m, names, fail=(), jobs=2, monkeypatch=None, **kw):
     return b, log
 
 
-LOCAL = ["horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
-         "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
-         "intelmpi2021.18-cuda12.8-cudnn9-debian12"]
+LOCAL = [
+    "horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+    "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+    "intelmpi2021.18-cuda12.8-cudnn9-debian12",
+]
 
 
 def test_parents_are_added_and_built_first(m, monkeypatch):
     b, log = make(m, LOCAL, monkeypatch=monkeypatch)
     order = list(b.jobs)
-    assert order[0] == "openmpi4.1.4-cuda13.2-cudnn9-debian12"        # what the first selected cell needs
-    assert len(order) == 5 and order.index("pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12") < order.index(LOCAL[0])
+    assert order[0] == "openmpi4.1.4-cuda13.2-cudnn9-debian12"  # what the first selected cell needs
+    assert len(order) == 5 and order.index("pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12") < order.index(
+        LOCAL[0]
+    )
     assert not b.jobs["openmpi4.1.4-cuda13.2-cudnn9-debian12"].selected
     assert b.run() == 0
     ends = {n: t for ev, n, t in log if ev == "end"}
@@ -127,28 +134,39 @@ def test_dry_run_plan_shows_levels_sharing_and_refusals(m_pending, monkeypatch):
     """The plan a person reads before an hour of builds: FROM levels, the os/ib stage the base
     cells share (built once), and each refused cell with its reason; nothing is built."""
     cells = m_pending.select(parse_selects(["os=debian12", "cuda=12.8,13.2", "mpi=openmpi4.1.4"]))
-    names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12",
-                                       PYTORCH_UBUNTU_128]
+    names = [c.name for c in cells] + ["intelmpi2021.18-cuda12.8-cudnn9-debian12", PYTORCH_UBUNTU_128]
     b, log = make(m_pending, names, dry_run=True, monkeypatch=monkeypatch)
     monkeypatch.setattr(engine, "available", lambda: False)
-    assert b.run() == 0 and log == []          # a plan builds nothing, refused cells included
+    assert b.run() == 0 and log == []  # a plan builds nothing, refused cells included
     out = b.out.getvalue()
     assert "step 1:" in out and "step 2:" in out and "step 3:" in out
     assert "FROM openmpi4.1.4-cuda12.8-cudnn9-debian12" in out
-    shared = [ln for ln in out.splitlines() if ln.strip().startswith("shared os/ib stage (built once):")
-              and "arm64" not in ln]
-    assert len(shared) == 1 and "openmpi4.1.4-cuda12.8-cudnn9-debian12" in shared[0] \
-        and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in shared[0], out
-    assert re.search(r"REFUSED\s+\S+openmpi4\.1\.8-cuda12\.8-cudnn9-ubuntu24\.04:\S+[^\n]*\n\s+artifact openmpi-4\.1\.8 "
-                     r"has no verified sha256", out), out
-    assert re.search(rf"skip\s+\S+{re.escape(PYTORCH_UBUNTU_128)}\S+[^\n]*\n\s+its parent openmpi4\.1\.8-\S+ refused",
-                     out), out
+    shared = [
+        ln for ln in out.splitlines() if ln.strip().startswith("shared os/ib stage (built once):") and "arm64" not in ln
+    ]
+    assert (
+        len(shared) == 1
+        and "openmpi4.1.4-cuda12.8-cudnn9-debian12" in shared[0]
+        and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in shared[0]
+    ), out
+    assert re.search(
+        r"REFUSED\s+\S+openmpi4\.1\.8-cuda12\.8-cudnn9-ubuntu24\.04:\S+[^\n]*\n\s+artifact openmpi-4\.1\.8 "
+        r"has no verified sha256",
+        out,
+    ), out
+    assert re.search(
+        rf"skip\s+\S+{re.escape(PYTORCH_UBUNTU_128)}\S+[^\n]*\n\s+its parent openmpi4\.1\.8-\S+ refused", out
+    ), out
 
 
 def test_stage_groups_share_the_os_stage(m):
     """Pure plan: base cells with the same OS, CUDA base and IB row render the same os stage."""
-    names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "intelmpi2021.18-cuda12.8-cudnn9-debian12",
-             "openmpi5.0.11-cuda13.0-cudnn9-debian12", "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"]
+    names = [
+        "openmpi4.1.4-cuda12.8-cudnn9-debian12",
+        "intelmpi2021.18-cuda12.8-cudnn9-debian12",
+        "openmpi5.0.11-cuda13.0-cudnn9-debian12",
+        "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04",
+    ]
     cells = [m.cell(n) for n in names]
     p = plan.Plan(m, recipes.render_all(m, cells, root=ROOT), cells)
     groups = sorted(sorted(g) for g in p.stage_groups().values())
@@ -159,8 +177,11 @@ def test_plan_orders_parents_first_and_skips_children_of_a_failure_in_one_pass(m
     """Pure plan: graph order (graphlib), a cached predicate, and skip propagation down two levels."""
     top = m.cell("horovod0.28.1-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12")
     p = plan.Plan(m, recipes.render_all(m, [top], root=ROOT), [top])
-    assert list(p.jobs) == ["openmpi4.1.4-cuda13.2-cudnn9-debian12", "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
-                            top.name]
+    assert list(p.jobs) == [
+        "openmpi4.1.4-cuda13.2-cudnn9-debian12",
+        "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+        top.name,
+    ]
     assert p.levels() == {n: i for i, n in enumerate(p.jobs)}
     p.mark_cached(lambda ref: ref.startswith("trainbase/openmpi4.1.4-"))
     assert [j.status for j in p.jobs.values()] == [JobState.CACHED, JobState.QUEUED, JobState.QUEUED]
@@ -175,11 +196,12 @@ def test_command_passes_the_ca_as_a_secret_and_targets_the_image_stage(m, monkey
     ca.write_text("x")
     monkeypatch.setattr(buildkit, "build_cli", lambda: "/usr/bin/docker")
     cells = [m.cell("openmpi4.1.4-cuda12.8-cudnn9-debian12")]
-    b = executor.Executor(m, recipes.render_all(m, cells, root=ROOT), cells,
-                        executor.Options(ca_bundle=str(ca), network="host"), ROOT)
+    b = executor.Executor(
+        m, recipes.render_all(m, cells, root=ROOT), cells, executor.Options(ca_bundle=str(ca), network="host"), ROOT
+    )
     cmd, env = b.command(b.jobs[cells[0].name])
     assert env["DOCKER_BUILDKIT"] == "1"
-    assert ["--secret", f"id=ca_bundle,src={ca}"] == cmd[cmd.index("--secret"):cmd.index("--secret") + 2]
+    assert ["--secret", f"id=ca_bundle,src={ca}"] == cmd[cmd.index("--secret") : cmd.index("--secret") + 2]
     assert "--target" in cmd and cmd[cmd.index("--target") + 1] == "image"
     assert cmd[cmd.index("-t") + 1] == b.jobs[cells[0].name].image
     assert "--network" in cmd and cmd[-1] == "."
@@ -190,12 +212,20 @@ def test_missing_ca_bundle_is_bad_input():
         docker_build.ca_bundle("/nonexistent/ca.pem")
 
 
-@pytest.mark.parametrize("tail, expected", [
-    (["#14 12.0 tb-fetch: sha256 mismatch for http://x: expected a, got b", "#14 ERROR: process did not complete"],
-     "ERROR: process did not complete"),
-    (["write /var/lib/docker/x: no space left on device"], "no space left on device"),
-    ([], "docker build exited 1"),
-])
+@pytest.mark.parametrize(
+    "tail, expected",
+    [
+        (
+            [
+                "#14 12.0 tb-fetch: sha256 mismatch for http://x: expected a, got b",
+                "#14 ERROR: process did not complete",
+            ],
+            "ERROR: process did not complete",
+        ),
+        (["write /var/lib/docker/x: no space left on device"], "no space left on device"),
+        ([], "docker build exited 1"),
+    ],
+)
 def test_failure_reason_picks_the_telling_line(tail, expected):
     assert expected in docker_build.failure_reason(tail, 1)
 
@@ -206,22 +236,25 @@ def test_registry_argument_is_checked(bad):
         registry.split_registry(bad)
 
 
-@pytest.mark.parametrize("status, text, expected", [
-    (200, "", "present"),
-    (404, "manifest unknown: manifest unknown", "absent"),
-    # what the engine says for an anonymous request to a registry that wants a login (seen
-    # against distribution with htpasswd), for wrong credentials, and for a read-only token
-    (500, 'Head "https://ghcr.io/v2/o/x/manifests/r1": no basic auth credentials', registry.RegistryAuthError),
-    (401, "unauthorized: authentication required", registry.RegistryAuthError),
-    (403, "denied: permission_denied: write_package", registry.RegistryAuthError),
-    (500, 'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io: no such host', registry.RegistryError),
-])
+@pytest.mark.parametrize(
+    "status, text, expected",
+    [
+        (200, "", "present"),
+        (404, "manifest unknown: manifest unknown", "absent"),
+        # what the engine says for an anonymous request to a registry that wants a login (seen
+        # against distribution with htpasswd), for wrong credentials, and for a read-only token
+        (500, 'Head "https://ghcr.io/v2/o/x/manifests/r1": no basic auth credentials', registry.RegistryAuthError),
+        (401, "unauthorized: authentication required", registry.RegistryAuthError),
+        (403, "denied: permission_denied: write_package", registry.RegistryAuthError),
+        (500, 'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io: no such host', registry.RegistryError),
+    ],
+)
 def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypatch, status, text, expected):
     def distribution_digest(ref):
         assert ref == "ghcr.io/o/x:r1"
         if status == 200:
             return "sha256:" + "0" * 64
-        raise engine.EngineAPIError(status, f"{status} {text}")   # what the adapter raises from the SDK's APIError
+        raise engine.EngineAPIError(status, f"{status} {text}")  # what the adapter raises from the SDK's APIError
 
     monkeypatch.setattr(engine, "distribution_digest", distribution_digest)
     if isinstance(expected, str):
@@ -236,8 +269,10 @@ def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypat
 
 
 # -- issue 27: a failed cell's text is printed as text, the report survives, the next step is said
-BRACKETS = ("executor failed running [/bin/bash -o pipefail -c tb-pip-install /tmp/locks/nccl.txt && "
-            "ldconfig -p | grep -q 'libnccl.so.2 ']: exit code: 141 [bold red]x[/] :smile: [link=http://a]b")
+BRACKETS = (
+    "executor failed running [/bin/bash -o pipefail -c tb-pip-install /tmp/locks/nccl.txt && "
+    "ldconfig -p | grep -q 'libnccl.so.2 ']: exit code: 141 [bold red]x[/] :smile: [link=http://a]b"
+)
 
 
 def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skipped(m, monkeypatch):
@@ -251,7 +286,7 @@ def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skippe
     report.summary(b, out=out)
     text = out.getvalue()
     flat = re.sub(r"\s+", "", text)
-    assert re.sub(r"\s+", "", BRACKETS) in flat           # verbatim: no markup parsed, no emoji replaced
+    assert re.sub(r"\s+", "", BRACKETS) in flat  # verbatim: no markup parsed, no emoji replaced
     assert "pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12: failed:" in text
     assert "run the same command again" in text and "reused from cache" in text
     said = next(ln for ln in text.splitlines() if "skipped because of it" in ln)
@@ -263,16 +298,22 @@ def test_summary_prints_engine_errors_with_brackets_as_text_and_names_the_skippe
     assert sorted(by[bad.name]["skipped_because_of_this"]) == sorted(LOCAL[:2])
 
 
-@pytest.mark.parametrize("reason,tail,kind", [
-    ("docker build exited 1: executor failed running [/bin/bash -o pipefail -c x | grep -q y]: exit code: 141", [],
-     "transient"),
-    ("E: Failed to fetch http://deb.debian.org/debian/pool/x.deb  Connection reset by peer", [], "transient"),
-    ("tb-fetch: sha256 mismatch for http://x: expected 0, got 1", [], "recipe"),
-    ("E: Unable to locate package libfoo", [], "recipe"),
-    ("no space left on device (free disk space or prune the build cache)", [], "environment"),
-    ("docker build exited 1", ["#12 ERROR: process did not complete successfully: exit code: 137"], "transient"),
-    ("make: *** [Makefile:1] Error 2", [], "unknown"),
-])
+@pytest.mark.parametrize(
+    "reason,tail,kind",
+    [
+        (
+            "docker build exited 1: executor failed running [/bin/bash -o pipefail -c x | grep -q y]: exit code: 141",
+            [],
+            "transient",
+        ),
+        ("E: Failed to fetch http://deb.debian.org/debian/pool/x.deb  Connection reset by peer", [], "transient"),
+        ("tb-fetch: sha256 mismatch for http://x: expected 0, got 1", [], "recipe"),
+        ("E: Unable to locate package libfoo", [], "recipe"),
+        ("no space left on device (free disk space or prune the build cache)", [], "environment"),
+        ("docker build exited 1", ["#12 ERROR: process did not complete successfully: exit code: 137"], "transient"),
+        ("make: *** [Makefile:1] Error 2", [], "unknown"),
+    ],
+)
 def test_failure_kind_says_transient_environment_or_recipe(reason, tail, kind):
     from trainbase.run.failures import failure_kind
 
@@ -296,10 +337,12 @@ def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, mon
     monkeypatch.setattr(executor.Executor, "run", run_failing)
     monkeypatch.setattr(report, "summary", broken_summary)
     path = tmp_path / "r" / "build.json"
-    code = cli.main(["--matrix", "--select", "name=intelmpi2021.18-cuda12.8-cudnn9-debian12", "--no-supply",
-                     "--report", str(path)])
+    code = cli.main(
+        ["--matrix", "--select", "name=intelmpi2021.18-cuda12.8-cudnn9-debian12", "--no-supply", "--report", str(path)]
+    )
     assert code == 1
     import json
+
     assert json.loads(path.read_text())["cells"][0]["reason"] == BRACKETS
     out = capsys.readouterr()
     assert "summary table failed" in out.err and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in out.out
@@ -308,11 +351,18 @@ def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, mon
 def test_failure_reason_ignores_an_earlier_steps_tool_output():
     """A tb-* tool's informational line in the step before the failed one is not the reason
     (seen: "tb-entrypoints: ... wrappers in /usr/local/bin" named as why an echo step failed)."""
-    tail = ["#20 0.067 tb-entrypoints: /opt/trainbase/env.sh (3 settings), wrappers in /usr/local/bin: mpirun",
-            "#20 DONE 0.1s", "", "#21 [image 13/13] RUN echo boom && exit 3", "#21 0.043 boom",
-            "#21 ERROR: executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3",
-            "------", " > [image 13/13] RUN echo boom && exit 3:", "------",
-            "executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3"]
+    tail = [
+        "#20 0.067 tb-entrypoints: /opt/trainbase/env.sh (3 settings), wrappers in /usr/local/bin: mpirun",
+        "#20 DONE 0.1s",
+        "",
+        "#21 [image 13/13] RUN echo boom && exit 3",
+        "#21 0.043 boom",
+        "#21 ERROR: executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3",
+        "------",
+        " > [image 13/13] RUN echo boom && exit 3:",
+        "------",
+        "executor failed running [/bin/bash -o pipefail -c echo boom && exit 3]: exit code: 3",
+    ]
     reason = docker_build.failure_reason(tail, 1)
     assert "tb-entrypoints" not in reason and "exit code: 3" in reason, reason
 
@@ -326,28 +376,38 @@ def test_a_platform_the_host_cannot_run_is_skipped_with_its_fix_and_the_run_is_i
 
     def cannot(arches, log):
         if "arm64" in arches:
-            raise emulation.EmulationError("arm64", "registering a binfmt handler needs root",
-                                           "run this build as root once; or leave the arm64 cells out: "
-                                           "--select platform=linux/amd64")
+            raise emulation.EmulationError(
+                "arm64",
+                "registering a binfmt handler needs root",
+                "run this build as root once; or leave the arm64 cells out: --select platform=linux/amd64",
+            )
         return {"amd64": "native"}
 
     monkeypatch.setattr(emulation, "ensure", cannot)
-    names = ["openmpi4.1.4-cuda12.8-cudnn9-debian12", "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",
-             "pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64"]
+    names = [
+        "openmpi4.1.4-cuda12.8-cudnn9-debian12",
+        "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",
+        "pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64",
+    ]
     b, log = make(m, names, monkeypatch=monkeypatch)
     assert b.run() == executor.INCOMPLETE == 3
     st = {n: j.status for n, j in b.jobs.items()}
     assert st["openmpi4.1.4-cuda12.8-cudnn9-debian12"] == "built"
     arm = [n for n in st if n.endswith("-arm64")]
     assert len(arm) >= 2 and all(st[n] == "skipped" for n in arm)
-    assert all("this host cannot run linux/arm64: registering a binfmt handler needs root. Fix: run this build as root"
-               in b.jobs[n].reason for n in names[1:])
-    assert not any(n.endswith("-arm64") for ev, n, _ in log)          # nothing was started under a missing emulator
+    assert all(
+        "this host cannot run linux/arm64: registering a binfmt handler needs root. Fix: run this build as root"
+        in b.jobs[n].reason
+        for n in names[1:]
+    )
+    assert not any(n.endswith("-arm64") for ev, n, _ in log)  # nothing was started under a missing emulator
     out = io.StringIO()
     report.summary(b, out=out)
     text = out.getvalue()
-    assert f"INCOMPLETE (exit 3): {len(arm)} of {len(b.jobs)} cells left out (not built), because this host cannot run " \
+    assert (
+        f"INCOMPLETE (exit 3): {len(arm)} of {len(b.jobs)} cells left out (not built), because this host cannot run "
         "linux/arm64" in text
+    )
     assert "--select platform=linux/amd64" in text
     assert sorted(build_report(b)["incomplete"]) == sorted(arm)
     # a real failure besides it is a failure (1), not an incomplete run

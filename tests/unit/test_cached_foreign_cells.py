@@ -2,6 +2,7 @@
 cell whose supply documents are made in a container of it gets its emulator registered first
 (or is skipped with the emulator's fix, its tag kept); a failed supply step of a cached image
 never untags it; and the summary's `next:` hint is decided from what failed, one class at a time."""
+
 from __future__ import annotations
 
 import errno
@@ -69,7 +70,7 @@ def test_a_cached_arm64_cell_gets_its_emulator_registered_before_its_supply_step
     monkeypatch.setattr(emulation, "ensure", ensure)
     b = cached(ARM, FakeSupply(events=events))
     assert b.run() == 0
-    assert events == ["ensure ['arm64']", f"supply {ARM}"]      # registered first, then the container ran
+    assert events == ["ensure ['arm64']", f"supply {ARM}"]  # registered first, then the container ran
     assert "registered the qemu-aarch64 binfmt handler" in b.out.getvalue()
     assert b.jobs[ARM].status == JobState.CACHED and cached.removed == []
 
@@ -94,7 +95,7 @@ def test_with_registration_impossible_the_cached_cell_is_skipped_with_the_fix_an
     b = cached(ARM, supply)
     assert b.run() == executor.INCOMPLETE
     j = b.jobs[ARM]
-    assert j.status == JobState.SKIPPED and supply.events == []           # no container was started
+    assert j.status == JobState.SKIPPED and supply.events == []  # no container was started
     assert FIX in j.reason and "its cached tag is kept" in j.reason
     assert cached.removed == []
     out = io.StringIO()
@@ -157,15 +158,19 @@ def test_environment_the_emulator_the_engine_and_the_disk(native_host, monkeypat
 
 
 def test_chance_the_network_and_a_killed_process(native_host):
-    class ReadTimeout(Exception):      # requests.exceptions.ReadTimeout, by name
+    class ReadTimeout(Exception):  # requests.exceptions.ReadTimeout, by name
         pass
 
-    assert failures.classify_exception(ReadTimeout("HTTPSConnectionPool: Read timed out."), arch="amd64").kind \
+    assert (
+        failures.classify_exception(ReadTimeout("HTTPSConnectionPool: Read timed out."), arch="amd64").kind
         == failures.TRANSIENT
-    assert failures.classify_exception(ConnectionResetError(104, "reset by peer"), arch="amd64").kind \
-        == failures.TRANSIENT
-    got = failures.classify_build("docker build exited 1", ["#12 ERROR: process did not complete: exit code: 137"],
-                                  arch="amd64")
+    )
+    assert (
+        failures.classify_exception(ConnectionResetError(104, "reset by peer"), arch="amd64").kind == failures.TRANSIENT
+    )
+    got = failures.classify_build(
+        "docker build exited 1", ["#12 ERROR: process did not complete: exit code: 137"], arch="amd64"
+    )
     assert got.kind == failures.TRANSIENT and "run the same command again" in failures.next_step(got.kind, got.fix)
 
 
@@ -178,8 +183,10 @@ def test_recipe_a_pinned_input_or_a_package_name(native_host):
 
 def test_unknown_an_exception_named_error_is_not_a_recipe_error(native_host):
     """The issue's run: `EngineAPIError: 409 ...` matched the recipe's `error: ` pattern."""
-    assert failures.failure_kind("supply-chain step failed: EngineAPIError: 409 Container 14c0 is not running", []) \
+    assert (
+        failures.failure_kind("supply-chain step failed: EngineAPIError: 409 Container 14c0 is not running", [])
         == failures.UNKNOWN
+    )
     got = failures.classify_exception(engine.EngineAPIError(409, "409 Container 14c0 is not running"), arch="amd64")
     assert got.kind == failures.UNKNOWN and "read the log" in failures.next_step(got.kind, got.fix)
 
@@ -203,4 +210,4 @@ def test_the_suite_registers_the_emulator_before_starting_a_foreign_container(mo
     monkeypatch.setattr(emulation, "ensure", cannot)
     with pytest.raises(RuntimeError, match=r"cannot start trainbase/x-arm64:r1: .*Fix: install it"):
         containers.Container.start("trainbase/x-arm64:r1", engine.RunOptions())
-    assert order == ["ensure", "run"]                  # nothing was started
+    assert order == ["ensure", "run"]  # nothing was started

@@ -1,5 +1,6 @@
 """The image catalogue (docs/images.md, docs/images.json): generated from matrix.yaml, the
 manifests and the record of real runs, never edited by hand (issue 55)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -52,28 +53,48 @@ def test_a_recorded_run_gives_the_size_where_and_the_tiers(tmp_path: Path):
     junit = tmp_path / "junit.xml"
     junit.write_text(JUNIT)
     tiers = catalogue.tiers_from_junit(junit)
-    assert tiers == {"openmpi4.1.4-cuda12.8-cudnn9-debian12": {
-        "static": {"passed": 1, "failed": 0, "skipped": 0}, "cpu": {"passed": 1, "failed": 1, "skipped": 0},
-        "gpu": {"passed": 0, "failed": 0, "skipped": 1}}}
+    assert tiers == {
+        "openmpi4.1.4-cuda12.8-cudnn9-debian12": {
+            "static": {"passed": 1, "failed": 0, "skipped": 0},
+            "cpu": {"passed": 1, "failed": 1, "skipped": 0},
+            "gpu": {"passed": 0, "failed": 0, "skipped": 1},
+        }
+    }
     record: dict = {"cells": {}}
-    report = {"cells": [{"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "status": "built", "tag": "r1",
-                         "size_bytes": 2_930_000_000, "image_id": "sha256:ab"},
-                        {"name": "intelmpi2021.18-cuda12.8-cudnn9-debian12", "status": "failed", "size_bytes": None}]}
-    assert catalogue.record_run(record, report, tiers, "ci profile, .ci/run", "2026-11-27") == \
-        ["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    report = {
+        "cells": [
+            {
+                "name": "openmpi4.1.4-cuda12.8-cudnn9-debian12",
+                "status": "built",
+                "tag": "r1",
+                "size_bytes": 2_930_000_000,
+                "image_id": "sha256:ab",
+            },
+            {"name": "intelmpi2021.18-cuda12.8-cudnn9-debian12", "status": "failed", "size_bytes": None},
+        ]
+    }
+    assert catalogue.record_run(record, report, tiers, "ci profile, .ci/run", "2026-11-27") == [
+        "openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    ]
     m = load(ROOT / "matrix.yaml")
     rows = {r.name: r for r in catalogue.rows(m, ROOT, record)}
     text = catalogue.markdown(rows.values())
     line = next(ln for ln in text.splitlines() if ln.startswith("| `openmpi4.1.4-cuda12.8-cudnn9-debian12`"))
-    assert "2.93 GB" in line and "static passed (1); cpu FAILED 1 (1)" in line and "(ci profile, .ci/run, 2026-11-27)" in line
-    assert "gpu" not in line.split("|")[-2]           # a tier whose every check skipped is not "passed"
+    assert (
+        "2.93 GB" in line
+        and "static passed (1); cpu FAILED 1 (1)" in line
+        and "(ci profile, .ci/run, 2026-11-27)" in line
+    )
+    assert "gpu" not in line.split("|")[-2]  # a tier whose every check skipped is not "passed"
     other = next(ln for ln in text.splitlines() if ln.startswith("| `intelmpi2021.18-cuda12.8-cudnn9-debian12`"))
-    assert "not built yet" in other                    # a failed build records nothing
+    assert "not built yet" in other  # a failed build records nothing
 
 
 def test_a_row_says_what_the_manifest_holds():
     m = load(ROOT / "matrix.yaml")
-    r = {x.name: x for x in catalogue.rows(m, ROOT, {"cells": {}})}["pytorch2.10.0-openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    r = {x.name: x for x in catalogue.rows(m, ROOT, {"cells": {}})}[
+        "pytorch2.10.0-openmpi4.1.4-cuda12.8-cudnn9-debian12"
+    ]
     manifest = json.loads((ROOT / "images" / r.name / "manifest.json").read_text())
     assert r.nccl == manifest["components"]["nccl"]["version"] and r.framework == "pytorch"
     assert r.frameworks["pytorch"]["torch"] == "2.10.0" and r.min_driver == ">= 525.60.13"
@@ -84,8 +105,17 @@ def test_a_record_of_an_earlier_recipe_says_so_beside_its_figures():
     describe the last build, not the current recipe, and the page says which."""
     m = load(ROOT / "matrix.yaml")
     name = "openmpi4.1.4-cuda12.8-cudnn9-debian12"
-    record = {"cells": {name: {"tag": "r000000000000", "size_bytes": 2_930_000_000, "where": "w", "date": "d",
-                               "tiers": {"static": {"passed": 9, "failed": 0, "skipped": 0}}}}}
+    record = {
+        "cells": {
+            name: {
+                "tag": "r000000000000",
+                "size_bytes": 2_930_000_000,
+                "where": "w",
+                "date": "d",
+                "tiers": {"static": {"passed": 9, "failed": 0, "skipped": 0}},
+            }
+        }
+    }
     tags = catalogue.current_tags(m, ROOT)
     stale = {r.name: r for r in catalogue.rows(m, ROOT, record, tags)}[name]
     assert stale.recorded_at_another_recipe

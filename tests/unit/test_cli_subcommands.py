@@ -1,6 +1,7 @@
 """build.py's command line: one subcommand per action, each `--help` listing only the options
 that action reads; the old action flags translated to their subcommand with a one-line notice
 (`--matrix` without one); two actions, or an option the action does not read, a clear exit 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,16 +45,45 @@ READS = {
     "outdated": {"--file", "--json"},
     "bump": {"--file", "--dry-run"},
     "catalogue": {"--file", "--report", "--junitxml", "--where"},
-    "build": {"--file", "--select", "--profile", "-j", "--jobs", "--dry-run", "--ca-bundle", "--network",
-              "--log-dir", "--report", "--no-cache", "--min-free-gb", "--test", "--push", "--registry",
-              "--zstd-twin", "--sign-key", "--supply-dir", "--locked", "--allowlist", "--python-audit",
-              "--no-supply"},
+    "build": {
+        "--file",
+        "--select",
+        "--profile",
+        "-j",
+        "--jobs",
+        "--dry-run",
+        "--ca-bundle",
+        "--network",
+        "--log-dir",
+        "--report",
+        "--no-cache",
+        "--min-free-gb",
+        "--test",
+        "--push",
+        "--registry",
+        "--zstd-twin",
+        "--sign-key",
+        "--supply-dir",
+        "--locked",
+        "--allowlist",
+        "--python-audit",
+        "--no-supply",
+    },
     "prune": {"--file"},
     "affected": {"--file", "--json"},
     "ci-matrix": {"--file", "--select", "--profile", "--since", "--cover", "--max-levels", "--only", "--registry"},
     "merge-platforms": {"--file", "--select", "--profile", "--registry", "--zstd-twin"},
-    "promote": {"--file", "--select", "--profile", "--registry", "--gate", "--head-sha", "--recipe-sha",
-                "--attested-by", "--public-key"},
+    "promote": {
+        "--file",
+        "--select",
+        "--profile",
+        "--registry",
+        "--gate",
+        "--head-sha",
+        "--recipe-sha",
+        "--attested-by",
+        "--public-key",
+    },
     "verify-attestations": {"--file", "--select", "--profile", "--registry", "--public-key"},
 }
 
@@ -80,11 +110,21 @@ def test_each_action_reads_only_what_its_subcommand_parses():
     functions = {f.name: f for f in source.body if isinstance(f, ast.FunctionDef)}
     for name, action in actions.ACTIONS.items():
         namespace = vars(SUBS[name].parse_args(["x"] if name in ("explain", "affected") else []))
-        read = {n.attr for n in ast.walk(functions[action.__name__])
-                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args"}
-        if action.__name__ in ("lock_bases", "lint", "build", "ci_matrix", "merge_platforms", "promote",
-                               "verify_attestations"):
-            read |= {"select", "profile"}     # through actions.selected()
+        read = {
+            n.attr
+            for n in ast.walk(functions[action.__name__])
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args"
+        }
+        if action.__name__ in (
+            "lock_bases",
+            "lint",
+            "build",
+            "ci_matrix",
+            "merge_platforms",
+            "promote",
+            "verify_attestations",
+        ):
+            read |= {"select", "profile"}  # through actions.selected()
         assert read <= set(namespace), f"{name} reads {sorted(read - set(namespace))}, which it does not parse"
 
 
@@ -95,7 +135,7 @@ def test_top_level_help_lists_every_command_and_no_action_option(capsys):
     assert e.value.code == 0
     assert all(name in out for name in SUBS)
     assert "--select" not in out and "--registry" not in out and "--jobs" not in out
-    assert "--render" in out and "--matrix" in out    # the old spellings are named
+    assert "--render" in out and "--matrix" in out  # the old spellings are named
 
 
 # --------------------------------------------------------------------------- the old spellings
@@ -103,7 +143,10 @@ def test_top_level_help_lists_every_command_and_no_action_option(capsys):
 OLD_FORMS = [
     (["--render"], ["render"]),
     (["--check", "--file", "m.yaml"], ["check", "--file", "m.yaml"]),
-    (["--file", "m.yaml", "--ci-matrix", "--profile", "local"], ["ci-matrix", "--file", "m.yaml", "--profile", "local"]),
+    (
+        ["--file", "m.yaml", "--ci-matrix", "--profile", "local"],
+        ["ci-matrix", "--file", "m.yaml", "--profile", "local"],
+    ),
     (["--list", "--json", "--all"], ["list", "--json", "--all"]),
     (["--explain", "NAME", "--file", "m.yaml"], ["explain", "NAME", "--file", "m.yaml"]),
     (["--explain=NAME"], ["explain", "NAME"]),
@@ -116,19 +159,28 @@ OLD_FORMS = [
     (["--bump"], ["bump"]),
     (["--bump", "torch", "deepspeed", "--dry-run"], ["bump", "torch", "deepspeed", "--dry-run"]),
     (["--promote", "--registry", "r/ns", "--gate", "gate/"], ["promote", "--registry", "r/ns", "--gate", "gate/"]),
-    (["--merge-platforms", "--zstd-twin", "--registry", "r/ns"], ["merge-platforms", "--zstd-twin", "--registry", "r/ns"]),
+    (
+        ["--merge-platforms", "--zstd-twin", "--registry", "r/ns"],
+        ["merge-platforms", "--zstd-twin", "--registry", "r/ns"],
+    ),
     (["--verify-attestations"], ["verify-attestations"]),
-    (["--verify-attestations", "h/r:t", "--public-key", "k.pem"], ["verify-attestations", "h/r:t", "--public-key", "k.pem"]),
+    (
+        ["--verify-attestations", "h/r:t", "--public-key", "k.pem"],
+        ["verify-attestations", "h/r:t", "--public-key", "k.pem"],
+    ),
     (["--catalogue", "--report", "b.json", "--where", "here"], ["catalogue", "--report", "b.json", "--where", "here"]),
-    (["--matrix", "--profile", "local", "-j", "4", "--push", "stage", "--registry", "r/ns"],
-     ["build", "--profile", "local", "-j", "4", "--push", "stage", "--registry", "r/ns"]),
+    (
+        ["--matrix", "--profile", "local", "-j", "4", "--push", "stage", "--registry", "r/ns"],
+        ["build", "--profile", "local", "-j", "4", "--push", "stage", "--registry", "r/ns"],
+    ),
     (["--select", "name=x", "--matrix", "--dry-run"], ["build", "--select", "name=x", "--dry-run"]),
 ]
 
 
 def test_every_old_flag_has_a_case_here():
-    assert {next(w.split("=")[0] for w in old if w.split("=")[0] in legacy.OLD_FLAGS) for old, _ in OLD_FORMS} \
-        == set(legacy.OLD_FLAGS)
+    assert {next(w.split("=")[0] for w in old if w.split("=")[0] in legacy.OLD_FLAGS) for old, _ in OLD_FORMS} == set(
+        legacy.OLD_FLAGS
+    )
 
 
 @pytest.mark.parametrize("old, new", OLD_FORMS, ids=lambda v: " ".join(v))
@@ -138,14 +190,18 @@ def test_an_old_flag_becomes_its_subcommand_and_parses_as_the_new_form_does(old,
     assert vars(parse(old)) == vars(parse(new))
 
 
-@pytest.mark.parametrize("old, new", [c for c in OLD_FORMS if c[0][0] != "--matrix" and "--matrix" not in c[0]],
-                         ids=lambda v: " ".join(v))
+@pytest.mark.parametrize(
+    "old, new", [c for c in OLD_FORMS if c[0][0] != "--matrix" and "--matrix" not in c[0]], ids=lambda v: " ".join(v)
+)
 def test_an_old_flag_prints_one_line_naming_the_new_form(old, new, capsys):
     parse(old)
     err = capsys.readouterr().err
     flag = next(w.split("=")[0] for w in old if w.split("=")[0] in legacy.OLD_FLAGS)
-    assert err.count("\n") == 1 and err.startswith(f"note: 'build.py {flag}") \
-        and f"is now 'build.py {legacy.OLD_FLAGS[flag].command}" in err, err
+    assert (
+        err.count("\n") == 1
+        and err.startswith(f"note: 'build.py {flag}")
+        and f"is now 'build.py {legacy.OLD_FLAGS[flag].command}" in err
+    ), err
     parse(new)
     assert capsys.readouterr().err == "", "the new form prints no note"
 
@@ -185,19 +241,29 @@ def test_an_old_flag_ignores_what_its_action_never_read_and_says_so(capsys):
 
 # --------------------------------------------------------------------------- errors
 
-@pytest.mark.parametrize("argv, says", [
-    (["--render", "--check"], "--render and --check are two actions; give one: 'build.py render' or 'build.py check'"),
-    (["render", "--check"], "--check is the old spelling of 'build.py check', and render is already the action"),
-    (["--list", "--explain", "x"], "--list and --explain are two actions"),
-    (["render", "--profile", "local"], "render does not read --profile (--profile is an option of: list, lock-bases"),
-    (["list", "--push"], "list does not read --push (--push is an option of: build)"),
-    (["build", "--dryrun"], "unrecognized arguments for build: --dryrun"),
-    (["explain"], "the following arguments are required: NAME"),
-    (["affected"], "the following arguments are required: REV"),
-    ([], "the following arguments are required: COMMAND"),
-    (["--nonsense"], "the following arguments are required: COMMAND"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-])
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (
+            ["--render", "--check"],
+            "--render and --check are two actions; give one: 'build.py render' or 'build.py check'",
+        ),
+        (["render", "--check"], "--check is the old spelling of 'build.py check', and render is already the action"),
+        (["--list", "--explain", "x"], "--list and --explain are two actions"),
+        (
+            ["render", "--profile", "local"],
+            "render does not read --profile (--profile is an option of: list, lock-bases",
+        ),
+        (["list", "--push"], "list does not read --push (--push is an option of: build)"),
+        (["build", "--dryrun"], "unrecognized arguments for build: --dryrun"),
+        (["explain"], "the following arguments are required: NAME"),
+        (["affected"], "the following arguments are required: REV"),
+        ([], "the following arguments are required: COMMAND"),
+        (["--nonsense"], "the following arguments are required: COMMAND"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
 def test_a_bad_command_line_exits_2_saying_why(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -217,7 +283,10 @@ def test_the_subcommands_are_parsed_by_one_parser_of_record():
     """build.py, the docs tests and legacy.py all use parser.parser(); no other ArgumentParser in
     the command line package."""
     for path in (ROOT / "trainbase" / "cli").glob("*.py"):
-        calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
-                 and isinstance(n.func, ast.Attribute) and n.func.attr == "ArgumentParser"]
+        calls = [
+            n
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "ArgumentParser"
+        ]
         assert not calls or path.name == "parser.py", path
     assert isinstance(parser(), argparse.ArgumentParser)

@@ -2,6 +2,7 @@
 not build) are validated with errors that name the file and the field, its command turns tiers
 into pytest's marker selection, and its wheel carries every check, probe and data file the
 installed suite reads (and registers the plugin)."""
+
 import json
 import os
 import subprocess
@@ -31,14 +32,17 @@ def test_the_shipped_foreign_expectations_are_valid():
     assert data["mpi"]["kind"] == "openmpi" and data["python"]["prefix"] == "/opt/miniconda"
 
 
-@pytest.mark.parametrize(("text", "names"), [
-    ("mpi: {kind: openmpi, version: '4.1'}\n", ["(top level)", "'python' is a required property"]),
-    ("python: {prefix: /opt/conda}\nmpi: {kind: mpich, version: '4.1'}\n", ["mpi.kind", "'mpich' is not one of"]),
-    ("python: {prefix: opt/conda}\n", ["python.prefix", "does not match"]),
-    ("python: {prefix: /opt/conda}\nnccl: 2.18\n", ["nccl", "is not of type 'object'"]),
-    ("python: {prefix: /opt/conda}\nframeworks: {jax: '0.4'}\n", ["frameworks", "'jax' was unexpected"]),
-    ("python: {prefix: /opt/conda}\ncudaa: {version: '12.1'}\n", ["(top level)", "'cudaa' was unexpected"]),
-])
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("mpi: {kind: openmpi, version: '4.1'}\n", ["(top level)", "'python' is a required property"]),
+        ("python: {prefix: /opt/conda}\nmpi: {kind: mpich, version: '4.1'}\n", ["mpi.kind", "'mpich' is not one of"]),
+        ("python: {prefix: opt/conda}\n", ["python.prefix", "does not match"]),
+        ("python: {prefix: /opt/conda}\nnccl: 2.18\n", ["nccl", "is not of type 'object'"]),
+        ("python: {prefix: /opt/conda}\nframeworks: {jax: '0.4'}\n", ["frameworks", "'jax' was unexpected"]),
+        ("python: {prefix: /opt/conda}\ncudaa: {version: '12.1'}\n", ["(top level)", "'cudaa' was unexpected"]),
+    ],
+)
 def test_a_bad_expectations_file_names_the_file_and_the_field(tmp_path, text, names):
     with pytest.raises(expectations.ExpectationsError) as e:
         expectations.load(write(tmp_path, text))
@@ -66,8 +70,9 @@ def test_tiers_become_one_marker_expression():
     assert cli.parse_tiers("all") == list(TIERS)
     with pytest.raises(Exception, match="unknown tier gpus"):
         cli.parse_tiers("static,gpus")
-    ns, rest = cli.parser().parse_known_args(["img:1", "img:2", "--tier", "gpu,fabric", "--expect", "e.yaml",
-                                              "--junitxml", "o.xml", "-k", "nccl"])
+    ns, rest = cli.parser().parse_known_args(
+        ["img:1", "img:2", "--tier", "gpu,fabric", "--expect", "e.yaml", "--junitxml", "o.xml", "-k", "nccl"]
+    )
     args = cli.pytest_args(ns, rest)
     assert args[0] == str(CHECKS) and args[args.index("-m") + 1] == "gpu or fabric"
     assert args.count("--image") == 2 and args[args.index("--expect") + 1] == "e.yaml"
@@ -82,16 +87,24 @@ def test_the_command_refuses_a_bad_expectations_file_before_any_container(tmp_pa
 
 
 def test_the_wheel_carries_the_checks_probes_data_and_plugin(tmp_path):
-    subprocess.run(["bash", str(ROOT / "scripts" / "conformance-wheel.sh"), "build", str(tmp_path)],
-                   check=True, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "conformance-wheel.sh"), "build", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     (wheel,) = tmp_path.glob("trainbase_conformance-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for check in CHECKS.glob("test_*.py"):
         assert f"trainbase_conformance/checks/{check.name}" in names
     for probe in PROBES.iterdir():
         assert f"trainbase_conformance/probes/{probe.name}" in names
-    assert {"trainbase_conformance/data/doctor.schema.json", "trainbase_conformance/expectations.schema.json",
-            "trainbase_conformance/data/examples/pytorch_ddp.py"} <= names
+    assert {
+        "trainbase_conformance/data/doctor.schema.json",
+        "trainbase_conformance/expectations.schema.json",
+        "trainbase_conformance/data/examples/pytorch_ddp.py",
+    } <= names
     # every module of both packages, subpackages included (the engine adapter is one)
     for package in ("trainbase_conformance", "trainbase_common"):
         for module in (ROOT / package).rglob("*.py"):
@@ -111,6 +124,7 @@ def test_require_hardware_turns_the_gpu_tiers_skip_into_a_failure(tmp_path):
     (what gpu.yml passes on its GPU runners) each of its checks fails with that reason, before
     any container starts (the image need not even exist)."""
     import shutil
+
     if shutil.which("nvidia-smi"):
         pytest.skip("this host has nvidia-smi: the gpu tier would run")
     ns, rest = cli.parser().parse_known_args(["img:1", "--tier", "gpu", "--require-hardware"])
@@ -118,11 +132,32 @@ def test_require_hardware_turns_the_gpu_tiers_skip_into_a_failure(tmp_path):
 
     def run(*extra):
         junit = tmp_path / f"j{len(extra)}.xml"
-        subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-m", "gpu", "--image", "absent/image:none",
-                        "-p", "no:cacheprovider", "-q", "--junitxml", str(junit),
-                        "--conformance-report", str(tmp_path / "c.md"), *extra], cwd=ROOT, capture_output=True, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(CHECKS),
+                "-m",
+                "gpu",
+                "--image",
+                "absent/image:none",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "--junitxml",
+                str(junit),
+                "--conformance-report",
+                str(tmp_path / "c.md"),
+                *extra,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
         cases = list(ET.parse(junit).getroot().iter("testcase"))  # noqa: S314 -- the JUnit file this test's pytest wrote
         return cases, [c.find("failure") if c.find("failure") is not None else c.find("error") for c in cases]
+
     cases, problems = run()
     assert cases and all(c.find("skipped") is not None for c in cases)
     cases, problems = run("--require-hardware")
@@ -152,6 +187,7 @@ def test_the_foreign_images_recorded_verdict_names_real_checks():
 def test_the_expectations_example_in_the_docs_is_valid(tmp_path):
     """docs/conformance.md's example file follows the schema it documents."""
     import re
+
     text = (ROOT / "docs" / "conformance.md").read_text()
     example = re.search(r"```yaml\n(# expectations.yaml\n.*?)```", text, re.S).group(1)
     data = expectations.load(write(tmp_path, example))

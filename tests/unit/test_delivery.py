@@ -2,6 +2,7 @@
 matrix.yaml (levels, a new CUDA version, refused cells, the pull-request subset, the registry
 filter), and the publishing rules against a fake registry: an immutable tag is never
 overwritten or deleted, the moving alias follows it."""
+
 import io
 import json
 import re
@@ -53,10 +54,11 @@ def test_a_new_cuda_version_reaches_the_ci_matrix_with_no_workflow_edit(workdir,
     code, o, _ = ci(["--profile", "production", "--max-levels", "3"], capsys, workdir / "matrix.yaml")
     assert code == 0
     new = {lv: [e["name"] for e in o[f"level{lv}"] if "-cuda13.3-" in e["name"]] for lv in range(3)}
-    assert new[0] and new[1] and new[2]          # base, PyTorch 2.15 on it, DeepSpeed on that
+    assert new[0] and new[1] and new[2]  # base, PyTorch 2.15 on it, DeepSpeed on that
     assert any(n.startswith("pytorch2.15.0-") for n in new[1])
     # and nothing in .github names a CUDA version or a cell: there is nothing to edit there
     from .test_delivery_workflows import workflow_texts
+
     for path, text in workflow_texts().items():
         assert not re.search(r"cuda\d|openmpi\d|intelmpi\d|pytorch\d", text), path
 
@@ -96,7 +98,7 @@ def test_the_pull_request_subset_covers_every_axis_value_of_the_affected_cells()
     every = set().union(*(ci_matrix.chain_values(m, c) for c in cells))
     assert set().union(*(ci_matrix.chain_values(m, c) for c in chosen)) == every
     assert len(chosen) <= len(every) and len(chosen) < len(cells) / 4
-    assert any(c.framework == "none" for c in chosen)       # a base image is tested itself too
+    assert any(c.framework == "none" for c in chosen)  # a base image is tested itself too
 
 
 def test_the_subset_of_a_new_cuda_version_tests_it(workdir):
@@ -110,8 +112,10 @@ def test_the_subset_of_a_new_cuda_version_tests_it(workdir):
 
 
 def test_the_registry_filter_keeps_published_cells_by_digest_or_unpublished_ones():
-    items = [{"name": "a", "level": 0, "tag": "r000000000001", "image": "trainbase/a:r000000000001"},
-             {"name": "b", "level": 1, "tag": "r000000000002", "image": "trainbase/b:r000000000002"}]
+    items = [
+        {"name": "a", "level": 0, "tag": "r000000000001", "image": "trainbase/a:r000000000001"},
+        {"name": "b", "level": 1, "tag": "r000000000002", "image": "trainbase/b:r000000000002"},
+    ]
     asked = []
 
     def digest(host, repo, tag):
@@ -137,7 +141,7 @@ class FakeRegistry:
 
     def __init__(self):
         self.manifests: dict[str, str] = {}
-        self.local: dict[str, str] = {}          # engine: ref -> content id
+        self.local: dict[str, str] = {}  # engine: ref -> content id
         self.pushes: list[str] = []
         self.overwrites: list[str] = []
         self.refuse = False
@@ -170,7 +174,7 @@ class FakeJob:
     present: list[str] = field(default_factory=list)
     repo_digest: str | None = None
     platform: str = "linux/amd64"
-    repo: str | None = None            # the published repository, when not the name (arm64 cells)
+    repo: str | None = None  # the published repository, when not the name (arm64 cells)
 
     @property
     def image(self):
@@ -204,12 +208,12 @@ def test_only_immutable_tags_are_pushed_parents_first(reg):
 
 def test_an_immutable_tag_is_never_overwritten(reg):
     tag = "r" + "c" * 12
-    reg.manifests[f"reg.example:5000/tb/base:{tag}"] = "sha256:" + "9" * 64    # published by another runner
+    reg.manifests[f"reg.example:5000/tb/base:{tag}"] = "sha256:" + "9" * 64  # published by another runner
     job = FakeJob("base", tag)
     assert publish_jobs(reg, [job]) == 1
     assert reg.overwrites == [] and reg.manifests[f"reg.example:5000/tb/base:{tag}"] == "sha256:" + "9" * 64
     assert reg.pushes == []
-    publish_jobs(reg, [job])                                                   # and again: still untouched
+    publish_jobs(reg, [job])  # and again: still untouched
     assert reg.overwrites == []
 
 
@@ -218,14 +222,16 @@ def test_a_new_recipe_adds_a_tag_and_keeps_every_older_one(reg):
     publish_jobs(reg, [old])
     old_digest = reg.manifests["reg.example:5000/tb/base:r" + "1" * 12]
     publish_jobs(reg, [new])
-    assert reg.manifests["reg.example:5000/tb/base:r" + "1" * 12] == old_digest         # never deleted
-    assert "reg.example:5000/tb/base:latest" not in reg.manifests                        # promotion's job
+    assert reg.manifests["reg.example:5000/tb/base:r" + "1" * 12] == old_digest  # never deleted
+    assert "reg.example:5000/tb/base:latest" not in reg.manifests  # promotion's job
 
 
 def test_a_failed_cell_and_the_cells_built_on_it_publish_nothing(reg):
-    jobs = [FakeJob("base", "r" + "d" * 12, status=JobState.FAILED),
-            FakeJob("torch", "r" + "e" * 12, parent="base", status=JobState.SKIPPED),
-            FakeJob("other", "r" + "f" * 12)]
+    jobs = [
+        FakeJob("base", "r" + "d" * 12, status=JobState.FAILED),
+        FakeJob("torch", "r" + "e" * 12, parent="base", status=JobState.SKIPPED),
+        FakeJob("other", "r" + "f" * 12),
+    ]
     assert publish_jobs(reg, jobs) == 1
     assert all("/other:" in ref for ref in reg.pushes)
 
@@ -250,19 +256,30 @@ def test_the_platforms_of_one_recipe_are_one_index_under_one_tag_or_nothing(reg,
 
     monkeypatch.setattr(registry, "push_index", push_index)
     a, b = "r" + "a" * 12, "r" + "b" * 12
-    jobs = [FakeJob("base", a), FakeJob("torch", "r" + "c" * 12, parent="base"),
-            FakeJob("torch-arm64", "r" + "d" * 12, parent="base-arm64", platform="linux/arm64", repo="torch"),
-            FakeJob("base-arm64", b, platform="linux/arm64", repo="base")]
+    jobs = [
+        FakeJob("base", a),
+        FakeJob("torch", "r" + "c" * 12, parent="base"),
+        FakeJob("torch-arm64", "r" + "d" * 12, parent="base-arm64", platform="linux/arm64", repo="torch"),
+        FakeJob("base-arm64", b, platform="linux/arm64", repo="base"),
+    ]
     assert publish_jobs(reg, jobs) == 4
-    assert [t for t, _ in indexes] == [f"reg.example:5000/tb/base:{publish.release_tag([a, b])}",
-                                       f"reg.example:5000/tb/torch:{publish.release_tag(['r' + 'c' * 12, 'r' + 'd' * 12])}"]
+    assert [t for t, _ in indexes] == [
+        f"reg.example:5000/tb/base:{publish.release_tag([a, b])}",
+        f"reg.example:5000/tb/torch:{publish.release_tag(['r' + 'c' * 12, 'r' + 'd' * 12])}",
+    ]
     assert indexes[0][1] == {"linux/amd64": f"trainbase/base:{a}", "linux/arm64": f"trainbase/base-arm64:{b}"}
-    assert reg.pushes == [] and publish.release_tag([a]) == a and publish.release_tag([a, b]) == publish.release_tag([b, a])
+    assert (
+        reg.pushes == []
+        and publish.release_tag([a]) == a
+        and publish.release_tag([a, b]) == publish.release_tag([b, a])
+    )
 
     indexes.clear()
-    failed = [FakeJob("base", "r" + "1" * 12),
-              FakeJob("base-arm64", "r" + "2" * 12, platform="linux/arm64", repo="base", status=JobState.FAILED),
-              FakeJob("torch", "r" + "3" * 12, parent="base")]
+    failed = [
+        FakeJob("base", "r" + "1" * 12),
+        FakeJob("base-arm64", "r" + "2" * 12, platform="linux/arm64", repo="base", status=JobState.FAILED),
+        FakeJob("torch", "r" + "3" * 12, parent="base"),
+    ]
     out = io.StringIO()
     for j in failed:
         reg.local.setdefault(j.image, "x")
@@ -284,11 +301,12 @@ def test_registry_digest_is_the_digest_or_none_never_a_guess(reg):
 def promote_run(reg, cells, gate=None):
     from trainbase.deliver import promote, registry
 
-    def retag(src, dst):       # registry side: the alias gets exactly the manifest SRC names
+    def retag(src, dst):  # registry side: the alias gets exactly the manifest SRC names
         repo, digest = src.split("@")
         assert any(r.startswith(repo + ":") and d == digest for r, d in reg.manifests.items()), src
         reg.retags.append((src, dst))
         reg.manifests[dst] = digest
+
     reg.retags = getattr(reg, "retags", [])
     out = io.StringIO()
     steps = promote.plan(cells, "reg.example:5000/tb", registry.digest, {name: ["linux/amd64"] for name, _ in cells})
@@ -302,7 +320,7 @@ def test_promotion_retags_the_alias_by_digest_and_follows_a_revert(reg):
     (n, held), out = promote_run(reg, [("base", new)])
     assert (n, held) == (1, 0) and reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "2" * 64
     assert reg.retags == [(f"reg.example:5000/tb/base@sha256:{'2' * 64}", "reg.example:5000/tb/base:latest")]
-    assert reg.pushes == []                                          # nothing pushed from a local image
+    assert reg.pushes == []  # nothing pushed from a local image
     (n, _), out = promote_run(reg, [("base", new)])
     assert n == 0 and "already" in out
     # the recipe is reverted: its immutable tag is published (long ago), the alias goes back to it
@@ -332,7 +350,7 @@ def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
     assert "torch: NOT promoted: the gate has no pass for reg.example:5000/tb/torch@sha256:" in out
     assert "failed gpu[linux/amd64]" in out and "tf: reg.example:5000/tb/tf:r" in out
     assert [ref for ref in reg.manifests if ref.endswith(":latest")] == ["reg.example:5000/tb/base:latest"]
-    record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=True)   # a rerun passes
+    record("gpu-torch.json", "torch", "b", check="gpu", platform="linux/amd64", passed=True)  # a rerun passes
     (n, held), out = promote_run(reg, cells, promote.read_gate(tmp_path))
     assert (n, held) == (1, 0) and reg.manifests["reg.example:5000/tb/torch:latest"] == "sha256:" + "b" * 64
 
@@ -351,6 +369,7 @@ def test_a_zstd_twin_is_written_once_beside_the_immutable_tag_and_promoted_with_
     def twin(src, dst):
         reg.twins.append((src, dst))
         reg.manifests[dst] = "sha256:" + "7" * 64
+
     reg.twins = []
     monkeypatch.setattr(registry, "zstd_twin", twin)
     job = FakeJob("base", "r" + "a" * 12)
@@ -360,7 +379,7 @@ def test_a_zstd_twin_is_written_once_beside_the_immutable_tag_and_promoted_with_
     tag = "reg.example:5000/tb/base:r" + "a" * 12
     assert reg.twins == [(tag, tag + "-zstd")] and f"wrote {tag}-zstd (zstd layers)" in out.getvalue()
     publish.publish([job], "reg.example:5000/tb", reg.tag_local, out=io.StringIO(), zstd_twin=True)
-    assert len(reg.twins) == 1                                        # immutable: written once
+    assert len(reg.twins) == 1  # immutable: written once
     (n, _), text = promote_run(reg, [("base", "r" + "a" * 12)])
     assert n == 1 and reg.manifests["reg.example:5000/tb/base:latest-zstd"] == "sha256:" + "7" * 64
     assert reg.manifests["reg.example:5000/tb/base:latest"] == reg.manifests[tag]
@@ -379,8 +398,12 @@ def test_ci_runners_stage_their_platform_and_merge_publishes_the_index_only_when
     a = FakeJob("base", "r" + "a" * 12)
     out = io.StringIO()
     reg.local.setdefault(a.image, "aa")
-    assert publish.publish([a], "reg.example:5000/tb", reg.tag_local, out=out,
-                           platforms={"base": {"linux/amd64", "linux/arm64"}}) == 1
+    assert (
+        publish.publish(
+            [a], "reg.example:5000/tb", reg.tag_local, out=out, platforms={"base": {"linux/amd64", "linux/arm64"}}
+        )
+        == 1
+    )
     assert reg.pushes == ["reg.example:5000/tb/staging/base:" + a.tag] and "staged" in out.getvalue()
 
     m = load(ROOT / "matrix.yaml")
@@ -388,9 +411,12 @@ def test_ci_runners_stage_their_platform_and_merge_publishes_the_index_only_when
     rendered = recipes.render_all(m, cells, root=ROOT)
     indexes = []
     # the index is made registry side from the staged manifests (tests/build: the loopback registry)
-    monkeypatch.setattr(platforms, "_index_of_staged",
-                        lambda host, repo, tag, srcs: indexes.append((f"{host}/{repo}:{tag}", srcs)) or "sha256:" + "8" * 64)
-    carried = []   # the staged images' attestations follow into the index (referrers.copy_referrers: tests/build)
+    monkeypatch.setattr(
+        platforms,
+        "_index_of_staged",
+        lambda host, repo, tag, srcs: indexes.append((f"{host}/{repo}:{tag}", srcs)) or "sha256:" + "8" * 64,
+    )
+    carried = []  # the staged images' attestations follow into the index (referrers.copy_referrers: tests/build)
     monkeypatch.setattr(platforms, "_carry_attestations", lambda host, ns, repo, cs, tags, out: carried.append(repo))
     reg.manifests[f"reg.example:5000/tb/staging/{cells[0].name}:{rendered[cells[0].name].tag}"] = "sha256:" + "1" * 64
     out = io.StringIO()
@@ -456,10 +482,12 @@ def test_a_digest_whose_attestations_do_not_verify_is_not_promoted(reg, tmp_path
 
     from trainbase.deliver import promote
     from trainbase.deliver import registry as regmod
+
     steps = promote.plan([("base", a)], "reg.example:5000/tb", regmod.digest, {"base": ["linux/amd64"]})
     out = io.StringIO()
-    assert promote.promote(steps, gate, lambda s, d: pytest.fail("retagged"), regmod.digest, out,
-                           attested=attested) == (0, 1)
+    assert promote.promote(
+        steps, gate, lambda s, d: pytest.fail("retagged"), regmod.digest, out, attested=attested
+    ) == (0, 1)
     assert asked == [f"reg.example:5000/tb/base@{da}"]
     assert "base: NOT promoted: reg.example:5000/tb/base@sha256:" in out.getvalue()
     assert "is not attested: sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: nothing attached" in out.getvalue()
@@ -478,8 +506,15 @@ def test_a_rerun_of_an_older_commit_promotes_nothing_and_says_so(reg, tmp_path):
     gate = gate_records(tmp_path, passes("base", "sha256:" + "1" * 64))
     steps = promote.plan([("base", old)], "reg.example:5000/tb", regmod.digest, {"base": ["linux/amd64"]})
     out = io.StringIO()
-    assert promote.promote(steps, gate, lambda s, d: pytest.fail("moved backwards"), regmod.digest, out,
-                           recipe_sha="a" * 40, head_sha="b" * 40) == (0, 0)
+    assert promote.promote(
+        steps,
+        gate,
+        lambda s, d: pytest.fail("moved backwards"),
+        regmod.digest,
+        out,
+        recipe_sha="a" * 40,
+        head_sha="b" * 40,
+    ) == (0, 0)
     assert reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "2" * 64
     assert "NOTHING promoted" in out.getvalue() and "main's head is bbbbbbbbbbbb" in out.getvalue()
     assert promote.stale("c" * 40, "c" * 40) == "" and promote.stale("", "") == ""
@@ -495,8 +530,12 @@ def test_each_platform_of_an_index_needs_its_own_scan_record(reg, tmp_path):
     a, d = "r" + "a" * 12, "sha256:" + "a" * 64
     reg.manifests[f"reg.example:5000/tb/base:{a}"] = d
     both = ["linux/amd64", "linux/arm64"]
-    assert promote.required_checks(both) == ("gpu[linux/amd64]", "gpu[linux/arm64]",
-                                             f"{vulnscan.CHECK}[linux/amd64]", f"{vulnscan.CHECK}[linux/arm64]")
+    assert promote.required_checks(both) == (
+        "gpu[linux/amd64]",
+        "gpu[linux/arm64]",
+        f"{vulnscan.CHECK}[linux/amd64]",
+        f"{vulnscan.CHECK}[linux/arm64]",
+    )
     records = [("base", d, "gpu", p, True) for p in both] + [("base", d, vulnscan.CHECK, "", True)]
     steps = promote.plan([("base", a)], "reg.example:5000/tb", regmod.digest, {"base": both})
     out = io.StringIO()
@@ -512,6 +551,7 @@ def promote_run_platforms(reg, cells, gate, platforms):
 
     def retag(src, dst):
         reg.manifests[dst] = src.split("@")[1]
+
     out = io.StringIO()
     steps = promote.plan(cells, "reg.example:5000/tb", registry.digest, {n: platforms for n, _ in cells})
     return promote.promote(steps, gate, retag, registry.digest, out), out.getvalue()
@@ -523,8 +563,24 @@ def test_the_scan_record_names_the_platform_it_scanned(tmp_path):
     report = tmp_path / "trivy.json"
     report.write_text(json.dumps({"SchemaVersion": 2, "ArtifactName": "x", "Results": []}))
     ref = "reg.example:5000/tb/base@sha256:" + "a" * 64
-    assert vulnscan.main([str(report), "--ref", ref, "--cell", "base-arm64", "--platform", "linux/arm64",
-                          "--gate-dir", str(tmp_path / "gate"), "--allowlist", str(ROOT / "audit-allowlist.yaml")]) == 0
+    assert (
+        vulnscan.main(
+            [
+                str(report),
+                "--ref",
+                ref,
+                "--cell",
+                "base-arm64",
+                "--platform",
+                "linux/arm64",
+                "--gate-dir",
+                str(tmp_path / "gate"),
+                "--allowlist",
+                str(ROOT / "audit-allowlist.yaml"),
+            ]
+        )
+        == 0
+    )
     record = json.loads((tmp_path / "gate" / "scan-base-arm64.json").read_text())
     assert record["platform"] == "linux/arm64" and record["check"] == vulnscan.CHECK
 
@@ -548,13 +604,20 @@ def test_latest_zstd_moves_only_on_records_for_the_twins_own_digest(reg, tmp_pat
 def test_the_plan_of_unpublished_cells_keeps_a_published_digest_that_lacks_attestations():
     """Issue 52 (7): the next build planned `--only unpublished`, so a digest whose attest step
     failed after the push was never attested, and promotion (now) refuses it for ever."""
-    items = [{"name": "base", "tag": "r" + "a" * 12}, {"name": "torch", "tag": "r" + "b" * 12},
-             {"name": "tf", "tag": "r" + "c" * 12}]
+    items = [
+        {"name": "base", "tag": "r" + "a" * 12},
+        {"name": "torch", "tag": "r" + "b" * 12},
+        {"name": "tf", "tag": "r" + "c" * 12},
+    ]
     digests = {"tb/base": "sha256:" + "a" * 64, "tb/torch": "sha256:" + "b" * 64}
     lacking = {"sha256:" + "a" * 64: ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]}
-    kept, left = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpublished",
-                                               lambda h, repo, tag: None if tag.endswith("-zstd") else digests.get(repo),
-                                               lambda h, repo, d: lacking.get(d, []))
+    kept, left = ci_matrix.with_registry_state(
+        items,
+        "reg.example:5000/tb",
+        "unpublished",
+        lambda h, repo, tag: None if tag.endswith("-zstd") else digests.get(repo),
+        lambda h, repo, d: lacking.get(d, []),
+    )
     assert [e["name"] for e in kept] == ["base", "tf"]
     assert kept[0]["attest"] == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1"]
     assert kept[0]["ref"] == "reg.example:5000/tb/base@sha256:" + "a" * 64 and "attest" not in kept[1]
@@ -562,10 +625,13 @@ def test_the_plan_of_unpublished_cells_keeps_a_published_digest_that_lacks_attes
     # the zstd twin is its own digest: one that lacks them is planned too
     twins = {"tb/torch:r" + "b" * 12 + "-zstd": "sha256:" + "7" * 64}
     lacking["sha256:" + "7" * 64] = ["sha256:777777777777: https://cyclonedx.org/bom"]
-    kept, _ = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpublished",
-                                            lambda h, repo, tag: twins.get(f"{repo}:{tag}") or
-                                            (digests.get(repo) if not tag.endswith("-zstd") else None),
-                                            lambda h, repo, d: lacking.get(d, []))
+    kept, _ = ci_matrix.with_registry_state(
+        items,
+        "reg.example:5000/tb",
+        "unpublished",
+        lambda h, repo, tag: twins.get(f"{repo}:{tag}") or (digests.get(repo) if not tag.endswith("-zstd") else None),
+        lambda h, repo, d: lacking.get(d, []),
+    )
     assert [e["name"] for e in kept] == ["base", "torch", "tf"]
     assert kept[1]["attest"] == ["sha256:777777777777: https://cyclonedx.org/bom"]
 
@@ -593,10 +659,14 @@ def test_the_gpu_plan_names_the_zstd_twin_by_its_own_digest_for_the_scan():
     """Issue 52 (8): the twin's alias is gated by records for its own digest, so the plan the
     scan job fans out over names that digest."""
     items = [{"name": "a", "level": 0, "tag": "r000000000001"}, {"name": "b", "level": 0, "tag": "r000000000002"}]
-    have = {"tb/a:r000000000001": "sha256:" + "1" * 64, "tb/a:r000000000001-zstd": "sha256:" + "7" * 64,
-            "tb/b:r000000000002": "sha256:" + "2" * 64}
-    kept, _ = ci_matrix.with_registry_state(items, "reg.example:5000/tb", "unpromoted",
-                                            lambda h, repo, tag: have.get(f"{repo}:{tag}"))
+    have = {
+        "tb/a:r000000000001": "sha256:" + "1" * 64,
+        "tb/a:r000000000001-zstd": "sha256:" + "7" * 64,
+        "tb/b:r000000000002": "sha256:" + "2" * 64,
+    }
+    kept, _ = ci_matrix.with_registry_state(
+        items, "reg.example:5000/tb", "unpromoted", lambda h, repo, tag: have.get(f"{repo}:{tag}")
+    )
     assert [e["twin_ref"] for e in kept] == ["reg.example:5000/tb/a@sha256:" + "7" * 64, ""]
 
 
@@ -625,6 +695,7 @@ def test_one_latest_without_an_sbom_does_not_stop_the_security_check_of_the_othe
     def fetch(m, root, selected, reg, out_dir, out=None, missing=None):
         missing.append("cellb: reg/tb/cellb:latest (linux/amd64) has no SBOM attached: it cannot be checked")
         return [tmp_path / "cella.cdx.json"]
+
     monkeypatch.setattr(attest, "fetch_sboms", fetch)
     monkeypatch.setattr(security_check, "check", lambda sboms, today: checked.append(sboms) or {})
     assert security_rebuild.main(["--registry", "reg/tb", "--profile", "ci", "--root", str(ROOT)]) == 0
@@ -641,17 +712,26 @@ class _KeylessRegistry:
         import base64
 
         from trainbase.deliver import attest, referrers
+
         self.host, self.digest, self.blobs = "reg.example:5000", digest, {}
         self.found = []
         for i, ptype in enumerate(predicates):
             stmt = {"predicateType": ptype, "subject": [{"digest": {"sha256": digest.split(":")[1]}}]}
             bundle = json.dumps({"dsseEnvelope": {"payload": base64.b64encode(json.dumps(stmt).encode()).decode()}})
             self.blobs[f"sha256:b{i}"] = bundle.encode()
-            self.found.append(referrers.Descriptor(referrers.OCI_MANIFEST, f"sha256:m{i}", 1, attest.KEYLESS_BUNDLE,
-                                                   ((attest.SIGSTORE_PREDICATE_ANNOTATION, ptype),)))
+            self.found.append(
+                referrers.Descriptor(
+                    referrers.OCI_MANIFEST,
+                    f"sha256:m{i}",
+                    1,
+                    attest.KEYLESS_BUNDLE,
+                    ((attest.SIGSTORE_PREDICATE_ANNOTATION, ptype),),
+                )
+            )
 
     def descriptor(self, repo, ref):
         from trainbase.deliver import referrers
+
         return referrers.Descriptor(referrers.OCI_MANIFEST, self.digest, 1)
 
     def referrers(self, repo, digest, artifact_type=""):
@@ -681,10 +761,16 @@ def test_keyless_attestations_must_be_there_about_the_digest_and_verify_with_gh(
     def gh(cmd, **kw):
         calls.append(cmd)
         refused = "provenance" in cmd[-1]
-        return subprocess.CompletedProcess(cmd, 1 if refused else 0, "", "certificate identity mismatch" if refused else "")
-    found = attest.attestation_problems(_KeylessRegistry(d, att.PREDICATES), "tb/base", d, github_repo="acme/trainbase",
-                                        run=gh)
-    assert found == ["sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: gh attestation verify refused it "
-                     "(certificate identity mismatch)"]
+        return subprocess.CompletedProcess(
+            cmd, 1 if refused else 0, "", "certificate identity mismatch" if refused else ""
+        )
+
+    found = attest.attestation_problems(
+        _KeylessRegistry(d, att.PREDICATES), "tb/base", d, github_repo="acme/trainbase", run=gh
+    )
+    assert found == [
+        "sha256:aaaaaaaaaaaa: https://slsa.dev/provenance/v1: gh attestation verify refused it "
+        "(certificate identity mismatch)"
+    ]
     assert calls[0][:4] == ["gh", "attestation", "verify", f"oci://reg.example:5000/tb/base@{d}"]
     assert "--bundle-from-oci" in calls[0] and "acme/trainbase/.github/workflows/build-cells.yml" in calls[0]

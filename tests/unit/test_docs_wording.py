@@ -5,6 +5,7 @@ generated source they come from (matrix.yaml's profiles, the catalogue docs/imag
 
 Each test reports every finding at once (file:line), so a fix can be made in one pass.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,10 @@ HOW_IT_WAS_MADE = [
 # name, rTAG its immutable tag, OWNER the GitHub owner, IMAGE any image reference, DIGEST a
 # sha256 digest; pyxis (srun --container-image) spells the registry ghcr.io#OWNER/trainbase/.
 PLACEHOLDERS: list[tuple[str, str]] = [
-    (r"<registry>|\$REGISTRY\b|\bHOST/NS\b|registry\.example\.com|myregistry\.azurecr\.io",
-     "REGISTRY, or myacr.azurecr.io for an Azure Container Registry"),
+    (
+        r"<registry>|\$REGISTRY\b|\bHOST/NS\b|registry\.example\.com|myregistry\.azurecr\.io",
+        "REGISTRY, or myacr.azurecr.io for an Azure Container Registry",
+    ),
     (r"REGISTRY#|#NAMESPACE/", "ghcr.io#OWNER/trainbase/CELL:rTAG (pyxis)"),
     (r"<owner>|<org>|(?<!/orgs/)\bORG\b", "OWNER"),
     (r"<tag>|\bRTAG\b|(?<![\w-])TAG-zstd|:TAG\b", "rTAG"),
@@ -71,7 +74,22 @@ PLACEHOLDERS: list[tuple[str, str]] = [
     (r"<digest>", "DIGEST"),
 ]
 # what may stand in angle brackets: HTML tags, and C++ headers named in a compiler's message
-NOT_PLACEHOLDERS = {"br", "details", "summary", "sub", "sup", "code", "kbd", "b", "i", "p", "a", "em", "string", "mutex"}
+NOT_PLACEHOLDERS = {
+    "br",
+    "details",
+    "summary",
+    "sub",
+    "sup",
+    "code",
+    "kbd",
+    "b",
+    "i",
+    "p",
+    "a",
+    "em",
+    "string",
+    "mutex",
+}
 ANGLE_PLACEHOLDER = re.compile(r"<([a-z][a-z0-9 _./-]*)>")
 
 GB = re.compile(r"(\d+(?:\.\d+)?) GB\b")
@@ -104,7 +122,7 @@ def without_cli_reference(text: str) -> str:
     m = re.search(r"^## CLI\n.*?(?=^## |\Z)", text, re.S | re.M)
     if not m:
         return text
-    return text[: m.start()] + re.sub(r"[^\n]", " ", m.group(0)) + text[m.end():]
+    return text[: m.start()] + re.sub(r"[^\n]", " ", m.group(0)) + text[m.end() :]
 
 
 def in_code(text: str, pos: int) -> bool:
@@ -116,7 +134,7 @@ def in_code(text: str, pos: int) -> bool:
 def first_use(text: str, pattern: str) -> int | None:
     is_path = pattern == TERMS[".ci/run"]
     for m in re.finditer(pattern, text, 0 if is_path else re.I):
-        around = text[max(0, m.start() - 12): m.end() + 12]
+        around = text[max(0, m.start() - 12) : m.end() + 12]
         if NOT_JARGON.search(around) or (not is_path and in_code(text, m.start())):
             continue
         return m.start()
@@ -156,7 +174,9 @@ def test_the_readme_links_the_glossary_before_the_first_term() -> None:
     for term, pattern in TERMS.items():
         pos = first_use(text, pattern)
         if pos is not None and pos < paragraph:
-            early.append(f"README.md:{line_of(text, pos)}: {term!r} used before the glossary link (line {line_of(text, link)})")
+            early.append(
+                f"README.md:{line_of(text, pos)}: {term!r} used before the glossary link (line {line_of(text, link)})"
+            )
     assert not early, "\n".join(early)
 
 
@@ -195,7 +215,7 @@ def how_it_was_made() -> list[str]:
 
 def test_no_words_of_how_the_project_was_made() -> None:
     problems = how_it_was_made()
-    assert not problems, ("say which machine, profile and date instead:\n" + "\n".join(problems))
+    assert not problems, "say which machine, profile and date instead:\n" + "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- 3. placeholders
@@ -234,14 +254,16 @@ def profile_counts() -> dict[str, int]:
 
 
 def profile_figures(counts: dict[str, int], texts: list[tuple[str, str]]) -> list[str]:
-    """"the `ci` profile's 4 Debian cells", "`production` (148 cells)": the count of its cells."""
+    """ "the `ci` profile's 4 Debian cells", "`production` (148 cells)": the count of its cells."""
     names = "|".join(map(re.escape, counts))
     quoted = re.compile(r"`(" + names + r")`(?:\*\*)?(?: profile)?[^.`;]{0,40}?\b(\d+) (?:\w+ )?cells\b")
     problems = []
     for doc, text in texts:
         for m in quoted.finditer(text):
             if int(m.group(2)) != counts[m.group(1)]:
-                problems.append(f"{doc}:{line_of(text, m.start())}: {m.group(0)!r}: the profile has {counts[m.group(1)]} cells")
+                problems.append(
+                    f"{doc}:{line_of(text, m.start())}: {m.group(0)!r}: the profile has {counts[m.group(1)]} cells"
+                )
     return problems
 
 
@@ -278,7 +300,9 @@ def size_figures() -> list[str]:
             names = [n for n in CELL_NAME.findall(line) if n in sizes]
             quoted = GB.findall(line)
             if len(names) == 1 and quoted and quoted[0] != sizes[names[0]]:
-                problems.append(f"{rel(doc)}:{number}: {names[0]} quoted at {quoted[0]} GB, the catalogue says {sizes[names[0]]} GB")
+                problems.append(
+                    f"{rel(doc)}:{number}: {names[0]} quoted at {quoted[0]} GB, the catalogue says {sizes[names[0]]} GB"
+                )
     return problems
 
 

@@ -1,5 +1,6 @@
 """tb-doctor's checks on fake nodes: each fault the doctor must name, named by the right check
 with a fix hint; absent hardware skipped (never ok), or failed under --expect."""
+
 import ctypes
 
 import pytest
@@ -35,6 +36,7 @@ def test_a_check_that_fails_without_a_fix_hint_is_refused(node, monkeypatch):
 
 # --- GPUs and driver ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("check_id", ["gpu.visible", "gpu.driver", "nccl.network"])
 def test_no_gpu_is_skipped_not_ok_and_fails_when_expected(tmp_path, check_id):
     r = result(FakeNode(tmp_path), check_id)
@@ -55,18 +57,25 @@ def test_driver_mismatch_fails_with_its_name(tmp_path):
     assert r.status == core.FAIL and "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH" in r.summary
 
 
-@pytest.mark.parametrize("driver_cuda, driver, image_cuda, status, words", [
-    (13000, "580.65.06", "12.8", core.OK, "supports CUDA 13.0"),
-    (12080, "570.124.06", "12.8", core.OK, "the image needs 12.8"),
-    (12040, "550.54.14", "12.8", core.WARN, "minor-version compatibility"),
-    (12040, "550.54.14", "13.0", core.FAIL, "580.65.06"),
-    # issue 38: a CUDA major the doctor has no floor for read "needs at least driver a newer one" / "R?"
-    (13000, "580.159.04", "14.0", core.FAIL, "knows no minimum driver for CUDA 14"),
-])
+@pytest.mark.parametrize(
+    "driver_cuda, driver, image_cuda, status, words",
+    [
+        (13000, "580.65.06", "12.8", core.OK, "supports CUDA 13.0"),
+        (12080, "570.124.06", "12.8", core.OK, "the image needs 12.8"),
+        (12040, "550.54.14", "12.8", core.WARN, "minor-version compatibility"),
+        (12040, "550.54.14", "13.0", core.FAIL, "580.65.06"),
+        # issue 38: a CUDA major the doctor has no floor for read "needs at least driver a newer one" / "R?"
+        (13000, "580.159.04", "14.0", core.FAIL, "knows no minimum driver for CUDA 14"),
+    ],
+)
 def test_driver_against_the_image_cuda(tmp_path, driver_cuda, driver, image_cuda, status, words):
     manifest = {**MANIFEST, "components": {**MANIFEST["components"], "cuda": {"version": image_cuda}}}
-    n = FakeNode(tmp_path, manifest=manifest, driver=driver,
-                 libs={"libcuda.so.1": (FakeCuda(driver_cuda=driver_cuda), "/usr/lib/libcuda.so.1")})
+    n = FakeNode(
+        tmp_path,
+        manifest=manifest,
+        driver=driver,
+        libs={"libcuda.so.1": (FakeCuda(driver_cuda=driver_cuda), "/usr/lib/libcuda.so.1")},
+    )
     assert result(n, "gpu.visible").status == core.OK
     r = result(n, "gpu.driver")
     assert r.status == status and words in r.summary, r.summary
@@ -75,6 +84,7 @@ def test_driver_against_the_image_cuda(tmp_path, driver_cuda, driver, image_cuda
 
 
 # --- memory limits --------------------------------------------------------------------
+
 
 def test_memlock_8mib_is_reported_with_its_fix(tmp_path):
     r = result(FakeNode(tmp_path, memlock=8 << 20), "mem.memlock")
@@ -91,9 +101,16 @@ def test_memlock_limit_with_rdma_devices_fails_unless_ipc_lock(tmp_path):
     assert result(FakeNode(tmp_path, memlock=-1), "mem.memlock").status == core.OK
 
 
-@pytest.mark.parametrize("shm, local, status", [(64 << 20, "2", core.FAIL), (64 << 20, "1", core.WARN),
-                                                (512 << 20, "1", core.WARN), (16 << 30, "8", core.OK),
-                                                (None, "1", core.FAIL)])
+@pytest.mark.parametrize(
+    "shm, local, status",
+    [
+        (64 << 20, "2", core.FAIL),
+        (64 << 20, "1", core.WARN),
+        (512 << 20, "1", core.WARN),
+        (16 << 30, "8", core.OK),
+        (None, "1", core.FAIL),
+    ],
+)
 def test_shm_size(tmp_path, shm, local, status):
     r = result(FakeNode(tmp_path, shm=shm, env={"LOCAL_WORLD_SIZE": local}), "mem.shm")
     assert r.status == status, r.summary
@@ -101,15 +118,32 @@ def test_shm_size(tmp_path, shm, local, status):
 
 
 def test_mounts_ignore_the_ones_every_container_has(node):
-    node.write("/proc/self/mountinfo", "\n".join(
-        f"{i} 1 0:{i} / {p} rw - x x rw" for i, p in enumerate(
-            ["/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/sys", "/etc/hosts", "/etc/hostname", "/data",
-             "/mnt/my\\040dir"])))
+    node.write(
+        "/proc/self/mountinfo",
+        "\n".join(
+            f"{i} 1 0:{i} / {p} rw - x x rw"
+            for i, p in enumerate(
+                [
+                    "/",
+                    "/proc",
+                    "/dev",
+                    "/dev/pts",
+                    "/dev/shm",
+                    "/sys",
+                    "/etc/hosts",
+                    "/etc/hostname",
+                    "/data",
+                    "/mnt/my\\040dir",
+                ]
+            )
+        ),
+    )
     r = result(node, "node.mounts")
     assert r.facts["mounts"] == ["/data", "/dev/shm", "/mnt/my dir"]
 
 
 # --- RDMA -----------------------------------------------------------------------------
+
 
 def test_host_devices_not_in_the_container_fail_with_the_device_flags(node):
     node.rdma_device("mlx5_0", uverbs=None)
@@ -141,13 +175,16 @@ def test_provider_that_does_not_list_the_device_is_named(node, monkeypatch):
     assert result(node, "ib.provider").status == core.OK
 
 
-@pytest.mark.parametrize("env, conf, words", [
-    ({"NCCL_IB_DISABLE": "1"}, "", "NCCL_IB_DISABLE=1 (from environment)"),
-    ({}, "NCCL_IB_DISABLE=1\n", "NCCL_IB_DISABLE=1 (from /etc/nccl.conf)"),
-    ({"NCCL_SOCKET_IFNAME": "ib0"}, "", "matches no interface"),
-    ({"NCCL_IB_HCA": "=mlx5_9"}, "", "matches none of mlx5_0"),
-    ({"NCCL_TOPO_FILE": "/etc/topo.xml"}, "", "does not exist"),
-])
+@pytest.mark.parametrize(
+    "env, conf, words",
+    [
+        ({"NCCL_IB_DISABLE": "1"}, "", "NCCL_IB_DISABLE=1 (from environment)"),
+        ({}, "NCCL_IB_DISABLE=1\n", "NCCL_IB_DISABLE=1 (from /etc/nccl.conf)"),
+        ({"NCCL_SOCKET_IFNAME": "ib0"}, "", "matches no interface"),
+        ({"NCCL_IB_HCA": "=mlx5_9"}, "", "matches none of mlx5_0"),
+        ({"NCCL_TOPO_FILE": "/etc/topo.xml"}, "", "does not exist"),
+    ],
+)
 def test_nccl_settings_that_contradict_the_node_fail(node, env, conf, words):
     node.rdma_device("mlx5_0", uverbs=0)
     node.write("/sys/class/net/eth0/operstate", "up")
@@ -166,6 +203,7 @@ def test_nccl_settings_that_agree_pass(node):
 
 # --- MPI, NCCL, launch contract -------------------------------------------------------
 
+
 def test_launcher_off_path_fails(tmp_path):
     r = result(FakeNode(tmp_path, env={"PATH": str(tmp_path / "empty-bin")}), "mpi.launcher")
     assert r.status == core.FAIL and "command not found" in r.summary and "/opt/openmpi/bin" in r.hint
@@ -175,15 +213,25 @@ def test_launcher_version_prefix_and_login_shell(tmp_path):
     prefix = tmp_path / "opt" / "openmpi"
     mpirun, mpiexec = fake_mpi_launchers(prefix)
     env = {"PATH": str(mpirun.parent)}
-    manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
-        "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}
-    answers = {f"{mpirun} --version": (0, "mpirun (Open MPI) 4.1.4\n"),
-               f"{mpiexec} --version": (0, "mpiexec (OpenRTE) 4.1.4\n"), "bash -lc": (0, str(mpirun))}
+    manifest = {
+        **MANIFEST,
+        "components": {**MANIFEST["components"], "mpi": {"kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}},
+    }
+    answers = {
+        f"{mpirun} --version": (0, "mpirun (Open MPI) 4.1.4\n"),
+        f"{mpiexec} --version": (0, "mpiexec (OpenRTE) 4.1.4\n"),
+        "bash -lc": (0, str(mpirun)),
+    }
     r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=manifest), "mpi.launcher")
     assert r.status == core.OK and "(openmpi 4.1.4)" in r.summary, r.summary
     assert r.facts["version"] == "4.1.4" and r.facts["mpiexec"] == str(mpiexec)
-    other = dict(manifest, components={**manifest["components"], "mpi": {
-        "kind": "openmpi", "version": "4.1.4", "prefix": "/usr/lib/x86_64-linux-gnu/openmpi"}})
+    other = dict(
+        manifest,
+        components={
+            **manifest["components"],
+            "mpi": {"kind": "openmpi", "version": "4.1.4", "prefix": "/usr/lib/x86_64-linux-gnu/openmpi"},
+        },
+    )
     r = result(FakeNode(tmp_path, env=env, commands=answers, manifest=other), "mpi.launcher")
     assert r.status == core.FAIL and "not under the manifest's MPI prefix" in r.summary
     wrong = dict(answers, **{f"{mpirun} --version": (0, "mpirun (Open MPI) 3.1.2\n")})
@@ -221,18 +269,27 @@ def test_a_second_nccl_earlier_on_the_library_path_is_named(tmp_path):
 
 
 def ompi(rank, size=4, local=2, **extra):
-    env = {"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_RANK": rank % local,
-           "OMPI_COMM_WORLD_LOCAL_SIZE": local, "OMPI_COMM_WORLD_NODE_RANK": rank % local, "MASTER_ADDR": "a"}
+    env = {
+        "OMPI_COMM_WORLD_RANK": rank,
+        "OMPI_COMM_WORLD_SIZE": size,
+        "OMPI_COMM_WORLD_LOCAL_RANK": rank % local,
+        "OMPI_COMM_WORLD_LOCAL_SIZE": local,
+        "OMPI_COMM_WORLD_NODE_RANK": rank % local,
+        "MASTER_ADDR": "a",
+    }
     return {k: str(v) for k, v in {**env, **extra}.items()}
 
 
-@pytest.mark.parametrize("env, words", [
-    (ompi(3, RANK=0), "RANK=0 (the launcher's RANK is 3)"),
-    (ompi(2, NODE_RANK=0), "NODE_RANK=0 (the launcher's NODE_RANK is 1)"),
-    (ompi(1, LOCAL_RANK=1, WORLD_SIZE=2), "WORLD_SIZE=2 (the launcher's WORLD_SIZE is 4)"),
-    ({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "inconsistent values"),
-    ({k: v for k, v in ompi(2).items() if k != "MASTER_ADDR"}, "no master address"),
-])
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        (ompi(3, RANK=0), "RANK=0 (the launcher's RANK is 3)"),
+        (ompi(2, NODE_RANK=0), "NODE_RANK=0 (the launcher's NODE_RANK is 1)"),
+        (ompi(1, LOCAL_RANK=1, WORLD_SIZE=2), "WORLD_SIZE=2 (the launcher's WORLD_SIZE is 4)"),
+        ({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "inconsistent values"),
+        ({k: v for k, v in ompi(2).items() if k != "MASTER_ADDR"}, "no master address"),
+    ],
+)
 def test_inconsistent_rank_variables_fail(tmp_path, env, words):
     r = result(FakeNode(tmp_path, env=env), "launch.contract")
     assert r.status == core.FAIL and words in r.summary and r.hint, r.summary
@@ -254,7 +311,9 @@ SOCKET_LOG = """h:1:1 [0] NCCL INFO NET/IB : No device found.
 h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:172.17.0.2<0>
 h:1:1 [0] NCCL INFO Using network Socket
 """
-OLD_SOCKET_LOG = "h:1:1 [0] NCCL INFO NET/IB : No device found.\nh:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:1.2.3.4<0>\n"
+OLD_SOCKET_LOG = (
+    "h:1:1 [0] NCCL INFO NET/IB : No device found.\nh:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:1.2.3.4<0>\n"
+)
 
 
 def test_nccl_log_parsing():
@@ -266,8 +325,9 @@ def test_nccl_log_parsing():
     assert stack.parse_nccl_network("nothing here")["network"] is None
 
 
-@pytest.mark.parametrize("log, devices, status", [(IB_LOG, True, core.OK), (SOCKET_LOG, True, core.FAIL),
-                                                  (SOCKET_LOG, False, core.WARN)])
+@pytest.mark.parametrize(
+    "log, devices, status", [(IB_LOG, True, core.OK), (SOCKET_LOG, True, core.FAIL), (SOCKET_LOG, False, core.WARN)]
+)
 def test_nccl_network_verdict(tmp_path, monkeypatch, log, devices, status):
     n = FakeNode(tmp_path, libs={"libcuda.so.1": (FakeCuda(), "/usr/lib/libcuda.so.1")})
     if devices:

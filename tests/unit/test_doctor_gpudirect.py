@@ -3,6 +3,7 @@ fixtures/nccl_gdr, each line's format string and source in its README) and on fa
 failing, with the reason, wherever NCCL moves data between nodes through host memory (no
 nvidia_peermem and no DMA-BUF, an NCCL_* setting, the GPU too far from the HCA, sockets), passing
 where every NET channel is GDRDMA, not applicable without GPUs or RDMA devices."""
+
 import importlib
 import io
 import json
@@ -39,9 +40,18 @@ class DoctorTarget:
         return report["exit_code"], report
 
 
-def gdr_node(root: Path, *, gpus: int = 1, hcas: tuple[str, ...] = ("mlx5_0",), kernel: str = "5.15.0-125-generic",
-             driver: str = "NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024", peermem: bool = False,
-             dmabuf_attr: bool | None = None, expect: tuple[str, ...] = (), log: str | None = None) -> FakeNode:
+def gdr_node(
+    root: Path,
+    *,
+    gpus: int = 1,
+    hcas: tuple[str, ...] = ("mlx5_0",),
+    kernel: str = "5.15.0-125-generic",
+    driver: str = "NVIDIA UNIX x86_64 Kernel Module  550.127.05  Tue Oct  8 2024",
+    peermem: bool = False,
+    dmabuf_attr: bool | None = None,
+    expect: tuple[str, ...] = (),
+    log: str | None = None,
+) -> FakeNode:
     """A node with ``gpus`` GPUs and ``hcas`` handed in; the kernel and driver as given; ``log``, a
     fixture read as --nccl-log reads it."""
     libs = {"libcuda.so.1": (FakeCuda(gpus=gpus, dmabuf=dmabuf_attr), "/usr/lib/libcuda.so.1")} if gpus else {}
@@ -64,14 +74,21 @@ def gdr_result(tmp_path: Path, log: str, **kw) -> core.Result:
 
 # --------------------------------------------------------------------------- the parser
 
+
 def test_every_fixture_parses_to_its_version_network_and_channels():
     seen = {f.name: gdr.parse_nccl_gdr(f.read_text()) for f in sorted(LOGS.glob("*.log"))}
     assert len(seen) == 9
     two = seen["gdr-2.21-two-nodes.log"]
     assert two["version"] == (2, 21, 5) and two["network"] == "IB" and two["hca_names"] == {0: "mlx5_0", 1: "mlx5_1"}
     assert len(two["channels"]) == 6 and all(c["gdr"] for c in two["channels"]) and two["dmabuf_gpus"] == [0]
-    assert two["pairs"][0] == {"rank": 0, "hca": 0, "gdr": True, "distance": 4, "level": 4,
-                               "line": "GPU Direct RDMA Enabled for GPU 1b000 / HCA 0 (distance 4 <= 4)"}
+    assert two["pairs"][0] == {
+        "rank": 0,
+        "hca": 0,
+        "gdr": True,
+        "distance": 4,
+        "level": 4,
+        "line": "GPU Direct RDMA Enabled for GPU 1b000 / HCA 0 (distance 4 <= 4)",
+    }
     proxy = seen["gdr-2.30-proxy.log"]["channels"]
     assert [c["hca"] for c in proxy] == [0, 1, 0, 1] and all(c["gdr"] for c in proxy)
     old = seen["nogdr-2.12-no-module.log"]
@@ -92,6 +109,7 @@ def test_distance_names_follow_each_release_s_path_types():
 
 # --------------------------------------------------------------------------- the verdict on a job's log
 
+
 @pytest.mark.parametrize("log", ["gdr-2.21-two-nodes.log", "gdr-2.30-proxy.log"])
 def test_a_log_where_every_net_channel_is_gdrdma_passes(tmp_path, log):
     r = gdr_result(tmp_path, log, peermem=True)
@@ -102,25 +120,32 @@ def test_a_log_where_every_net_channel_is_gdrdma_passes(tmp_path, log):
 def test_no_module_fails_naming_peermem(tmp_path):
     r = gdr_result(tmp_path, "nogdr-2.12-no-module.log", kernel="5.4.0-150-generic")
     assert r.status == core.FAIL and "through host memory (4 of 4 NET channels" in r.summary, r.summary
-    assert "GPU 1b000 -> mlx5_0 [receive, send]: mlx5_0: no nvidia_peermem and no DMA-BUF (this node: kernel " \
-           "5.4.0-150-generic < 5.12" in r.summary
+    assert (
+        "GPU 1b000 -> mlx5_0 [receive, send]: mlx5_0: no nvidia_peermem and no DMA-BUF (this node: kernel "
+        "5.4.0-150-generic < 5.12" in r.summary
+    )
     assert r.hint == gdr.PEERMEM_FIX
 
 
 def test_a_disabled_hca_without_a_reason_in_the_log_takes_it_from_the_kernel_side(tmp_path):
     r = gdr_result(tmp_path, "nogdr-2.30-no-peermem.log")  # 5.15, but the proprietary driver: no DMA-BUF
     assert r.status == core.FAIL, r.summary
-    assert "GPU 0 -> mlx5_0 [receive, send]: mlx5_0: no nvidia_peermem and no DMA-BUF (this node: the NVIDIA " \
-           "driver is not the open kernel modules (550))" in r.summary
+    assert (
+        "GPU 0 -> mlx5_0 [receive, send]: mlx5_0: no nvidia_peermem and no DMA-BUF (this node: the NVIDIA "
+        "driver is not the open kernel modules (550))" in r.summary
+    )
     loaded = gdr_result(tmp_path / "b", "nogdr-2.30-no-peermem.log", peermem=True)
     assert loaded.status == core.FAIL and "although nvidia_peermem is loaded" in loaded.summary, loaded.summary
 
 
-@pytest.mark.parametrize("log, words", [
-    ("nogdr-2.27-env-level.log", "NCCL_NET_GDR_LEVEL=LOC (from NCCL's log) forbids GPUDirect RDMA"),
-    ("nogdr-2.23-gdr-read.log", "NCCL_NET_GDR_READ=0 (from NCCL's log) keeps sends from reading GPU memory"),
-    ("nogdr-2.30-dmabuf-off.log", "no nvidia_peermem and NCCL_DMABUF_ENABLE=0 (from NCCL's log)"),
-])
+@pytest.mark.parametrize(
+    "log, words",
+    [
+        ("nogdr-2.27-env-level.log", "NCCL_NET_GDR_LEVEL=LOC (from NCCL's log) forbids GPUDirect RDMA"),
+        ("nogdr-2.23-gdr-read.log", "NCCL_NET_GDR_READ=0 (from NCCL's log) keeps sends from reading GPU memory"),
+        ("nogdr-2.30-dmabuf-off.log", "no nvidia_peermem and NCCL_DMABUF_ENABLE=0 (from NCCL's log)"),
+    ],
+)
 def test_an_nccl_setting_fails_naming_itself(tmp_path, log, words):
     r = gdr_result(tmp_path, log)
     assert r.status == core.FAIL and words in r.summary, r.summary
@@ -130,7 +155,8 @@ def test_an_nccl_setting_fails_naming_itself(tmp_path, log, words):
 def test_gdr_read_off_stages_sends_only(tmp_path):
     r = gdr_result(tmp_path, "nogdr-2.23-gdr-read.log")
     assert "(1 of 2 NET channels" in r.summary and r.facts["staged"] == [
-        "GPU 0 -> mlx5_0 [send]: NCCL_NET_GDR_READ=0 (from NCCL's log) keeps sends from reading GPU memory"]
+        "GPU 0 -> mlx5_0 [send]: NCCL_NET_GDR_READ=0 (from NCCL's log) keeps sends from reading GPU memory"
+    ]
 
 
 def test_gpu_and_hca_too_far_apart_fail_with_nccl_s_distance_named(tmp_path):
@@ -143,8 +169,11 @@ def test_gpu_and_hca_too_far_apart_fail_with_nccl_s_distance_named(tmp_path):
 
 def test_a_gdr_level_below_the_distance_is_named_where_nccl_logs_no_distance(tmp_path):
     node = gdr_node(tmp_path, peermem=True, log="gdr-2.30-proxy.log")
-    node.write("/var/log/nccl.log", (LOGS / "gdr-2.30-proxy.log").read_text().replace("/GDRDMA", "") +
-               "h:1:1 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PIX\n")
+    node.write(
+        "/var/log/nccl.log",
+        (LOGS / "gdr-2.30-proxy.log").read_text().replace("/GDRDMA", "")
+        + "h:1:1 [0] NCCL INFO NCCL_NET_GDR_LEVEL set by environment to PIX\n",
+    )
     r = result(node, "gpudirect.nccl")
     assert r.status == core.FAIL and "NCCL_NET_GDR_LEVEL=PIX (from NCCL's log) allows GPUDirect RDMA only" in r.summary
     unexplained = gdr_result(tmp_path / "b", "gdr-2.30-proxy.log", peermem=True)
@@ -170,6 +199,7 @@ def test_the_cli_reads_a_log_with_nccl_log_and_its_json_validates(tmp_path, monk
         n.nccl_log = nccl_log
         n.write(nccl_log, Path(nccl_log).read_text())  # the fake node reads the host path under its root
         return n
+
     monkeypatch.setattr(cli, "Node", node)
     out = io.StringIO()
     with redirect_stdout(out):
@@ -177,7 +207,9 @@ def test_the_cli_reads_a_log_with_nccl_log_and_its_json_validates(tmp_path, monk
     report = json.loads(out.getvalue())
     jsonschema.validate(report, DOCTOR_SCHEMA)
     assert code == 1 and [(c["id"], c["status"]) for c in report["checks"]] == [
-        ("gpudirect.kernel", "ok"), ("gpudirect.nccl", "fail")]
+        ("gpudirect.kernel", "ok"),
+        ("gpudirect.nccl", "fail"),
+    ]
     with redirect_stdout(io.StringIO()):
         assert cli.main(["--only", "gpudirect.nccl", "--nccl-log", str(LOGS / "gdr-2.21-two-nodes.log")]) == 0
     with pytest.raises(SystemExit), redirect_stdout(io.StringIO()):
@@ -185,6 +217,7 @@ def test_the_cli_reads_a_log_with_nccl_log_and_its_json_validates(tmp_path, monk
 
 
 # --------------------------------------------------------------------------- where it applies, and the probe
+
 
 def test_not_applicable_without_gpus_or_rdma_devices(tmp_path):
     for node, words in ((gdr_node(tmp_path / "a", gpus=0), "no GPU"), (gdr_node(tmp_path / "b", hcas=()), "no RDMA")):
@@ -202,6 +235,7 @@ def test_without_a_log_the_check_runs_nccl_over_two_gpus_through_the_hca(tmp_pat
     def run(argv, timeout=20, env=None):
         calls.append((argv, env))
         return 0, (LOGS / "gdr-2.21-two-nodes.log").read_text()  # its output stands in for NCCL_DEBUG_FILE
+
     node.run = run
     r = result(node, "gpudirect.nccl")
     assert r.status == core.OK and "a one-process NCCL communicator over 2 GPU(s)" in r.summary, r.summary
@@ -212,8 +246,13 @@ def test_without_a_log_the_check_runs_nccl_over_two_gpus_through_the_hca(tmp_pat
 
 def test_one_gpu_judges_nccl_s_per_hca_verdict(tmp_path):
     node = gdr_node(tmp_path, gpus=1)
-    node.commands = {"": (0, "h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\n"
-                             "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n")}
+    node.commands = {
+        "": (
+            0,
+            "h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0\n"
+            "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n",
+        )
+    }
     r = result(node, "gpudirect.nccl")
     assert r.status == core.FAIL and "mlx5_0 (every GPU): mlx5_0: no nvidia_peermem and no DMA-BUF" in r.summary
     node2 = gdr_node(tmp_path / "b", gpus=1, peermem=True)
@@ -224,20 +263,43 @@ def test_one_gpu_judges_nccl_s_per_hca_verdict(tmp_path):
 
 # --------------------------------------------------------------------------- the kernel side on fake sysfs
 
-@pytest.mark.parametrize("setup, status, words", [
-    (dict(peermem=True), core.OK, "nvidia_peermem loaded"),
-    (dict(kernel="6.8.0-49-generic", driver="NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build"),
-     core.OK, "DMA-BUF: kernel 6.8.0-49-generic, NVIDIA open kernel modules"),
-    (dict(kernel="6.8.0-49-generic", dmabuf_attr=True), core.OK, "the driver says the GPU supports it"),
-    (dict(kernel="5.4.0-150-generic"), core.FAIL,
-     "neither nvidia_peermem nor DMA-BUF: kernel 5.4.0-150-generic < 5.12; the NVIDIA driver is not the open kernel "
-     "modules (550)"),
-    (dict(kernel="6.8.0-49-generic", driver="NVIDIA UNIX Open Kernel Module for x86_64  510.47.03  Release Build"),
-     core.FAIL, "driver 510 < 515"),
-    (dict(kernel="6.8.0-49-generic", dmabuf_attr=False,
-          driver="NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build"),
-     core.FAIL, "the driver says the GPU does not support DMA-BUF (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0)"),
-])
+
+@pytest.mark.parametrize(
+    "setup, status, words",
+    [
+        (dict(peermem=True), core.OK, "nvidia_peermem loaded"),
+        (
+            dict(
+                kernel="6.8.0-49-generic", driver="NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build"
+            ),
+            core.OK,
+            "DMA-BUF: kernel 6.8.0-49-generic, NVIDIA open kernel modules",
+        ),
+        (dict(kernel="6.8.0-49-generic", dmabuf_attr=True), core.OK, "the driver says the GPU supports it"),
+        (
+            dict(kernel="5.4.0-150-generic"),
+            core.FAIL,
+            "neither nvidia_peermem nor DMA-BUF: kernel 5.4.0-150-generic < 5.12; the NVIDIA driver is not the open kernel "
+            "modules (550)",
+        ),
+        (
+            dict(
+                kernel="6.8.0-49-generic", driver="NVIDIA UNIX Open Kernel Module for x86_64  510.47.03  Release Build"
+            ),
+            core.FAIL,
+            "driver 510 < 515",
+        ),
+        (
+            dict(
+                kernel="6.8.0-49-generic",
+                dmabuf_attr=False,
+                driver="NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build",
+            ),
+            core.FAIL,
+            "the driver says the GPU does not support DMA-BUF (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 0)",
+        ),
+    ],
+)
 def test_kernel_side(tmp_path, setup, status, words):
     r = result(gdr_node(tmp_path, **setup), "gpudirect.kernel")
     assert r.status == status and words in r.summary, r.summary
@@ -247,7 +309,9 @@ def test_kernel_side(tmp_path, setup, status, words):
 
 def test_kernel_side_reads_proc_modules_and_the_kernel_config(tmp_path):
     node = gdr_node(tmp_path)
-    node.write("/proc/modules", "nvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\nnvidia 56598528 1 nvidia_peermem\n")
+    node.write(
+        "/proc/modules", "nvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\nnvidia 56598528 1 nvidia_peermem\n"
+    )
     assert result(node, "gpudirect.kernel").status == core.OK
     off = gdr_node(tmp_path / "b", kernel="6.8.0-49-generic", dmabuf_attr=True)
     off.write("/boot/config-6.8.0-49-generic", "CONFIG_DMA_SHARED_BUFFER=n\n")
@@ -258,9 +322,11 @@ def test_kernel_side_reads_proc_modules_and_the_kernel_config(tmp_path):
 def pci_tree(node: FakeNode) -> None:
     """GPU 0000:1b:00.0 behind a PCIe switch on root complex pci0000:17 (NUMA 0) with mlx5_0; mlx5_1 on
     root complex pci0000:ca (NUMA 1)."""
-    devices = {"0000:1b:00.0": ("pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:00.0/0000:1b:00.0", 0, "0x10de", "0x030200"),
-               "0000:1c:00.0": ("pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:01.0/0000:1c:00.0", 0, "0x15b3", "0x020700"),
-               "0000:cb:00.0": ("pci0000:ca/0000:ca:01.0/0000:cb:00.0", 1, "0x15b3", "0x020700")}
+    devices = {
+        "0000:1b:00.0": ("pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:00.0/0000:1b:00.0", 0, "0x10de", "0x030200"),
+        "0000:1c:00.0": ("pci0000:17/0000:17:01.0/0000:18:00.0/0000:19:01.0/0000:1c:00.0", 0, "0x15b3", "0x020700"),
+        "0000:cb:00.0": ("pci0000:ca/0000:ca:01.0/0000:cb:00.0", 1, "0x15b3", "0x020700"),
+    }
     for addr, (path, numa, vendor, cls) in devices.items():
         real = node.path(f"/sys/devices/{path}")
         for f, v in (("numa_node", str(numa)), ("vendor", vendor), ("class", cls)):
@@ -290,12 +356,16 @@ def test_a_channel_on_a_far_hca_without_a_reason_in_the_log_is_explained_by_sysf
     pci_tree(node)
     for i, name in enumerate(("mlx5_0", "mlx5_1")):
         node.rdma_device(name, uverbs=i)
-    text = "\n".join(["h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0",
-                      "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.11<0>",
-                      "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",
-                      "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'",
-                      "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA",
-                      "h:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1"])
+    text = "\n".join(
+        [
+            "h:1:1 [0] NCCL INFO NCCL version 2.30.7+cuda13.0",
+            "h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.11<0>",
+            "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",
+            "h:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 1 'mlx5_1'",
+            "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA",
+            "h:1:1 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1",
+        ]
+    )
     node.write("/var/log/nccl.log", text)
     node.nccl_log = "/var/log/nccl.log"
     r = result(node, "gpudirect.nccl")
@@ -304,13 +374,18 @@ def test_a_channel_on_a_far_hca_without_a_reason_in_the_log_is_explained_by_sysf
 
 # --------------------------------------------------------------------------- the fabric tier's check
 
+
 def test_the_fabric_tier_s_gpudirect_check_fails_where_the_kernel_offers_neither_path(tmp_path):
     def make(expect):
         node = gdr_node(tmp_path, expect=expect, kernel="5.4.0-150-generic")
         node.commands = {"": (0, (LOGS / "nogdr-2.30-no-peermem.log").read_text())}
         return node
-    with pytest.raises(AssertionError, match=r"gpudirect\.kernel: neither nvidia_peermem nor DMA-BUF: kernel "
-                                             r"5\.4\.0-150-generic < 5\.12"):
+
+    with pytest.raises(
+        AssertionError,
+        match=r"gpudirect\.kernel: neither nvidia_peermem nor DMA-BUF: kernel "
+        r"5\.4\.0-150-generic < 5\.12",
+    ):
         test_gpudirect.test_gpudirect_rdma_on_an_rdma_runner(DoctorTarget(make))
 
 
@@ -319,6 +394,7 @@ def test_the_fabric_tier_s_gpudirect_check_fails_on_nccl_staging_through_host_me
         node = gdr_node(tmp_path, expect=expect, peermem=True)
         node.commands = {"": (0, (LOGS / "nogdr-2.29-distance.log").read_text())}
         return node
+
     with pytest.raises(AssertionError, match=r"gpudirect\.nccl: NCCL moves data between nodes through host memory"):
         test_gpudirect.test_gpudirect_rdma_on_an_rdma_runner(DoctorTarget(make))
 
@@ -328,7 +404,9 @@ def test_the_fabric_tier_s_gpudirect_check_passes_with_gdrdma_and_skips_without_
         node = gdr_node(tmp_path, expect=expect, peermem=True)
         node.commands = {"": (0, (LOGS / "gdr-2.21-two-nodes.log").read_text())}
         return node
+
     test_gpudirect.test_gpudirect_rdma_on_an_rdma_runner(DoctorTarget(make))
     with pytest.raises(pytest.skip.Exception, match="no GPU"):
-        test_gpudirect.test_gpudirect_rdma_on_an_rdma_runner(DoctorTarget(lambda e: gdr_node(tmp_path / "b", gpus=0,
-                                                                                            expect=e)))
+        test_gpudirect.test_gpudirect_rdma_on_an_rdma_runner(
+            DoctorTarget(lambda e: gdr_node(tmp_path / "b", gpus=0, expect=e))
+        )

@@ -1,6 +1,7 @@
 """The ready-to-run doctor launch files (examples/doctor/): each starts every rank under the
 launch contract with `tb-doctor --cluster`, with arguments the shipped doctor accepts, and
 the container settings its own checks ask for."""
+
 import shlex
 import subprocess
 
@@ -20,7 +21,7 @@ def doctor_args(argv: list[str]) -> list[str]:
     assert "tb-doctor" in argv, argv
     i = argv.index("tb-doctor")
     assert argv[i - 1] == "tb-launch", f"tb-doctor must run under the launch contract: {argv}"
-    args = argv[i + 1:]
+    args = argv[i + 1 :]
     parsed = cli.parser().parse_args(args)
     assert parsed.cluster, f"not in cluster mode: {args}"
     return args
@@ -54,8 +55,11 @@ def test_mpijob_launches_one_rank_per_slot_under_the_contract():
     # the operator reaches workers over SSH: they run sshd, with host keys made at start
     assert "ssh-keygen -A" in c["command"][-1] and "sshd -De" in c["command"][-1]
     assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
-    shm = next(v for v in pod["volumes"] if v["name"] == next(m["name"] for m in c["volumeMounts"]
-                                                               if m["mountPath"] == "/dev/shm"))
+    shm = next(
+        v
+        for v in pod["volumes"]
+        if v["name"] == next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm")
+    )
     assert shm["emptyDir"]["medium"] == "Memory"
 
 

@@ -2,6 +2,7 @@
 one-rank world of its own), ranks of one node in separate user namespaces (Charliecloud without
 --join, Apptainer without --sharens, one enroot container per task), a read-only root without a
 writable temporary directory, and a container runtime that keeps the host's PATH."""
+
 import json
 import os
 import sys
@@ -15,9 +16,24 @@ from .doctor_fakes import MANIFEST, FakeNode, core, result
 cli = __import__("trainbase_doctor.cli", fromlist=["x"])
 cluster = __import__("trainbase_doctor.cluster", fromlist=["x"])
 SCHEMA = json.loads((ROOT / "docs" / "doctor.schema.json").read_text())
-LAUNCH_VARS = ("SLURM_NTASKS", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE",
-               "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "PMIX_NAMESPACE", "MPI_LOCALRANKID",
-               "WORLD_SIZE", "RANK", "LOCAL_RANK", "TMPDIR", "TMP", "TEMP")
+LAUNCH_VARS = (
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_SIZE",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "PMIX_NAMESPACE",
+    "MPI_LOCALRANKID",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+)
 
 
 def fake_mpi(monkeypatch, size: int, others: list | None = None) -> None:
@@ -53,6 +69,7 @@ def clean_env(monkeypatch, **env):
 
 # --- 1. srun --mpi=none: two singletons must not pass as a cluster ------------------------------
 
+
 def test_cluster_under_srun_without_pmi_fails_naming_the_cause(monkeypatch, capsys):
     """srun --mpi=none -n 2: each task's MPI_Init makes a world of 1. Before: "1 node, 1 rank",
     exit 0, on every task."""
@@ -82,29 +99,44 @@ def test_cluster_with_the_whole_world_passes(monkeypatch, capsys):
     assert ns["facts"]["userns"] == os.readlink("/proc/self/ns/user")
 
 
-@pytest.mark.parametrize("env,size,status,words", [
-    # srun --mpi=none (or MpiDefault=none): Slurm's count, no PMI at all
-    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, 1, "fail", ["SLURM_NTASKS=2", "no PMI"]),
-    # srun --mpi=pmi2 with Open MPI 5, which speaks PMIx only (open-mpi/ompi#13523)
-    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "PMI_SIZE": "2", "PMI_RANK": "0"}, 1, "fail",
-     ["PMI_SIZE=2", "PMI-2", "PMIx only"]),
-    # srun --mpi=pmix with an MPI that did not use it
-    ({"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.3.0"}, 1, "fail",
-     ["SLURM_NTASKS=4", "PMIx", "did not use it"]),
-    # mpirun started 4 ranks but the process's MPI is not the launcher's
-    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, 1, "fail", ["OMPI_COMM_WORLD_SIZE=4", "mpirun"]),
-    # Hydra (Intel MPI's mpiexec)
-    ({"PMI_SIZE": "8", "PMI_RANK": "0", "MPI_LOCALRANKID": "0"}, 1, "fail", ["PMI_SIZE=8", "Hydra"]),
-    ({"PMI_SIZE": "8", "PMI_RANK": "0", "MPI_LOCALRANKID": "0"}, 8, "ok", ["8 rank(s)", "PMI_SIZE"]),
-    # WORLD_SIZE only (a job spec, torchrun): MPI was not launched by an MPI launcher
-    ({"WORLD_SIZE": "2", "RANK": "0"}, 1, "fail", ["WORLD_SIZE=2"]),
-    # mpirun -np 4 inside an sbatch script of 16 tasks: mpirun's count wins over the batch step's
-    ({"OMPI_COMM_WORLD_SIZE": "4", "SLURM_NTASKS": "16", "SLURM_PROCID": "0"}, 4, "ok",
-     ["4 rank(s)", "OMPI_COMM_WORLD_SIZE"]),
-    ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "PMIX_RANK": "0"}, 2, "ok", ["2 rank(s)"]),
-    ({}, 1, "ok", ["no launcher variable"]),
-    ({"SLURM_NTASKS": "two"}, 1, "ok", ["no launcher variable"]),
-])
+@pytest.mark.parametrize(
+    "env,size,status,words",
+    [
+        # srun --mpi=none (or MpiDefault=none): Slurm's count, no PMI at all
+        ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, 1, "fail", ["SLURM_NTASKS=2", "no PMI"]),
+        # srun --mpi=pmi2 with Open MPI 5, which speaks PMIx only (open-mpi/ompi#13523)
+        (
+            {"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "PMI_SIZE": "2", "PMI_RANK": "0"},
+            1,
+            "fail",
+            ["PMI_SIZE=2", "PMI-2", "PMIx only"],
+        ),
+        # srun --mpi=pmix with an MPI that did not use it
+        (
+            {"SLURM_NTASKS": "4", "SLURM_PROCID": "0", "PMIX_RANK": "0", "PMIX_NAMESPACE": "slurm.pmix.3.0"},
+            1,
+            "fail",
+            ["SLURM_NTASKS=4", "PMIx", "did not use it"],
+        ),
+        # mpirun started 4 ranks but the process's MPI is not the launcher's
+        ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}, 1, "fail", ["OMPI_COMM_WORLD_SIZE=4", "mpirun"]),
+        # Hydra (Intel MPI's mpiexec)
+        ({"PMI_SIZE": "8", "PMI_RANK": "0", "MPI_LOCALRANKID": "0"}, 1, "fail", ["PMI_SIZE=8", "Hydra"]),
+        ({"PMI_SIZE": "8", "PMI_RANK": "0", "MPI_LOCALRANKID": "0"}, 8, "ok", ["8 rank(s)", "PMI_SIZE"]),
+        # WORLD_SIZE only (a job spec, torchrun): MPI was not launched by an MPI launcher
+        ({"WORLD_SIZE": "2", "RANK": "0"}, 1, "fail", ["WORLD_SIZE=2"]),
+        # mpirun -np 4 inside an sbatch script of 16 tasks: mpirun's count wins over the batch step's
+        (
+            {"OMPI_COMM_WORLD_SIZE": "4", "SLURM_NTASKS": "16", "SLURM_PROCID": "0"},
+            4,
+            "ok",
+            ["4 rank(s)", "OMPI_COMM_WORLD_SIZE"],
+        ),
+        ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "PMIX_RANK": "0"}, 2, "ok", ["2 rank(s)"]),
+        ({}, 1, "ok", ["no launcher variable"]),
+        ({"SLURM_NTASKS": "two"}, 1, "ok", ["no launcher variable"]),
+    ],
+)
 def test_world_size_decision(env, size, status, words):
     entry = cluster.world_check(size, env)
     assert entry["status"] == status, entry
@@ -118,6 +150,7 @@ def test_world_size_decision(env, size, status, words):
 
 # --- 2. ranks of one node in separate user namespaces ---------------------------------------------
 
+
 def rank(host: str, r: int, ns: str | None) -> dict:
     node = FakeNode("/nonexistent-tb-doctor-root", manifest=None)  # writes nothing; node.mounts only
     rep = cli.node_report(node, core.run_checks(node, [core.CHECKS["node.mounts"]]), 0.1)
@@ -126,10 +159,15 @@ def rank(host: str, r: int, ns: str | None) -> dict:
 
 
 def test_user_namespaces_split_per_node():
-    reports = [rank("a", 0, "user:[4026532001]"), rank("a", 1, "user:[4026532002]"),
-               rank("a", 2, "user:[4026532001]"),
-               rank("b", 3, "user:[4026531837]"), rank("b", 4, "user:[4026531837]"),
-               rank("c", 5, "user:[4026532001]"), rank("c", 6, None)]  # unreadable: not counted
+    reports = [
+        rank("a", 0, "user:[4026532001]"),
+        rank("a", 1, "user:[4026532002]"),
+        rank("a", 2, "user:[4026532001]"),
+        rank("b", 3, "user:[4026531837]"),
+        rank("b", 4, "user:[4026531837]"),
+        rank("c", 5, "user:[4026532001]"),
+        rank("c", 6, None),
+    ]  # unreadable: not counted
     split = cluster.userns_split(reports)
     assert split == [{"hostname": "a", "namespaces": {"user:[4026532001]": [0, 2], "user:[4026532002]": [1]}}]
     # the same identity on two hosts means nothing: namespaces are compared within a node
@@ -137,8 +175,12 @@ def test_user_namespaces_split_per_node():
 
 
 def test_ranks_of_a_node_in_two_user_namespaces_warn_that_node_with_the_fix(monkeypatch):
-    reports = [rank("a", 0, "user:[4026532001]"), rank("a", 1, "user:[4026532002]"),
-               rank("b", 2, "user:[4026531837]"), rank("b", 3, "user:[4026531837]")]
+    reports = [
+        rank("a", 0, "user:[4026532001]"),
+        rank("a", 1, "user:[4026532002]"),
+        rank("b", 2, "user:[4026531837]"),
+        rank("b", 3, "user:[4026531837]"),
+    ]
     agg = cluster.aggregate(reports)
     by = {n["hostname"]: n for n in agg["nodes"]}
     assert by["a"]["status"]["cluster.userns"] == "warn" and by["b"]["status"]["cluster.userns"] == "ok"
@@ -161,13 +203,18 @@ def test_ranks_of_a_node_in_two_user_namespaces_warn_that_node_with_the_fix(monk
 
 # --- 3. a read-only root without a writable temporary directory -----------------------------------
 
+
 def test_unwritable_tmp_fails_naming_the_directory_and_the_fix(tmp_path):
     r = result(FakeNode(tmp_path, unwritable={"/tmp": "EROFS: Read-only file system"}), "node.tmpdir")
     assert r.status == core.FAIL and "/tmp is not writable" in r.summary and "EROFS" in r.summary
     assert "PMIx" in r.summary and "TMPDIR=/dev/shm" in r.hint and "--tmpfs /tmp" in r.hint
     assert r.facts == {"tmpdir": "/tmp", "from": None, "writable": False, "error": "EROFS: Read-only file system"}
-    r = result(FakeNode(tmp_path, env={"TMPDIR": "/scratch/x"}, unwritable={"/scratch/x": "ENOENT: No such file "
-                                                                             "or directory)"}), "node.tmpdir")
+    r = result(
+        FakeNode(
+            tmp_path, env={"TMPDIR": "/scratch/x"}, unwritable={"/scratch/x": "ENOENT: No such file or directory)"}
+        ),
+        "node.tmpdir",
+    )
     assert r.status == core.FAIL and "TMPDIR=/scratch/x is not writable" in r.summary and "ENOENT" in r.summary
     both = FakeNode(tmp_path, unwritable={"/tmp": "EROFS: x", "/dev/shm": "EROFS: x"})
     assert "not writable here either" in result(both, "node.tmpdir").hint
@@ -190,6 +237,7 @@ def test_the_real_writability_probe(tmp_path):
 
 
 # --- 4. a runtime that keeps the host's PATH (bare ch-run, enroot) --------------------------------
+
 
 def host_bin(tmp_path, *names):
     d = tmp_path / "host" / "bin"
@@ -225,11 +273,14 @@ def test_launcher_hint_without_a_path_problem_is_unchanged(tmp_path):
     for n in ("mpirun", "mpiexec"):
         (prefix / "bin" / n).write_text("#!/bin/sh\n")
         (prefix / "bin" / n).chmod(0o755)
-    manifest = {**MANIFEST, "components": {**MANIFEST["components"], "mpi": {
-        "kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}}}
+    manifest = {
+        **MANIFEST,
+        "components": {**MANIFEST["components"], "mpi": {"kind": "openmpi", "version": "4.1.4", "prefix": str(prefix)}},
+    }
     answers = {f"{prefix}/bin/mpirun --version": (0, "mpirun (Open MPI) 3.1.2\n")}
-    r = result(FakeNode(tmp_path, env={"PATH": str(prefix / "bin")}, commands=answers, manifest=manifest),
-               "mpi.launcher")
+    r = result(
+        FakeNode(tmp_path, env={"PATH": str(prefix / "bin")}, commands=answers, manifest=manifest), "mpi.launcher"
+    )
     assert r.status == core.FAIL and "reports 3.1.2" in r.summary and "ch-run" not in r.hint
     assert "PATH lacks" not in r.summary
 
@@ -244,4 +295,4 @@ def test_rootless_podman_uses_runc_where_crun_refuses_the_hybrid_cgroup_layout(t
     assert runtimes.podman_oci_runtime(tmp_path) == ["--runtime", "runc"]
     (tmp_path / "cgroup.controllers").write_text("\n")
     assert runtimes.podman_oci_runtime(tmp_path) == []
-    assert runtimes.podman_oci_runtime(tmp_path / "absent") == []      # pure v1 or pure v2: Podman's choice
+    assert runtimes.podman_oci_runtime(tmp_path / "absent") == []  # pure v1 or pure v2: Podman's choice

@@ -1,6 +1,7 @@
 """Foreign-architecture cells: the binfmt handler is judged by what the kernel says (enabled,
 F flag), registered only when such a cell is selected, and a host that cannot run them fails
 those cells up front with the fix, never an "exec format error" in the first RUN line."""
+
 import os
 import platform
 import subprocess
@@ -22,8 +23,9 @@ def binfmt(tmp_path, monkeypatch):
 
 
 def handler(d, flags="PF", state="enabled"):
-    (d / "qemu-aarch64").write_text(f"{state}\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\n"
-                                    f"flags: {flags}\noffset 0\nmagic 7f454c46\n")
+    (d / "qemu-aarch64").write_text(
+        f"{state}\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {flags}\noffset 0\nmagic 7f454c46\n"
+    )
 
 
 def test_a_registered_handler_with_the_fix_binary_flag_is_usable(binfmt):
@@ -32,10 +34,13 @@ def test_a_registered_handler_with_the_fix_binary_flag_is_usable(binfmt):
     assert ok and "qemu-aarch64" in what
 
 
-@pytest.mark.parametrize("flags, state, why", [
-    ("P", "enabled", "lacks the F flag"),
-    ("PF", "disabled", "disabled"),
-])
+@pytest.mark.parametrize(
+    "flags, state, why",
+    [
+        ("P", "enabled", "lacks the F flag"),
+        ("PF", "disabled", "disabled"),
+    ],
+)
 def test_a_handler_containers_cannot_use_is_not_usable(binfmt, flags, state, why):
     handler(binfmt, flags, state)
     ok, what = emulation.handler_state("arm64")
@@ -54,8 +59,11 @@ def test_native_cells_need_nothing_and_foreign_ones_are_registered_only_when_sel
 
 def test_a_host_that_cannot_run_arm64_says_how_to_fix_it(binfmt, monkeypatch):
     monkeypatch.setattr(emulation, "_register", lambda arch: emulation.Unregistrable("no qemu", "install it"))
-    with pytest.raises(emulation.EmulationError, match=r"this amd64 host cannot run arm64 binaries: no qemu-aarch64 "
-                                                       r"handler.*cannot be registered: no qemu\. Fix: install it"):
+    with pytest.raises(
+        emulation.EmulationError,
+        match=r"this amd64 host cannot run arm64 binaries: no qemu-aarch64 "
+        r"handler.*cannot be registered: no qemu\. Fix: install it",
+    ):
         emulation.ensure({"arm64"}, lambda s: None)
 
 
@@ -63,9 +71,11 @@ def test_a_host_that_cannot_run_arm64_says_how_to_fix_it(binfmt, monkeypatch):
 # no longer enters them in binfmt-support's database; `update-binfmts --enable` answers "not in database"
 
 # the exact line Debian's qemu-user-binfmt 1:10.0.2+ds-2+deb13u1~bpo12+1 ships in /usr/lib/binfmt.d/qemu-aarch64.conf
-QEMU10_AARCH64 = (r":qemu-aarch64:M::\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:"
-                  r"\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:"
-                  r"/usr/libexec/qemu-binfmt/aarch64-binfmt-P:OPF")
+QEMU10_AARCH64 = (
+    r":qemu-aarch64:M::\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00:"
+    r"\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff:"
+    r"/usr/libexec/qemu-binfmt/aarch64-binfmt-P:OPF"
+)
 
 
 class FakeKernel:
@@ -86,9 +96,10 @@ class FakeKernel:
             if (self.root / rule.name).exists():
                 raise OSError(17, "File exists")
             self.lines.append(text.strip())
-            (self.root / rule.name).write_text(f"enabled\ninterpreter {rule.interpreter}\nflags: {rule.flags}\n"
-                                               f"offset 0\nmagic 7f454c46\n")
-        else:   # "-1" to an entry: remove the handler
+            (self.root / rule.name).write_text(
+                f"enabled\ninterpreter {rule.interpreter}\nflags: {rule.flags}\noffset 0\nmagic 7f454c46\n"
+            )
+        else:  # "-1" to an entry: remove the handler
             path.unlink()
 
 
@@ -101,8 +112,9 @@ def qemu10(tmp_path, monkeypatch):
     binfmt_d.mkdir()
     interp = tmp_path / "aarch64-binfmt-P"
     interp.write_text("")
-    (binfmt_d / "qemu-aarch64.conf").write_text(QEMU10_AARCH64.replace("/usr/libexec/qemu-binfmt/aarch64-binfmt-P",
-                                                                        str(interp)) + "\n")
+    (binfmt_d / "qemu-aarch64.conf").write_text(
+        QEMU10_AARCH64.replace("/usr/libexec/qemu-binfmt/aarch64-binfmt-P", str(interp)) + "\n"
+    )
     (binfmt_d / "python3.11.conf").write_text(":python3.11:M::\\xa7\\x0d\\x0d\\x0a::/usr/bin/python3.11:\n")
     monkeypatch.setattr(emulation, "BINFMT", kernel.root)
     monkeypatch.setattr(emulation, "BINFMT_D", (tmp_path / "etc-binfmt.d", binfmt_d))
@@ -114,8 +126,9 @@ def qemu10(tmp_path, monkeypatch):
     def run(argv):
         calls.append(argv)
         if argv[-2:] == ["--display", "qemu-aarch64"] or argv[-2:] == ["--enable", "qemu-aarch64"]:
-            return subprocess.CompletedProcess(argv, 2, "", "update-binfmts: warning: qemu-aarch64 not in database of "
-                                                            "installed binary formats.\n")
+            return subprocess.CompletedProcess(
+                argv, 2, "", "update-binfmts: warning: qemu-aarch64 not in database of installed binary formats.\n"
+            )
         raise AssertionError(f"unexpected command {argv}")
 
     monkeypatch.setattr(emulation, "_run", run)
@@ -134,7 +147,11 @@ def qemu10(tmp_path, monkeypatch):
 
 def test_qemu10s_binfmt_d_rule_is_parsed_as_the_kernel_reads_it():
     rule = emulation.parse_binfmt_line(QEMU10_AARCH64, Path("/usr/lib/binfmt.d/qemu-aarch64.conf"))
-    assert (rule.name, rule.interpreter, rule.flags) == ("qemu-aarch64", "/usr/libexec/qemu-binfmt/aarch64-binfmt-P", "OPF")
+    assert (rule.name, rule.interpreter, rule.flags) == (
+        "qemu-aarch64",
+        "/usr/libexec/qemu-binfmt/aarch64-binfmt-P",
+        "OPF",
+    )
     assert emulation.parse_binfmt_line("# comment", Path("x")) is None
 
 
@@ -202,19 +219,28 @@ def test_binfmt_support_is_used_where_that_is_what_is_installed(qemu10, monkeypa
     assert "binfmt-support: update-binfmts --enable qemu-aarch64" in log[0]
 
 
-@pytest.mark.parametrize("situation, cause, fix, not_in_fix", [
-    ("not root", "needs root", "run this build as root once", "setup.sh"),
-    ("no binfmt_misc", "binfmt_misc is not available", "register the handler on the host", "setup.sh"),
-    ("no qemu", "qemu's user-mode emulator is not installed", "scripts/setup.sh", None),
-])
-def test_each_cause_gets_its_own_fix_and_the_way_to_leave_the_cells_out(qemu10, monkeypatch, situation, cause, fix,
-                                                                       not_in_fix):
+@pytest.mark.parametrize(
+    "situation, cause, fix, not_in_fix",
+    [
+        ("not root", "needs root", "run this build as root once", "setup.sh"),
+        ("no binfmt_misc", "binfmt_misc is not available", "register the handler on the host", "setup.sh"),
+        ("no qemu", "qemu's user-mode emulator is not installed", "scripts/setup.sh", None),
+    ],
+)
+def test_each_cause_gets_its_own_fix_and_the_way_to_leave_the_cells_out(
+    qemu10, monkeypatch, situation, cause, fix, not_in_fix
+):
     if situation == "not root":
         monkeypatch.setattr(emulation.os, "geteuid", lambda: 1000)
     elif situation == "no binfmt_misc":
         (qemu10.root / "status").unlink()
-        monkeypatch.setattr(emulation.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(
-            a[0], 32, "", "mount: /proc/sys/fs/binfmt_misc: permission denied."))
+        monkeypatch.setattr(
+            emulation.subprocess,
+            "run",
+            lambda *a, **kw: subprocess.CompletedProcess(
+                a[0], 32, "", "mount: /proc/sys/fs/binfmt_misc: permission denied."
+            ),
+        )
     else:
         (qemu10.binfmt_d / "qemu-aarch64.conf").unlink()
     with pytest.raises(emulation.EmulationError) as e:
@@ -226,9 +252,10 @@ def test_each_cause_gets_its_own_fix_and_the_way_to_leave_the_cells_out(qemu10, 
         assert not_in_fix not in e.value.fix
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/lib/binfmt.d/qemu-aarch64.conf").exists()
-                    or platform.machine() != "x86_64",
-                    reason="needs root on an x86_64 host with qemu's binfmt.d rule (scripts/setup.sh installs it)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/lib/binfmt.d/qemu-aarch64.conf").exists() or platform.machine() != "x86_64",
+    reason="needs root on an x86_64 host with qemu's binfmt.d rule (scripts/setup.sh installs it)",
+)
 def test_the_real_kernel_handler_is_removed_and_registered_again():
     """On the real kernel: no aarch64 handler (as on a fresh machine), then the build's
     registration, then the kernel says the handler is enabled with F. Leaves it registered."""
@@ -256,7 +283,9 @@ def test_each_architecture_has_its_own_bootstrap_name(monkeypatch):
 
 def test_another_platforms_lock_accepts_every_older_manylinux():
     tags = pip_locks.platform_tags("manylinux_2_35_aarch64")
-    assert tags[0] == "manylinux_2_35_aarch64" and "manylinux_2_17_aarch64" in tags and tags[-1] == "manylinux2014_aarch64"
+    assert (
+        tags[0] == "manylinux_2_35_aarch64" and "manylinux_2_17_aarch64" in tags and tags[-1] == "manylinux2014_aarch64"
+    )
     ls = pip_locks.LockSet("x-arm64", "3.11", ("a==1",), (), "manylinux_2_35_aarch64")
     assert ls.inputs_sha256 != pip_locks.LockSet("x", "3.11", ("a==1",)).inputs_sha256
     assert "# platform: manylinux_2_35_aarch64" in pip_locks.header(ls)

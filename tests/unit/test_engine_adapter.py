@@ -1,4 +1,5 @@
 """The engine adapter's pure parts, without an engine."""
+
 from trainbase_common import engine
 from trainbase_common.engine import containers as engine_containers
 
@@ -34,7 +35,9 @@ def _fake_host(monkeypatch, tmp_path, smi_lines, ib_nodes):
     real_path = host.Path
     monkeypatch.setattr(host, "Path", lambda p: ib if p == "/dev/infiniband" else real_path(p))
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a[0], 0, "\n".join(smi_lines), ""))
+    monkeypatch.setattr(
+        subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a[0], 0, "\n".join(smi_lines), "")
+    )
     monkeypatch.setattr(engine, "info", lambda: type("Info", (), {"runtimes": ["runc", "nvidia"]})())
     return host.probe_host()
 

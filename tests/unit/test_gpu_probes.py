@@ -8,6 +8,7 @@ that computes another update must each make the probe say so and exit 1, and the
 the probe must fail on that output; the healthy fakes pass end to end. TensorFlow's GPU check is
 judged on its probe's JSON line: a matmul on the CPU, a matmul far from NumPy's, and a
 MirroredStrategy sum that is wrong must each fail."""
+
 import ctypes
 import json
 import math
@@ -47,6 +48,7 @@ def run_probe(monkeypatch, capsys, path, argv, libs=None, modules=None):
 
 
 # --------------------------------------------------------------------------- CUDA and NCCL through ctypes
+
 
 def _set(ref, value):
     ref._obj.value = value
@@ -95,14 +97,14 @@ class FakeDevice:
     def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shm, stream, params, extra):
         out = ctypes.cast(params[0], ctypes.POINTER(ctypes.c_uint64)).contents.value
         n = ctypes.cast(params[1], ctypes.POINTER(ctypes.c_uint32)).contents.value
-        self.mem[out][:4 * n] = array("I", (self.kernel(i) & 0xFFFFFFFF for i in range(n))).tobytes()
+        self.mem[out][: 4 * n] = array("I", (self.kernel(i) & 0xFFFFFFFF for i in range(n))).tobytes()
         return 0
 
     def cuCtxSynchronize(self):
         return 0
 
     def cuMemcpyDtoH_v2(self, host, dptr, size):
-        ctypes.memmove(host, bytes(self.mem[dptr.value][:size.value]), size.value)
+        ctypes.memmove(host, bytes(self.mem[dptr.value][: size.value]), size.value)
         return 0
 
     def cuMemFree_v2(self, dptr):
@@ -124,10 +126,10 @@ class FakeDevice:
         return _set(ref, self.next)
 
     def cudaMemcpy(self, dst, src, size, kind):
-        if kind == 1:      # host to device
-            self.mem[dst.value][:size.value] = bytes(src)[:size.value]
-        else:              # device to host
-            ctypes.memmove(dst, bytes(self.mem[src.value][:size.value]), size.value)
+        if kind == 1:  # host to device
+            self.mem[dst.value][: size.value] = bytes(src)[: size.value]
+        else:  # device to host
+            ctypes.memmove(dst, bytes(self.mem[src.value][: size.value]), size.value)
         return 0
 
     def cudaStreamCreate(self, ref):
@@ -161,7 +163,7 @@ class FakeNccl:
 
     def ncclGroupEnd(self):
         bufs = [self.device.mem[p] for p, _ in self.pending]
-        first = [array("f", b[:4]) [0] for b in bufs]
+        first = [array("f", b[:4])[0] for b in bufs]
         # every buffer of the probe holds one value throughout: the sum of those values, everywhere
         for b, v in zip(bufs, first, strict=True):
             assert b == array("f", [v]).tobytes() * (len(b) // 4), "a fake NCCL reduces constant buffers only"
@@ -200,11 +202,19 @@ def test_the_nccl_probe_checks_every_element_of_the_sum(monkeypatch, capsys):
 
 def test_an_all_reduce_that_gives_a_wrong_sum_fails_the_probe_and_the_check(monkeypatch, capsys):
     dev = FakeDevice(n=2)
-    code, out, text = run_probe(monkeypatch, capsys, GPU_PROBE, ["nccl", "libcudart.so.12", "libnccl.so.2"],
-                                libs(dev, FakeNccl(dev, alone=True)))
+    code, out, text = run_probe(
+        monkeypatch,
+        capsys,
+        GPU_PROBE,
+        ["nccl", "libcudart.so.12", "libnccl.so.2"],
+        libs(dev, FakeNccl(dev, alone=True)),
+    )
     assert code == 1 and out["ok"] is False and out["wrong"] == 2 * (32 << 20 >> 2), out
-    with pytest.raises(AssertionError, match=r"NCCL all-reduce failed: \{'probe': 'nccl', 'gpus': 2, "
-                                             r"'bytes': 33554432, 'wrong': 16777216, 'ok': False"):
+    with pytest.raises(
+        AssertionError,
+        match=r"NCCL all-reduce failed: \{'probe': 'nccl', 'gpus': 2, "
+        r"'bytes': 33554432, 'wrong': 16777216, 'ok': False",
+    ):
         test_nccl.test_nccl_allreduce_gpu(ProbeTarget(2, code, text))
 
 
@@ -224,8 +234,11 @@ def test_a_kernel_that_writes_one_wrong_value_fails_the_probe_and_the_check(monk
     dev = FakeDevice(kernel=lambda i: 0 if i == 777 else 3 * i + 1)
     code, out, text = run_probe(monkeypatch, capsys, GPU_PROBE, ["kernel", "libcudart.so.12"], libs(dev))
     assert code == 1 and out["wrong"] == 1 and out["ok"] is False, out
-    with pytest.raises(AssertionError, match=r"kernel check failed: \{'probe': 'kernel', 'elements': 1048576, "
-                                             r"'wrong': 1, 'ok': False\}"):
+    with pytest.raises(
+        AssertionError,
+        match=r"kernel check failed: \{'probe': 'kernel', 'elements': 1048576, "
+        r"'wrong': 1, 'ok': False\}",
+    ):
         test_cuda.test_cuda_kernel(ProbeTarget(1, code, text))
 
 
@@ -239,8 +252,11 @@ def test_the_devices_probe_counts_the_gpus_the_check_compares(monkeypatch, capsy
 
 def test_a_device_query_that_sees_no_gpu_fails_the_check(monkeypatch, capsys):
     code, out, text = run_probe(monkeypatch, capsys, GPU_PROBE, ["devices", "libcudart.so.12"], libs(FakeDevice(n=0)))
-    with pytest.raises(AssertionError, match=r"device query failed: \{'probe': 'devices', 'driver': 13000, "
-                                             r"'runtime': 12080, 'devices': \[\], 'ok': False\}"):
+    with pytest.raises(
+        AssertionError,
+        match=r"device query failed: \{'probe': 'devices', 'driver': 13000, "
+        r"'runtime': 12080, 'devices': \[\], 'ok': False\}",
+    ):
         test_cuda.test_cuda_device_query(ProbeTarget(0, code, text))
 
 
@@ -254,21 +270,29 @@ def tf_line(**change):
     return {"gpus": 8, "device": GPU0, "max_err": 1e-4, "tflops": 50.0, "replicas": 8, "sum": 36.0, **change}
 
 
-@pytest.mark.parametrize("change, why", [
-    ({"device": "/job:localhost/replica:0/task:0/device:CPU:0"}, r"the matmul ran on /job:localhost/replica:0/task:0/"
-                                                                 r"device:CPU:0, not the GPU"),
-    ({"max_err": 0.37}, r"the GPU matmul differs from NumPy by 0\.37"),
-    ({"sum": 8.0}, r"MirroredStrategy over 8 replicas summed 8\.0"),
-    ({"replicas": 1, "sum": 1.0}, r"MirroredStrategy over 1 replicas summed 1\.0"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (
+            {"device": "/job:localhost/replica:0/task:0/device:CPU:0"},
+            r"the matmul ran on /job:localhost/replica:0/task:0/"
+            r"device:CPU:0, not the GPU",
+        ),
+        ({"max_err": 0.37}, r"the GPU matmul differs from NumPy by 0\.37"),
+        ({"sum": 8.0}, r"MirroredStrategy over 8 replicas summed 8\.0"),
+        ({"replicas": 1, "sum": 1.0}, r"MirroredStrategy over 1 replicas summed 1\.0"),
+    ],
+)
 def test_tensorflow_s_matmul_and_all_reduce_are_checked_by_value(change, why):
     from .test_gpu_path_checks import FakeTarget
+
     gp.test_tensorflow_registers_the_gpus_and_reduces_across_them(FakeTarget(TF, tf_line(), gpus=8))
     with pytest.raises(AssertionError, match=why):
         gp.test_tensorflow_registers_the_gpus_and_reduces_across_them(FakeTarget(TF, tf_line(**change), gpus=8))
 
 
 # --------------------------------------------------------------------------- DeepSpeed's fused optimizers
+
 
 class T:
     """A tensor of a few float32 values (the probe's shapes do not matter to its comparisons)."""
@@ -312,7 +336,7 @@ def fake_torch(seed_state):
         return T([rng.gauss(0, 1) for _ in range(4)])
 
     class AdamW:
-        fused = False     # FusedAdam's kernel: the same update, or (``wrong``) one without weight decay
+        fused = False  # FusedAdam's kernel: the same update, or (``wrong``) one without weight decay
 
         def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, **kw):
             self.params, self.lr, self.betas, self.eps, self.wd, self.t = params, lr, betas, eps, weight_decay, 0
@@ -327,7 +351,7 @@ def fake_torch(seed_state):
                 for i, g in enumerate(p.grad.v):
                     m[i] = b1 * m[i] + (1 - b1) * g
                     s[i] = b2 * s[i] + (1 - b2) * g * g
-                    mh, sh = m[i] / (1 - b1 ** self.t), s[i] / (1 - b2 ** self.t)
+                    mh, sh = m[i] / (1 - b1**self.t), s[i] / (1 - b2**self.t)
                     p.v[i] = p.v[i] * (1 - self.lr * wd) - self.lr * mh / (math.sqrt(sh) + self.eps)
 
     torch.manual_seed = lambda s: None
@@ -339,8 +363,12 @@ def fake_torch(seed_state):
     torch.optim = SimpleNamespace(AdamW=AdamW)
     torch.cuda = SimpleNamespace(synchronize=lambda: None)
     layer = lambda *a: None  # noqa: E731
-    torch.nn = SimpleNamespace(Sequential=lambda *m: SimpleNamespace(parameters=list), Linear=layer, GELU=layer,
-                               functional=SimpleNamespace(cross_entropy=lambda out, y: out))
+    torch.nn = SimpleNamespace(
+        Sequential=lambda *m: SimpleNamespace(parameters=list),
+        Linear=layer,
+        GELU=layer,
+        functional=SimpleNamespace(cross_entropy=lambda out, y: out),
+    )
     return torch, AdamW
 
 
@@ -366,7 +394,7 @@ def fake_deepspeed(torch, AdamW, state):
             self.steps = 0
 
         def __call__(self, x):
-            return T([2.3 * 0.9 ** self.steps])
+            return T([2.3 * 0.9**self.steps])
 
         def backward(self, loss):
             pass
@@ -377,8 +405,9 @@ def fake_deepspeed(torch, AdamW, state):
     optimizer_class = type("AdamW" if state.get("fallback") else "FusedAdam", (), {})
     mods = {
         "deepspeed": types.ModuleType("deepspeed"),
-        "deepspeed.git_version_info": SimpleNamespace(installed_ops={"fused_adam": not state.get("not_prebuilt"),
-                                                                     "fused_lamb": True}),
+        "deepspeed.git_version_info": SimpleNamespace(
+            installed_ops={"fused_adam": not state.get("not_prebuilt"), "fused_lamb": True}
+        ),
         "deepspeed.ops": types.ModuleType("deepspeed.ops"),
         "deepspeed.ops.adam": SimpleNamespace(FusedAdam=FusedAdam),
         "deepspeed.ops.lamb": SimpleNamespace(FusedLamb=FusedLamb),
@@ -399,6 +428,7 @@ def run_deepspeed_probe(monkeypatch, capsys, **state):
 
 def ds_target(code, text):
     from .test_gpu_path_checks import FakeTarget
+
     return FakeTarget({"deepspeed": "0.19.8", "pytorch": "2.15.0"}, stdout=text, rc=code)
 
 
@@ -410,7 +440,9 @@ def test_the_deepspeed_probe_passes_fused_adam_that_steps_as_adamw(monkeypatch, 
 
 
 @pytest.mark.parametrize("state, key", [({"wrong": True}, "fused_adam_ok"), ({"fallback": True}, "engine_ok")])
-def test_a_fused_adam_that_differs_or_an_engine_without_it_fails_the_probe_and_the_check(monkeypatch, capsys, state, key):
+def test_a_fused_adam_that_differs_or_an_engine_without_it_fails_the_probe_and_the_check(
+    monkeypatch, capsys, state, key
+):
     code, out, text = run_deepspeed_probe(monkeypatch, capsys, **state)
     assert code == 1 and out["ok"] is False and out[key] is False, out
     with pytest.raises(AssertionError, match=rf"DeepSpeed's fused optimizers on the GPU: \{{.*'{key}': False"):

@@ -1,5 +1,6 @@
 """trainbase_common.layers: the streaming of a `docker save` (both save layouts, built here as
 real tar bytes and fed through a mocked engine.save) and the wasted bytes of the layers."""
+
 import gzip
 import hashlib
 import io
@@ -15,6 +16,7 @@ MB = 1 << 20
 
 
 # --------------------------------------------------------------------------- building saves
+
 
 def _layer_tar(entries: list[tuple], gz: bool = False) -> bytes:
     """A layer tar from (name, kind, size_or_target) entries: kind file/dir/link/symlink."""
@@ -48,13 +50,29 @@ HISTORY = [
     {"created_by": "COPY big /opt/big # buildkit"},
 ]
 LAYERS = [
-    [("etc", "dir", 0), ("etc/os-release", "file", b"ID=debian\n"), ("var/lib/apt/lists", "dir", 0),
-     ("opt", "dir", 0), ("opt/big", "file", 3 * MB), ("opt/big.link", "link", "opt/big"),
-     ("opt/shared", "file", 2 * MB), ("opt/shared.hard", "link", "opt/shared"), (".cache/pip/wheel", "file", 1000)],
-    [("var/lib/apt/lists/debian_Packages", "file", 5 * MB), ("var/lib/apt/lists/partial", "dir", 0),
-     ("var/lib/apt/lists/partial/x", "file", 7000), ("usr/share/doc/x/copyright", "file", 300)],
-    [("var/lib/apt/lists/.wh..wh..opq", "file", 0), ("usr/share/.wh.doc", "file", 0),
-     ("opt/.wh.shared", "file", 0), (".wh..cache", "file", 0)],
+    [
+        ("etc", "dir", 0),
+        ("etc/os-release", "file", b"ID=debian\n"),
+        ("var/lib/apt/lists", "dir", 0),
+        ("opt", "dir", 0),
+        ("opt/big", "file", 3 * MB),
+        ("opt/big.link", "link", "opt/big"),
+        ("opt/shared", "file", 2 * MB),
+        ("opt/shared.hard", "link", "opt/shared"),
+        (".cache/pip/wheel", "file", 1000),
+    ],
+    [
+        ("var/lib/apt/lists/debian_Packages", "file", 5 * MB),
+        ("var/lib/apt/lists/partial", "dir", 0),
+        ("var/lib/apt/lists/partial/x", "file", 7000),
+        ("usr/share/doc/x/copyright", "file", 300),
+    ],
+    [
+        ("var/lib/apt/lists/.wh..wh..opq", "file", 0),
+        ("usr/share/.wh.doc", "file", 0),
+        ("opt/.wh.shared", "file", 0),
+        (".wh..cache", "file", 0),
+    ],
     [("opt/big", "file", 4 * MB), ("opt/big.link", "symlink", "big"), ("etc", "dir", 0)],
 ]
 
@@ -121,6 +139,7 @@ def saved(monkeypatch):
     def use(data: bytes):
         monkeypatch.setattr(engine, "save", lambda ref: io.BufferedReader(io.BytesIO(data)))
         monkeypatch.setattr(engine, "check_export_space", lambda ref: None)
+
     return use
 
 
@@ -138,8 +157,11 @@ def test_an_export_that_would_fill_the_disk_is_refused_naming_what_it_needs(monk
         monkeypatch.setattr(where, "inspect_image", lambda ref: image)
         monkeypatch.setattr(where, "info", lambda: facts)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 5_000_000_000))
-    with pytest.raises(engine.EngineError, match=r"reading the layers of x:1 needs about 9.0 GB free under .*"
-                                                 r"5.0 GB free: prune"):
+    with pytest.raises(
+        engine.EngineError,
+        match=r"reading the layers of x:1 needs about 9.0 GB free under .*"
+        r"5.0 GB free: prune",
+    ):
         engine.check_export_space("x:1")
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(0, 0, 9_500_000_000))
     engine.check_export_space("x:1")
@@ -150,6 +172,7 @@ def test_an_export_that_would_fill_the_disk_is_refused_naming_what_it_needs(monk
 
 
 # --------------------------------------------------------------------------- streaming
+
 
 def test_classic_save_lists_every_layer_in_order_with_history_and_asked_content(saved):
     saved(classic_save(repeat_bottom=True))
@@ -169,25 +192,30 @@ def test_classic_save_lists_every_layer_in_order_with_history_and_asked_content(
 def test_oci_save_reads_small_and_gzipped_layers(saved):
     saved(oci_save())
     scan = scan_layers("x:1", lambda path, size: False)
-    assert [sorted(f.path for f in scan.files if f.layer == i) for i in range(4)] == \
-        [sorted(e[0] for e in layer) for layer in LAYERS]
+    assert [sorted(f.path for f in scan.files if f.layer == i) for i in range(4)] == [
+        sorted(e[0] for e in layer) for layer in LAYERS
+    ]
 
 
 def test_where_names_the_instruction_of_the_layer(saved):
     saved(classic_save())
     scan = scan_layers("x:1", lambda path, size: False)
     f = next(f for f in scan.files if f.path == "var/lib/apt/lists/debian_Packages")
-    assert scan.where(f) == ("/var/lib/apt/lists/debian_Packages "
-                             "(layer 2/4: RUN apt-get update && apt-get install -y x)")
+    assert scan.where(f) == (
+        "/var/lib/apt/lists/debian_Packages (layer 2/4: RUN apt-get update && apt-get install -y x)"
+    )
 
 
-@pytest.mark.parametrize("created_by, shown", [
-    ("/bin/sh -c #(nop)  ENV PATH=/usr/bin", "ENV PATH=/usr/bin"),
-    ("|1 X=1 /bin/sh -c make", "RUN make"),
-    ("RUN /bin/bash -o pipefail -c set -e; make # buildkit", "RUN set -e; make"),
-    ("RUN /bin/sh -eux -c ls # buildkit", "RUN ls"),
-    ("COPY a /b # buildkit", "COPY a /b"),
-])
+@pytest.mark.parametrize(
+    "created_by, shown",
+    [
+        ("/bin/sh -c #(nop)  ENV PATH=/usr/bin", "ENV PATH=/usr/bin"),
+        ("|1 X=1 /bin/sh -c make", "RUN make"),
+        ("RUN /bin/bash -o pipefail -c set -e; make # buildkit", "RUN set -e; make"),
+        ("RUN /bin/sh -eux -c ls # buildkit", "RUN ls"),
+        ("COPY a /b # buildkit", "COPY a /b"),
+    ],
+)
 def test_instruction_reads_like_the_dockerfile(created_by, shown):
     assert instruction(created_by) == shown
 
@@ -197,6 +225,7 @@ def test_instruction_is_cut_to_its_width():
 
 
 # --------------------------------------------------------------------------- wasted bytes
+
 
 @pytest.mark.parametrize("save", [classic_save, oci_save])
 def test_waste_of_a_real_save(saved, save):
@@ -221,11 +250,19 @@ def test_waste_of_a_real_save(saved, save):
 
 def _scan(*layers: list[tuple]) -> LayerScan:
     """Layers of (path, kind, size); a hard link's third item is its target."""
-    files = [LayerFile(layer=i, path=p, kind=k, size=0, link=s) if k == "link"
-             else LayerFile(layer=i, path=p, kind=k, size=s)
-             for i, entries in enumerate(layers) for p, k, s in entries]
-    return LayerScan(image="x", layers=[f"l{i}" for i in range(len(layers))],
-                     created_by=[f"RUN step{i}" for i in range(len(layers))], files=files)
+    files = [
+        LayerFile(layer=i, path=p, kind=k, size=0, link=s)
+        if k == "link"
+        else LayerFile(layer=i, path=p, kind=k, size=s)
+        for i, entries in enumerate(layers)
+        for p, k, s in entries
+    ]
+    return LayerScan(
+        image="x",
+        layers=[f"l{i}" for i in range(len(layers))],
+        created_by=[f"RUN step{i}" for i in range(len(layers))],
+        files=files,
+    )
 
 
 def test_no_waste_when_nothing_is_removed():
@@ -234,20 +271,28 @@ def test_no_waste_when_nothing_is_removed():
 
 
 def test_whiteout_of_a_directory_wastes_everything_below_it():
-    waste = layer_waste(_scan([("a/b/c", "file", 10), ("a/b/d/e", "file", 20), ("a/bb", "file", 40)],
-                              [("a/.wh.b", "file", 0)]))
+    waste = layer_waste(
+        _scan([("a/b/c", "file", 10), ("a/b/d/e", "file", 20), ("a/bb", "file", 40)], [("a/.wh.b", "file", 0)])
+    )
     assert waste.total == 30  # a/bb shares the prefix, not the directory
     assert {w.path for w in waste.top} == {"a/b/c", "a/b/d/e"}
     assert all(w.removed_in == "layer 2/2: RUN step1" for w in waste.top)
 
 
 def test_opaque_directory_hides_lower_layers_but_not_its_own():
-    waste = layer_waste(_scan([("d/old", "file", 100), ("d/sub/x", "file", 1), ("e", "file", 7)],
-                              [("d/.wh..wh..opq", "file", 0), ("d/new", "file", 50)],
-                              [("d/new", "file", 60)]))
+    waste = layer_waste(
+        _scan(
+            [("d/old", "file", 100), ("d/sub/x", "file", 1), ("e", "file", 7)],
+            [("d/.wh..wh..opq", "file", 0), ("d/new", "file", 50)],
+            [("d/new", "file", 60)],
+        )
+    )
     assert waste.per_layer == [101, 50, 0]
-    assert {(w.path, w.how) for w in waste.top} == {("d/old", "hidden"), ("d/sub/x", "hidden"),
-                                                    ("d/new", "overwritten")}
+    assert {(w.path, w.how) for w in waste.top} == {
+        ("d/old", "hidden"),
+        ("d/sub/x", "hidden"),
+        ("d/new", "overwritten"),
+    }
 
 
 def test_whiteout_acts_on_lower_layers_only():
@@ -261,14 +306,19 @@ def test_a_file_over_a_directory_hides_the_directory_and_a_directory_over_a_file
 
 
 def test_hard_links_carry_no_bytes_and_keep_the_data_alive():
-    waste = layer_waste(_scan([("f", "file", 10), ("h", "link", "f"), ("g", "file", 5), ("k", "link", "g")],
-                              [(".wh.f", "file", 0), (".wh.k", "file", 0), (".wh.g", "file", 0)]))
+    waste = layer_waste(
+        _scan(
+            [("f", "file", 10), ("h", "link", "f"), ("g", "file", 5), ("k", "link", "g")],
+            [(".wh.f", "file", 0), (".wh.k", "file", 0), (".wh.g", "file", 0)],
+        )
+    )
     assert waste.total == 5 and [w.path for w in waste.top] == ["g"]
 
 
 def test_top_is_the_largest_n_and_total_counts_all():
-    waste = layer_waste(_scan([(f"f{i}", "file", i + 1) for i in range(20)], [(f".wh.f{i}", "file", 0)
-                                                                          for i in range(20)]), top=3)
+    waste = layer_waste(
+        _scan([(f"f{i}", "file", i + 1) for i in range(20)], [(f".wh.f{i}", "file", 0) for i in range(20)]), top=3
+    )
     assert [w.path for w in waste.top] == ["f19", "f18", "f17"]
     assert waste.total == sum(range(1, 21))
 

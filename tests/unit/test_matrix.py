@@ -1,4 +1,5 @@
 """matrix.yaml expansion: which cells exist, which are excluded and why, selection, profiles."""
+
 import json
 
 import pytest
@@ -59,23 +60,44 @@ def test_framework_cells_build_on_their_parent(m):
     assert m.cell(hv.parent).parent == "openmpi4.1.4-cuda13.2-cudnn9-debian12"
 
 
-@pytest.mark.parametrize("axes, reason", [
-    (dict(os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="doca", framework="none"), "rule doca-on-ubuntu"),
-    (dict(os="debian12", cuda="12.9", mpi="openmpi4.1.4", ib="inbox", framework="pytorch"),
-     "pytorch has no release for CUDA 12.9"),
-    (dict(os="ubuntu24.04", cuda="13.0", mpi="openmpi4.1.8", ib="inbox", framework="tensorflow"),
-     "tensorflow has no release for CUDA 13.0"),
-    (dict(os="ubuntu24.04", cuda="12.9", mpi="openmpi4.1.8", ib="inbox", framework="deepspeed"),
-     "its parent pytorch-openmpi4.1.8-cuda12.9-cudnn9-ubuntu24.04 is excluded"),
-    (dict(os="ubuntu22.04", cuda="12.8", mpi="openmpi4.1.8", ib="inbox", framework="pytorch"),
-     "rule frameworks-on-current-lts"),
-    (dict(os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="horovod"),
-     "rule intelmpi-frameworks"),
-    (dict(platform="linux/arm64", os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="none"),
-     "rule intelmpi-x86-only: Intel MPI ships x86_64 only"),
-    (dict(platform="linux/arm64", os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="inbox", framework="horovod"),
-     "rule arm64-frameworks-from-wheels"),
-])
+@pytest.mark.parametrize(
+    "axes, reason",
+    [
+        (dict(os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="doca", framework="none"), "rule doca-on-ubuntu"),
+        (
+            dict(os="debian12", cuda="12.9", mpi="openmpi4.1.4", ib="inbox", framework="pytorch"),
+            "pytorch has no release for CUDA 12.9",
+        ),
+        (
+            dict(os="ubuntu24.04", cuda="13.0", mpi="openmpi4.1.8", ib="inbox", framework="tensorflow"),
+            "tensorflow has no release for CUDA 13.0",
+        ),
+        (
+            dict(os="ubuntu24.04", cuda="12.9", mpi="openmpi4.1.8", ib="inbox", framework="deepspeed"),
+            "its parent pytorch-openmpi4.1.8-cuda12.9-cudnn9-ubuntu24.04 is excluded",
+        ),
+        (
+            dict(os="ubuntu22.04", cuda="12.8", mpi="openmpi4.1.8", ib="inbox", framework="pytorch"),
+            "rule frameworks-on-current-lts",
+        ),
+        (
+            dict(os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="horovod"),
+            "rule intelmpi-frameworks",
+        ),
+        (
+            dict(
+                platform="linux/arm64", os="debian12", cuda="12.8", mpi="intelmpi2021.18", ib="inbox", framework="none"
+            ),
+            "rule intelmpi-x86-only: Intel MPI ships x86_64 only",
+        ),
+        (
+            dict(
+                platform="linux/arm64", os="debian12", cuda="12.8", mpi="openmpi4.1.4", ib="inbox", framework="horovod"
+            ),
+            "rule arm64-frameworks-from-wheels",
+        ),
+    ],
+)
 def test_excluded_cells_say_why(m, axes, reason):
     axes = {"platform": "linux/amd64", **axes}
     [cell] = [c for c in m.cells if c.axes == axes]
@@ -84,13 +106,22 @@ def test_excluded_cells_say_why(m, axes, reason):
 
 def test_nccl_disagreement_excludes_with_reason(workdir, matrix_data):
     import yaml
+
     matrix_data["frameworks"]["pytorch"]["releases"][0]["nccl"] = "2.26.2"
-    for profile in ("local", "ci", "starter"):   # a profile naming an excluded cell is refused on its own
+    for profile in ("local", "ci", "starter"):  # a profile naming an excluded cell is refused on its own
         matrix_data["profiles"][profile]["cells"] = ["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
     m2 = load(workdir / "matrix.yaml")
-    [cell] = [c for c in m2.cells if c.framework == "pytorch" and c.os == "debian12" and c.cuda == "12.8"
-              and c.mpi == "openmpi4.1.4" and c.ib == "inbox" and c.platform == "linux/amd64"]
+    [cell] = [
+        c
+        for c in m2.cells
+        if c.framework == "pytorch"
+        and c.os == "debian12"
+        and c.cuda == "12.8"
+        and c.mpi == "openmpi4.1.4"
+        and c.ib == "inbox"
+        and c.platform == "linux/amd64"
+    ]
     assert "pins NCCL 2.26.2 but CUDA 12.8 rows ship NCCL 2.27.5" in cell.excluded
 
 
@@ -124,21 +155,28 @@ def test_list_all_shows_excluded_with_reasons(capsys):
 def test_explain_excluded_by_its_would_be_name(capsys):
     # the 12.8 row's PyTorch named on the 12.9 row, which no PyTorch release lists
     would_be = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch").replace("cuda12.8", "cuda12.9")
-    code, out, _ = run_cli(["explain", would_be,
-                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(["explain", would_be, "--file", str(ROOT / "matrix.yaml")], capsys)
     assert code == 0
     assert "EXCLUDED" in out and "pytorch has no release for CUDA 12.9" in out
 
 
 def test_explain_rule_exclusion(capsys):
-    code, out, _ = run_cli(["explain", "openmpi4.1.4-doca3.2-cuda12.8-cudnn9-debian12",
-                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(
+        ["explain", "openmpi4.1.4-doca3.2-cuda12.8-cudnn9-debian12", "--file", str(ROOT / "matrix.yaml")], capsys
+    )
     assert code == 0 and "rule doca-on-ubuntu" in out
 
 
 def test_explain_included(capsys):
-    code, out, _ = run_cli(["explain", "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
-                            "--file", str(ROOT / "matrix.yaml")], capsys)
+    code, out, _ = run_cli(
+        [
+            "explain",
+            "deepspeed0.19.8-pytorch2.15.0-openmpi4.1.4-cuda13.2-cudnn9-debian12",
+            "--file",
+            str(ROOT / "matrix.yaml"),
+        ],
+        capsys,
+    )
     assert code == 0 and "INCLUDED" in out and "built on: pytorch2.15.0-openmpi4.1.4" in out
 
 
@@ -154,9 +192,12 @@ def test_empty_selection_is_an_error(m):
 
 def test_an_architecture_specific_artifact_needs_a_file_per_platform(workdir, matrix_data):
     import yaml
+
     del matrix_data["artifacts"]["miniforge-25.3.0-3"]["platforms"]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
-    with pytest.raises(MatrixError, match=r"artifacts.miniforge-25.3.0-3: architecture_specific, but no file for linux/arm64"):
+    with pytest.raises(
+        MatrixError, match=r"artifacts.miniforge-25.3.0-3: architecture_specific, but no file for linux/arm64"
+    ):
         load(workdir / "matrix.yaml")
 
 

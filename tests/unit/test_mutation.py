@@ -3,6 +3,7 @@ every mutant and the original, chosen by TB_MUTANT at call time; its plan takes 
 check and of the helpers of its module it calls; a forked run on a planted check kills what its
 evidence catches and lets the rest survive; and the report in docs/conformance.md is what the
 recorded run gives, every survivor with a reason, the killed share at or above the floor."""
+
 import json
 import os
 import textwrap
@@ -49,8 +50,12 @@ def load(path, key, monkeypatch):
 def test_the_plan_takes_the_check_and_the_helpers_it_calls(toy):
     ms = mutation.plan({"test_toy.py::test_toy": ("tests/unit/x.py::test_y",)}, checks_dir=toy.parent)
     assert [(m.kind, m.site) for m in ms] == [
-        ("noop", "test_toy"), ("negate", "test_toy.assert1"), ("remove", "test_toy.assert1"),
-        ("negate", "helper.assert1"), ("remove", "helper.assert1")]
+        ("noop", "test_toy"),
+        ("negate", "test_toy.assert1"),
+        ("remove", "test_toy.assert1"),
+        ("negate", "helper.assert1"),
+        ("remove", "helper.assert1"),
+    ]
     assert ms[1].id == "test_toy.py::test_toy#negate@test_toy.assert1" and ms[1].where == "test_toy.py:12"
     assert ms[0].id == "test_toy.py::test_toy#noop" and all(m.evidence == ("tests/unit/x.py::test_y",) for m in ms)
 
@@ -89,7 +94,8 @@ def test_a_run_kills_what_the_evidence_catches(tmp_path, monkeypatch):
     (checks / "test_toy.py").write_text(TOY)
     tests = tmp_path / "tests" / "unit"
     tests.mkdir(parents=True)
-    (tests / "test_toy_evidence.py").write_text(textwrap.dedent('''\
+    (tests / "test_toy_evidence.py").write_text(
+        textwrap.dedent("""\
         import pytest
         from toy_checks import test_toy
 
@@ -97,7 +103,8 @@ def test_a_run_kills_what_the_evidence_catches(tmp_path, monkeypatch):
             with pytest.raises(AssertionError, match="too big"):
                 test_toy.test_toy(12)
             assert test_toy.test_toy(3) == "ran"
-    '''))
+    """)
+    )
     (tmp_path / "toy_checks").symlink_to(checks)
     monkeypatch.setattr(mutation, "CHECKS", checks)
     monkeypatch.setattr(mutation, "PACKAGE", "toy_checks")
@@ -109,14 +116,27 @@ def test_a_run_kills_what_the_evidence_catches(tmp_path, monkeypatch):
     log = tmp_path / "log"
     outcomes = {}
     for m in ms:
-        code = mutation.run_forked(m.key, [m.module], [node, "-p", "no:randomly", "--rootdir", str(tmp_path),
-                                                       "-c", os.devnull], log, timeout=60)
+        code = mutation.run_forked(
+            m.key,
+            [m.module],
+            [node, "-p", "no:randomly", "--rootdir", str(tmp_path), "-c", os.devnull],
+            log,
+            timeout=60,
+        )
         outcomes[m.id.split("#")[1]] = code
-    assert mutation.run_forked("", ["toy_checks.test_toy"], [node, "--rootdir", str(tmp_path), "-c", os.devnull],
-                               log, timeout=60) == 0, log.read_text()
+    assert (
+        mutation.run_forked(
+            "", ["toy_checks.test_toy"], [node, "--rootdir", str(tmp_path), "-c", os.devnull], log, timeout=60
+        )
+        == 0
+    ), log.read_text()
     assert {k: v != 0 for k, v in outcomes.items()} == {
-        "noop": True, "negate@test_toy.assert1": True, "remove@test_toy.assert1": True,
-        "negate@helper.assert1": True, "remove@helper.assert1": False}, log.read_text()
+        "noop": True,
+        "negate@test_toy.assert1": True,
+        "remove@test_toy.assert1": True,
+        "negate@helper.assert1": True,
+        "remove@helper.assert1": False,
+    }, log.read_text()
 
 
 def test_a_survivor_needs_a_reason_and_the_share_its_floor(toy):
@@ -133,6 +153,7 @@ def test_a_survivor_needs_a_reason_and_the_share_its_floor(toy):
 
 
 # --------------------------------------------------------------------------- the recorded report
+
 
 @pytest.fixture(scope="module")
 def recorded():
@@ -155,6 +176,7 @@ def test_every_survivor_has_a_reason_and_the_share_is_at_its_floor(recorded):
 def test_a_hollow_unit_entry_is_not_counted_and_its_check_is_shown_by_a_variant_ci_builds(recorded):
     """A check whose unit evidence survives its no-op counts only by what really fails it."""
     from tests.conformance import failures
+
     _, _, rep = recorded
     table = failures.build()
     for cid in rep.hollow():
@@ -181,9 +203,18 @@ def test_a_stale_docs_report_is_named(recorded):
 
 def test_the_failure_table_reads_the_hollow_checks_from_the_record(tmp_path):
     from tests.conformance import failures
+
     record = tmp_path / "r.json"
-    record.write_text(json.dumps({"outcomes": {"test_nccl.py::test_nccl_version#noop": {"killed": False},
-                                               "test_nccl.py::test_one_nccl#noop": {"killed": True}}}))
+    record.write_text(
+        json.dumps(
+            {
+                "outcomes": {
+                    "test_nccl.py::test_nccl_version#noop": {"killed": False},
+                    "test_nccl.py::test_one_nccl#noop": {"killed": True},
+                }
+            }
+        )
+    )
     assert failures.hollow_checks(record) == {"test_nccl.py::test_nccl_version"}
     table = failures.build(hollow={"test_nccl.py::test_nccl_version"})
     way = next(w for w in table.ways if w.check == "test_nccl.py::test_nccl_version" and w.kind == "unit")

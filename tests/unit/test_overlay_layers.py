@@ -2,6 +2,7 @@
 folders (built here as a fake data root, in overlayfs' own encoding) list what the layer tars
 list, and anything that is not exactly the engine's own local copy falls back to `docker save`.
 (tests/build/test_layer_sources.py compares both sources on a real image.)"""
+
 import hashlib
 import json
 import os
@@ -11,15 +12,17 @@ import pytest
 from trainbase_common import engine, overlay_layers
 from trainbase_common.layers import layer_waste, scan_layers
 
-HISTORY = [{"created_by": "/bin/sh -c #(nop) ADD file:abc in / "},
-           {"created_by": "/bin/sh -c #(nop)  ENV A=b", "empty_layer": True},
-           {"created_by": "RUN /bin/sh -c mkdir -p /opt/t # buildkit"},
-           {"created_by": "RUN /bin/sh -c rm -rf /opt/t/gone # buildkit"}]
+HISTORY = [
+    {"created_by": "/bin/sh -c #(nop) ADD file:abc in / "},
+    {"created_by": "/bin/sh -c #(nop)  ENV A=b", "empty_layer": True},
+    {"created_by": "RUN /bin/sh -c mkdir -p /opt/t # buildkit"},
+    {"created_by": "RUN /bin/sh -c rm -rf /opt/t/gone # buildkit"},
+]
 
 
 def _whiteout(path) -> None:
     try:
-        os.mknod(path, 0o600 | 0o020000, os.makedev(0, 0))   # S_IFCHR 0:0, overlayfs' whiteout
+        os.mknod(path, 0o600 | 0o020000, os.makedev(0, 0))  # S_IFCHR 0:0, overlayfs' whiteout
     except PermissionError:
         pytest.skip("making a character device needs root (overlayfs' whiteout)")
 
@@ -61,12 +64,17 @@ def data_root(tmp_path, monkeypatch):
     store = tmp_path / "image" / "overlay2" / "imagedb" / "content" / "sha256"
     store.mkdir(parents=True)
     (store / digest).write_bytes(config)
-    raw = {"Id": f"sha256:{digest}", "RootFS": {"Layers": [f"sha256:{c * 64}" for c in "abc"]},
-           "GraphDriver": {"Name": "overlay2", "Data": {"LowerDir": f"{l1}:{l0}", "UpperDir": str(l2)}}}
-    monkeypatch.setattr(engine, "inspect_image", lambda ref: engine.ImageInfo(
-        id=raw["Id"], size=1, labels={}, env={}, raw=raw))
-    monkeypatch.setattr(engine, "info", lambda: engine.EngineInfo(root_dir=str(tmp_path), driver="overlay2",
-                                                                  runtimes=()))
+    raw = {
+        "Id": f"sha256:{digest}",
+        "RootFS": {"Layers": [f"sha256:{c * 64}" for c in "abc"]},
+        "GraphDriver": {"Name": "overlay2", "Data": {"LowerDir": f"{l1}:{l0}", "UpperDir": str(l2)}},
+    }
+    monkeypatch.setattr(
+        engine, "inspect_image", lambda ref: engine.ImageInfo(id=raw["Id"], size=1, labels={}, env={}, raw=raw)
+    )
+    monkeypatch.setattr(
+        engine, "info", lambda: engine.EngineInfo(root_dir=str(tmp_path), driver="overlay2", runtimes=())
+    )
     monkeypatch.setattr(engine, "save", lambda ref: pytest.fail("`docker save` although the folders can be read"))
     return raw, store / digest
 
@@ -90,7 +98,9 @@ def test_the_folders_list_what_the_layer_tars_list(data_root):
     # so the waste is what a save of the same layers gives: the deleted and the hidden file
     waste = layer_waste(scan)
     assert waste.total == 60 + 40 and {(w.path, w.how) for w in waste.top} == {
-        ("opt/t/gone/f", "deleted"), ("opt/t/cache/old", "hidden")}
+        ("opt/t/gone/f", "deleted"),
+        ("opt/t/cache/old", "hidden"),
+    }
 
 
 def test_anything_but_the_engines_own_local_copy_falls_back_to_docker_save(data_root, monkeypatch):

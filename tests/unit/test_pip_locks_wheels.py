@@ -19,22 +19,35 @@ LS = pip_locks.LockSet(name="py3.12", python="3.12", requirements=("wheelpkg==1.
 def fake_pip(no_wheel: set[str], calls: list[list[str]]):
     """pip install --dry-run --report, as far as format control goes: a package in `no_wheel`
     publishes only an sdist."""
+
     def run(cmd, check=False, capture_output=True, text=True, env=None):
         calls.append(cmd)
         binary_only = "--only-binary=:all:" in cmd
         allowed_source = {c.split("=", 1)[1] for c in cmd if c.startswith("--no-binary=")}
         for name in sorted(no_wheel):
             if binary_only and name not in allowed_source:
-                return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: Could not find a version that satisfies "
-                                                   f"the requirement {name}==2.0 (from versions: none)\n"
-                                                   f"ERROR: No matching distribution found for {name}==2.0\n")
+                return subprocess.CompletedProcess(
+                    cmd,
+                    1,
+                    "",
+                    f"ERROR: Could not find a version that satisfies "
+                    f"the requirement {name}==2.0 (from versions: none)\n"
+                    f"ERROR: No matching distribution found for {name}==2.0\n",
+                )
         report = Path(cmd[cmd.index("--report") + 1])
-        install = [{"metadata": {"name": n, "version": v},
-                    "download_info": {"url": f"https://files/{n}-{v}" + (".tar.gz" if n in no_wheel else "-py3-none-any.whl"),
-                                      "archive_info": {"hashes": {"sha256": "ab" * 32}}}}
-                   for n, v in (("wheelpkg", "1.0"), ("sdistonly", "2.0"))]
+        install = [
+            {
+                "metadata": {"name": n, "version": v},
+                "download_info": {
+                    "url": f"https://files/{n}-{v}" + (".tar.gz" if n in no_wheel else "-py3-none-any.whl"),
+                    "archive_info": {"hashes": {"sha256": "ab" * 32}},
+                },
+            }
+            for n, v in (("wheelpkg", "1.0"), ("sdistonly", "2.0"))
+        ]
         report.write_text(json.dumps({"install": install}))
         return subprocess.CompletedProcess(cmd, 0, "", "")
+
     return run
 
 
@@ -66,6 +79,7 @@ def test_a_package_without_a_wheel_is_built_from_its_sdist_by_name_and_reported(
 def test_a_requirement_pip_cannot_find_at_all_still_fails_naming_it(native, monkeypatch):
     def run(cmd, check=False, capture_output=True, text=True, env=None):
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found for nosuch==9\n")
+
     monkeypatch.setattr(pip_locks.subprocess, "run", run)
     with pytest.raises(TrainbaseError, match="No matching distribution found for nosuch"):
         pip_locks.resolve(LS, log=lambda s: None)

@@ -4,6 +4,7 @@ the GPU tier on each platform of the image, the vulnerability scan -- whatever r
 to be in DIR. A GPU job that left nothing (expired in the queue with no runner online, a runner
 whose python3 is too old for the suite) holds the digest, named with what it lacks; a held
 repository holds only itself (issue 52), and every verdict is taken before any alias moves."""
+
 import io
 import json
 
@@ -71,14 +72,16 @@ def gpu_passed(gate, cell, ref):
     """What gpu.yml's gpu job uploads (artifact gate-CELL) once the tier passed on its platform."""
     (gate / f"gate-{cell.name}").mkdir(parents=True, exist_ok=True)
     (gate / f"gate-{cell.name}" / "gate.json").write_text(
-        json.dumps({"ref": ref, "check": "gpu", "platform": cell.platform, "passed": True}))
+        json.dumps({"ref": ref, "check": "gpu", "platform": cell.platform, "passed": True})
+    )
 
 
 def scanned(gate, cell, ref, passed=True):
     """What gpu.yml's scan job uploads (artifact gate-scan-CELL), pass or fail."""
     (gate / f"gate-scan-{cell.name}").mkdir(parents=True, exist_ok=True)
     (gate / f"gate-scan-{cell.name}" / f"scan-{cell.name}.json").write_text(
-        json.dumps({"ref": ref, "check": vulnscan.CHECK, "platform": cell.platform, "passed": passed}))
+        json.dumps({"ref": ref, "check": vulnscan.CHECK, "platform": cell.platform, "passed": passed})
+    )
 
 
 def run(m, cells, gate) -> tuple[int, str]:
@@ -100,7 +103,7 @@ def test_a_digest_whose_gpu_job_left_no_record_is_not_promoted(reg, matrix, tmp_
     assert f"{REGISTRY}/{cell.image}:latest" not in reg.manifests
     assert f"{cell.name}: NOT promoted: the gate has no pass for {ref}: missing gpu[linux/amd64]\n" in out
     assert "HELD: 1 repository(ies) stay where they are" in out
-    gpu_passed(gate, cell, ref)                                      # the GPU job ran and passed
+    gpu_passed(gate, cell, ref)  # the GPU job ran and passed
     code, out = run(matrix, [cell], gate)
     assert code == 0 and reg.manifests[f"{REGISTRY}/{cell.image}:latest"] == ref.split("@")[1]
 
@@ -115,8 +118,10 @@ def test_gpu_jobs_that_never_ran_hold_every_digest_and_name_the_missing_checks(r
     code, out = run(matrix, cells, gate)
     assert code == 1 and reg.retags == []
     for c in cells:
-        assert (f"{c.name}: NOT promoted: the gate has no pass for {refs[c.image]}: "
-                f"missing gpu[linux/amd64], {vulnscan.CHECK}\n") in out
+        assert (
+            f"{c.name}: NOT promoted: the gate has no pass for {refs[c.image]}: "
+            f"missing gpu[linux/amd64], {vulnscan.CHECK}\n"
+        ) in out
     assert "promote: 0 promoted, 3 held back" in out
 
 
@@ -133,10 +138,12 @@ def test_a_multi_arch_index_needs_the_gpu_tier_on_each_of_its_platforms(reg, mat
     scanned(gate, amd, ref)
     code, out = run(matrix, [amd, arm], gate)
     assert code == 1 and reg.retags == []
-    assert (f"{amd.image}: NOT promoted: the gate has no pass for {ref}: missing gpu[linux/arm64], "
-            f"{vulnscan.CHECK}[linux/arm64]\n") in out
+    assert (
+        f"{amd.image}: NOT promoted: the gate has no pass for {ref}: missing gpu[linux/arm64], "
+        f"{vulnscan.CHECK}[linux/arm64]\n"
+    ) in out
     gpu_passed(gate, arm, ref)
-    scanned(gate, arm, ref)                                          # each platform's manifest scanned (issue 52)
+    scanned(gate, arm, ref)  # each platform's manifest scanned (issue 52)
     code, out = run(matrix, [amd, arm], gate)
     assert code == 0 and reg.manifests[f"{REGISTRY}/{amd.image}:latest"] == ref.split("@")[1]
 
@@ -162,7 +169,11 @@ def test_one_held_cell_holds_only_its_own_repository(reg, matrix, tmp_path):
 def test_what_a_digest_requires_comes_from_its_cells_not_from_the_records():
     # a multi-arch index: the scan of each platform's manifest (a scanner reads one platform)
     assert promote.required_checks(["linux/arm64", "linux/amd64", "linux/amd64"]) == (
-        "gpu[linux/amd64]", "gpu[linux/arm64]", f"{vulnscan.CHECK}[linux/amd64]", f"{vulnscan.CHECK}[linux/arm64]")
+        "gpu[linux/amd64]",
+        "gpu[linux/arm64]",
+        f"{vulnscan.CHECK}[linux/amd64]",
+        f"{vulnscan.CHECK}[linux/arm64]",
+    )
     assert promote.required_checks(["linux/amd64"]) == ("gpu[linux/amd64]", vulnscan.CHECK)
     with pytest.raises(ValueError):
-        promote.required_checks([])                   # a gate that asks nothing would pass anything
+        promote.required_checks([])  # a gate that asks nothing would pass anything

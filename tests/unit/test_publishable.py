@@ -7,6 +7,7 @@ every selected cell, refused ones included: promotion looked for a tag nobody pu
 "not published" and exited 0, the merge looked for a staged arm64 image and failed.
 
 All against the real matrix.yaml and a fake registry."""
+
 import io
 import json
 
@@ -21,7 +22,7 @@ from trainbase.supply import vulnscan
 from .conftest import ROOT, run_cli
 
 REGISTRY = "reg.example:5000/tb"
-EXAMPLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"    # refused twin while Miniforge's aarch64 sha256 is pending
+EXAMPLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"  # refused twin while Miniforge's aarch64 sha256 is pending
 
 
 def outputs(text: str) -> dict:
@@ -95,10 +96,13 @@ def test_the_twin_is_refused_and_the_plan_publishes_the_repository_under_its_amd
     plan = ci_plan(capsys, repo, twin)
     assert [e["name"] for e in plan["cells"]] == [repo] and "no verified sha256" in plan["left_out"][twin]
     rendered = recipes.render_all(matrix, [matrix.cell(repo), matrix.cell(twin)], root=ROOT)
-    assert plan["cells"][0]["release_tag"] == rendered[repo].tag != release_tag([rendered[repo].tag,
-                                                                                 rendered[twin].tag])
+    assert (
+        plan["cells"][0]["release_tag"] == rendered[repo].tag != release_tag([rendered[repo].tag, rendered[twin].tag])
+    )
     [release] = platforms.publishable(matrix, rendered, [matrix.cell(repo), matrix.cell(twin)]).values()
-    assert release.tag == rendered[repo].tag and release.platforms == {"linux/amd64"} and list(release.left_out) == [twin]
+    assert (
+        release.tag == rendered[repo].tag and release.platforms == {"linux/amd64"} and list(release.left_out) == [twin]
+    )
 
 
 def test_promote_looks_for_the_tag_the_ci_plan_publishes(pair, reg, matrix, capsys):
@@ -106,7 +110,7 @@ def test_promote_looks_for_the_tag_the_ci_plan_publishes(pair, reg, matrix, caps
     "not published" and exited 0 -- latest never moved for this repository."""
     repo, twin = pair
     tag = ci_plan(capsys, repo, twin)["cells"][0]["release_tag"]
-    reg.manifests[f"{REGISTRY}/{repo}:{tag}"] = "sha256:" + "1" * 64      # what build.yml published
+    reg.manifests[f"{REGISTRY}/{repo}:{tag}"] = "sha256:" + "1" * 64  # what build.yml published
     out = io.StringIO()
     code = promote.command(matrix, ROOT, [matrix.cell(repo), matrix.cell(twin)], REGISTRY, None, out)
     assert f"{REGISTRY}/{repo}:{tag}" in reg.asked
@@ -126,15 +130,22 @@ def test_a_repository_whose_tag_is_missing_fails_the_promotion_naming_it(pair, r
     """Before, "not published" was a line among others and exit 0: a build that never published
     left the run green."""
     repo, twin = pair
-    other = next(c for c in matrix.select(profile="production") if c.parent is None and c.name not in (repo, twin)
-                 and c.platform == "linux/amd64" and c.image != repo)
-    tags = {r.repository: r.tag for r in platforms.publishable(
-        matrix, recipes.render_all(matrix, [matrix.cell(repo), other], root=ROOT), [matrix.cell(repo), other]).values()}
-    reg.manifests[f"{REGISTRY}/{repo}:{tags[repo]}"] = "sha256:" + "2" * 64      # the other one is not published
+    other = next(
+        c
+        for c in matrix.select(profile="production")
+        if c.parent is None and c.name not in (repo, twin) and c.platform == "linux/amd64" and c.image != repo
+    )
+    tags = {
+        r.repository: r.tag
+        for r in platforms.publishable(
+            matrix, recipes.render_all(matrix, [matrix.cell(repo), other], root=ROOT), [matrix.cell(repo), other]
+        ).values()
+    }
+    reg.manifests[f"{REGISTRY}/{repo}:{tags[repo]}"] = "sha256:" + "2" * 64  # the other one is not published
     out = io.StringIO()
     code = promote.command(matrix, ROOT, [matrix.cell(repo), other], REGISTRY, None, out)
     assert code == 1
-    assert reg.manifests[f"{REGISTRY}/{repo}:latest"] == "sha256:" + "2" * 64     # the published one still moves
+    assert reg.manifests[f"{REGISTRY}/{repo}:latest"] == "sha256:" + "2" * 64  # the published one still moves
     assert f"{other.name}: {REGISTRY}/{other.image}:{tags[other.image]} is not published" in out.getvalue()
     assert f"cannot be promoted, no published release tag (see above): {other.image}\n" in out.getvalue()
 
@@ -163,13 +174,41 @@ def test_mirror_copies_the_release_tag_the_ci_plan_publishes(pair, reg, matrix, 
     repo, twin = pair
     tag = ci_plan(capsys, repo, twin)["cells"][0]["release_tag"]
     copied = []
-    monkeypatch.setattr(mirror, "mirror_one", lambda src, dst, name, t, out, clients=None, **kw: copied.append((name, t)) or "ok")
-    assert mirror.main(["--from", REGISTRY, "--to", "mirror.example/tb", "--file", str(ROOT / "matrix.yaml"),
-                        "--select", f"name={repo},{twin}"]) == 0
+    monkeypatch.setattr(
+        mirror, "mirror_one", lambda src, dst, name, t, out, clients=None, **kw: copied.append((name, t)) or "ok"
+    )
+    assert (
+        mirror.main(
+            [
+                "--from",
+                REGISTRY,
+                "--to",
+                "mirror.example/tb",
+                "--file",
+                str(ROOT / "matrix.yaml"),
+                "--select",
+                f"name={repo},{twin}",
+            ]
+        )
+        == 0
+    )
     assert copied == [(repo, tag)]
     copied.clear()
-    assert mirror.main(["--from", REGISTRY, "--to", "mirror.example/tb", "--file", str(ROOT / "matrix.yaml"),
-                        "--select", f"name={twin}"]) == 1
+    assert (
+        mirror.main(
+            [
+                "--from",
+                REGISTRY,
+                "--to",
+                "mirror.example/tb",
+                "--file",
+                str(ROOT / "matrix.yaml"),
+                "--select",
+                f"name={twin}",
+            ]
+        )
+        == 1
+    )
     assert copied == [] and f"{repo}: NOT mirrored: nothing of it can be published" in capsys.readouterr().out
 
 
@@ -179,8 +218,11 @@ def test_attestations_are_checked_on_the_published_tag_and_platforms_only(pair, 
     checked = []
     monkeypatch.setattr(attest.att, "load_public_key", lambda path: "key")
     monkeypatch.setattr(attest.referrers, "Client", lambda host: host)
-    monkeypatch.setattr(attest, "verify_ref", lambda client, name, ref, platform, key, out: checked.append(
-        (name, ref, platform)) or True)
+    monkeypatch.setattr(
+        attest,
+        "verify_ref",
+        lambda client, name, ref, platform, key, out: checked.append((name, ref, platform)) or True,
+    )
     out = io.StringIO()
     code = attest.verify_command(matrix, ROOT, [matrix.cell(repo), matrix.cell(twin)], "", REGISTRY, "key.pem", out)
     assert code == 0 and checked == [(f"tb/{repo}", tag, "linux/amd64")]

@@ -28,8 +28,15 @@ needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed: the pa
 
 
 def git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@x", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@x",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@x",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+    )
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -86,8 +93,12 @@ def test_a_patch_of_locks_and_matrix_passes(tmp_path):
     patch = proposal(repo)
     assert refused_paths(patch) == []
     assert set(touched_paths(patch).paths) == {
-        "locks/cuda12.8-py3.11.txt", "locks/cuda13.0-py3.11.txt", "matrix.yaml",
-        "images/cell-a/Dockerfile", "images/cell-b/Dockerfile"}
+        "locks/cuda12.8-py3.11.txt",
+        "locks/cuda13.0-py3.11.txt",
+        "matrix.yaml",
+        "images/cell-a/Dockerfile",
+        "images/cell-b/Dockerfile",
+    }
 
 
 @needs_git
@@ -109,7 +120,7 @@ def test_renames_copies_modes_binaries_and_symlinks_are_all_seen(tmp_path):
     patch = proposal(repo)
     refused = refused_paths(patch)
     assert "scripts/run-me.sh" in refused and "locks/bases.json" in refused and "locks/link" in refused
-    assert "locks/cuda12.8-py3.11.txt" not in refused            # the old name is allowed; the new one is not
+    assert "locks/cuda12.8-py3.11.txt" not in refused  # the old name is allowed; the new one is not
     assert "images/cell-a/blob.bin" not in refused and "images/cell-a/blob.bin" in touched_paths(patch).paths
 
 
@@ -117,8 +128,10 @@ def test_prefixes_quoting_and_traversal():
     no_prefix = "diff --git scripts/x.sh scripts/x.sh\n--- scripts/x.sh\n+++ scripts/x.sh\n@@ -1 +1 @@\n-a\n+b\n"
     # git apply -p1 strips the first component whatever it is: this writes x.sh at the top
     assert refused_paths(no_prefix) == ["x.sh"]
-    quoted = ('diff --git "a/locks/t\\303\\251st" "b/locks/t\\303\\251st"\nnew file mode 100644\n'
-              'index 0000000..1111111\n--- /dev/null\n+++ "b/locks/t\\303\\251st"\n@@ -0,0 +1 @@\n+x\n')
+    quoted = (
+        'diff --git "a/locks/t\\303\\251st" "b/locks/t\\303\\251st"\nnew file mode 100644\n'
+        'index 0000000..1111111\n--- /dev/null\n+++ "b/locks/t\\303\\251st"\n@@ -0,0 +1 @@\n+x\n'
+    )
     assert touched_paths(quoted).paths == ["locks/tést"] and refused_paths(quoted) == []
     climbing = "--- a/locks/../scripts/x\n+++ b/locks/../scripts/x\n@@ -1 +1 @@\n-a\n+b\n"
     assert refused_paths(climbing) == ["locks/../scripts/x"]
@@ -128,8 +141,10 @@ def test_prefixes_quoting_and_traversal():
 
 def test_a_hunk_line_that_looks_like_a_header_is_content():
     """A removed line "-- x" reads "--- x": within a hunk's counted lines it is content."""
-    patch = ("diff --git a/locks/a.txt b/locks/a.txt\n--- a/locks/a.txt\n+++ b/locks/a.txt\n"
-             "@@ -1,2 +1,2 @@\n--- a/scripts/x\n+++ b/scripts/x\n")
+    patch = (
+        "diff --git a/locks/a.txt b/locks/a.txt\n--- a/locks/a.txt\n+++ b/locks/a.txt\n"
+        "@@ -1,2 +1,2 @@\n--- a/scripts/x\n+++ b/scripts/x\n"
+    )
     assert touched_paths(patch).paths == ["locks/a.txt"] and refused_paths(patch) == []
 
 
@@ -144,14 +159,20 @@ def test_an_unreadable_header_refuses_the_patch_as_a_whole():
 def test_the_command_names_each_refused_path_and_exits_non_zero(tmp_path):
     patch = tmp_path / "refresh.patch"
     patch.write_text(planted_patch(base_repo(tmp_path / "repo")))
-    proc = subprocess.run([sys.executable, "-m", "trainbase.deliver.refresh_patch", str(patch)],
-                          cwd=ROOT, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainbase.deliver.refresh_patch", str(patch)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "refresh patch: refused scripts/refresh-pr.sh: outside the refresh's allow-list" in proc.stdout
     assert "refresh patch: refused .github/workflows/x.yml: outside the refresh's allow-list" in proc.stdout
 
 
 # -- refresh.yml's write job, its own steps run here ------------------------------------------
+
 
 def write_job() -> dict:
     return yaml.safe_load((ROOT / ".github" / "workflows" / "refresh.yml").read_text())["jobs"]["pull-request"]
@@ -161,7 +182,9 @@ def test_the_write_job_runs_its_scripts_from_a_base_checkout_and_applies_only_th
     job = write_job()
     checkouts = [s for s in job["steps"] if "actions/checkout" in s.get("uses", "")]
     paths = {s["with"].get("path") for s in checkouts}
-    assert paths == {"base", "tree"}, "two checkouts of the base commit: scripts run from base/, the patch goes to tree/"
+    assert paths == {"base", "tree"}, (
+        "two checkouts of the base commit: scripts run from base/, the patch goes to tree/"
+    )
     for s in checkouts:
         assert s["with"]["ref"] == "${{ github.sha }}" and s["with"]["persist-credentials"] is False
     runs = [(s.get("working-directory"), s.get("run", "")) for s in job["steps"] if "run" in s]
@@ -190,13 +213,25 @@ def test_the_write_job_refuses_the_planted_patch_and_its_line_never_runs(tmp_pat
     check = next(s for s in steps.values() if "trainbase.deliver.refresh_patch" in s.get("run", ""))
     apply = next(s for s in steps.values() if "git apply" in s.get("run", ""))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", check["run"]], cwd=tmp_path / check["working-directory"],
-                          env=env, check=False, capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", check["run"]],
+        cwd=tmp_path / check["working-directory"],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0
     assert "refused scripts/refresh-pr.sh" in proc.stdout and "refused .github/workflows/x.yml" in proc.stdout
     # and were the check skipped, the apply step alone still leaves scripts/ and .github/ alone
-    subprocess.run(["bash", "-eo", "pipefail", "-c", apply["run"]], cwd=tmp_path / apply["working-directory"],
-                   env=env, check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", apply["run"]],
+        cwd=tmp_path / apply["working-directory"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert PLANTED not in (tree / "scripts" / "refresh-pr.sh").read_text()
     assert not (tree / ".github" / "workflows" / "x.yml").exists()
     assert (tree / "locks" / "bases.json").read_text() == '{"debian": "sha256:11"}\n'

@@ -4,6 +4,7 @@ The golden cells are rendered from golden/matrix.yaml (a frozen copy of the matr
 template change moves them. Update the golden files after an intended template change with
     TRAINBASE_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render.py
 """
+
 import os
 import re
 import shutil
@@ -19,13 +20,13 @@ from .conftest import ROOT, run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_CELLS = [
-    "openmpi4.1.4-cuda12.8-cudnn9-debian12",             # distro UCX, Open MPI from the Debian pool, CUDA wheels
+    "openmpi4.1.4-cuda12.8-cudnn9-debian12",  # distro UCX, Open MPI from the Debian pool, CUDA wheels
     "intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ubuntu24.04",  # NVIDIA base, DOCA, conda, Intel MPI
-    "openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04",          # UCX + Open MPI 5 from source
+    "openmpi5.0.10-cuda12.9-cudnn9-ubuntu22.04",  # UCX + Open MPI 5 from source
     "horovod0.28.1-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12",  # framework on a parent, nvcc for the build only
     "deepspeed0.19.8-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12",  # nvcc kept, ops prebuilt per architecture
     "deepspeed0.19.8-pytorch2.15.0-openmpi5.0.10-cuda13.2-cudnn9-ubuntu24.04",  # nvcc of the CUDA devel base
-    "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",       # arm64: its own locks, platform label
+    "openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64",  # arm64: its own locks, platform label
     "openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubuntu24.04-arm64",  # arm64: Miniforge aarch64, DOCA arm64-sbsa
 ]
 TAG = re.compile(r":r[0-9a-f]{12}\b")
@@ -95,6 +96,7 @@ def test_framework_cells_build_from_their_parents_immutable_tag(rendered):
 
 def test_manifest_names_what_the_name_claims(rendered):
     import json
+
     r = rendered[cell(os="debian12", cuda="12.8", mpi="intelmpi2021.18", framework="pytorch")]
     man = json.loads(r.files[f"images/{r.cell.name}/manifest.json"])
     c = man["components"]
@@ -145,6 +147,7 @@ def test_check_names_a_deleted_and_an_orphaned_cell(workdir, capsys):
 
 def test_check_sees_a_stale_lock(workdir, matrix_data, capsys):
     import yaml
+
     matrix_data["python"]["packages"] = ["mpi4py==4.1.0"]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data, sort_keys=False))
     code, _, err = run_cli(["check", "--file", str(workdir / "matrix.yaml")], capsys)
@@ -153,6 +156,7 @@ def test_check_sees_a_stale_lock(workdir, matrix_data, capsys):
 
 def test_changing_a_pin_changes_only_the_cells_that_use_it(workdir, matrix_data):
     import yaml
+
     before = recipes.render_all(load(workdir / "matrix.yaml"), root=workdir)
     matrix_data["artifacts"]["openmpi-4.1.4-debian"]["sha256"] = "f" * 64
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data, sort_keys=False))
@@ -198,8 +202,9 @@ def test_a_lock_no_cell_uses_is_named_by_the_drift_check_and_removed_by_lock(wor
     rendered = recipes.render_all(m, root=workdir)
     stray = workdir / "locks" / "pytorch0.0.1-cuda12.8-py3.11.txt"
     stray.write_text("torch==0.0.1\n")
-    assert any("locks/pytorch0.0.1-cuda12.8-py3.11.txt belongs to no cell" in p
-               for p in recipes.check(m, rendered, workdir))
+    assert any(
+        "locks/pytorch0.0.1-cuda12.8-py3.11.txt belongs to no cell" in p for p in recipes.check(m, rendered, workdir)
+    )
     before = {p.name for p in (workdir / "locks").iterdir()}
     assert pip_locks.remove_orphans(workdir, recipes.lock_sets(rendered)) == ["locks/pytorch0.0.1-cuda12.8-py3.11.txt"]
     assert {p.name for p in (workdir / "locks").iterdir()} == before - {stray.name}

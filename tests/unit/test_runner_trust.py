@@ -9,6 +9,7 @@
   self-hosted job excludes them in its ``if:`` and has a timeout-minutes; the RDMA pool's job
   runs only where TRAINBASE_RDMA_RUNNERS says the pool exists, and a notice says when it did not.
 The checker is shown failing on planted workflows."""
+
 import json
 import textwrap
 
@@ -49,7 +50,7 @@ def ci_matrix(capsys, monkeypatch, matrix_file, event: str, **variables) -> tupl
 
 def self_hosted_matrix(workdir) -> object:
     data = yaml.safe_load((workdir / "matrix.yaml").read_text())
-    data["platforms"]["linux/amd64"]["runner"] = "gpu"          # what a pull request could write
+    data["platforms"]["linux/amd64"]["runner"] = "gpu"  # what a pull request could write
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return workdir / "matrix.yaml"
 
@@ -61,7 +62,7 @@ def test_a_pull_requests_plan_naming_a_self_hosted_runner_is_refused(workdir, ca
     code, _, err = ci_matrix(capsys, monkeypatch, matrix_file, event)
     assert code == 1 and "a pull request builds on GitHub-hosted runners only" in err
     assert "matrix.yaml's platforms.linux/amd64.runner is gpu (" in err
-    code, routed, _ = ci_matrix(capsys, monkeypatch, matrix_file, "push")     # main's own matrix.yaml: its choice
+    code, routed, _ = ci_matrix(capsys, monkeypatch, matrix_file, "push")  # main's own matrix.yaml: its choice
     assert code == 0 and set(routed.values()) >= {"gpu"}
 
 
@@ -71,14 +72,21 @@ def test_the_repository_matrix_routes_pull_requests_to_hosted_runners(capsys, mo
 
 
 def test_a_runner_variable_applies_to_pull_requests_only_when_it_names_a_hosted_label(capsys, monkeypatch):
-    code, routed, err = ci_matrix(capsys, monkeypatch, ROOT / "matrix.yaml", "pull_request",
-                                  TRAINBASE_BUILD_RUNNER="gpu-build-box", TRAINBASE_ARM64_RUNNER="ubuntu-24.04")
+    code, routed, err = ci_matrix(
+        capsys,
+        monkeypatch,
+        ROOT / "matrix.yaml",
+        "pull_request",
+        TRAINBASE_BUILD_RUNNER="gpu-build-box",
+        TRAINBASE_ARM64_RUNNER="ubuntu-24.04",
+    )
     assert code == 0
-    assert {routed[n] for n in routed if not n.endswith("-arm64")} == {"ubuntu-24.04"}   # matrix.yaml's
-    assert {routed[n] for n in routed if n.endswith("-arm64")} == {"ubuntu-24.04"}        # qemu on x86_64: hosted
+    assert {routed[n] for n in routed if not n.endswith("-arm64")} == {"ubuntu-24.04"}  # matrix.yaml's
+    assert {routed[n] for n in routed if n.endswith("-arm64")} == {"ubuntu-24.04"}  # qemu on x86_64: hosted
     assert "::warning::TRAINBASE_BUILD_RUNNER=gpu-build-box is not a GitHub-hosted label" in err
-    code, routed, err = ci_matrix(capsys, monkeypatch, ROOT / "matrix.yaml", "push",
-                                  TRAINBASE_BUILD_RUNNER="gpu-build-box")
+    code, routed, err = ci_matrix(
+        capsys, monkeypatch, ROOT / "matrix.yaml", "push", TRAINBASE_BUILD_RUNNER="gpu-build-box"
+    )
     assert code == 0 and {routed[n] for n in routed if not n.endswith("-arm64")} == {"gpu-build-box"}
     assert "::warning::" not in err
 
@@ -101,9 +109,10 @@ def test_no_pull_request_reaches_a_self_hosted_job():
 def test_every_self_hosted_job_excludes_pull_requests_in_its_if():
     workflows = repository_workflows()
     assert runners.unguarded(workflows) == []
-    hosted_elsewhere = [(p, n) for p, doc in workflows.items() for n, j in doc["jobs"].items()
-                        if runners.self_hosted(workflows, p, j)]
-    assert (".github/workflows/gpu.yml", "gpu") in hosted_elsewhere          # the checker sees them
+    hosted_elsewhere = [
+        (p, n) for p, doc in workflows.items() for n, j in doc["jobs"].items() if runners.self_hosted(workflows, p, j)
+    ]
+    assert (".github/workflows/gpu.yml", "gpu") in hosted_elsewhere  # the checker sees them
     assert (".github/workflows/gpu.yml", "multinode-fabric") in hosted_elsewhere
     assert ".github/workflows/build-cells.yml" in runners.reached_by_pull_requests(workflows)
 
@@ -145,13 +154,16 @@ def cells_workflow(runs_on: str, cell_source: str = "${{ fromJSON(inputs.cells) 
     """
 
 
-@pytest.mark.parametrize(("runs_on", "why"), [
-    ("[self-hosted, gpu]", "gpu is no GitHub-hosted label"),
-    ("my-build-box", "my-build-box is no GitHub-hosted label"),
-    ('"${{ vars.TRAINBASE_BUILD_RUNNER || matrix.cell.runs_on }}"', "is an expression, which may name any runner"),
-    ('"${{ matrix.cell.gpu_label }}"', "is an expression"),
-    ("{group: gpu-pool}", "runner group 'gpu-pool'"),
-])
+@pytest.mark.parametrize(
+    ("runs_on", "why"),
+    [
+        ("[self-hosted, gpu]", "gpu is no GitHub-hosted label"),
+        ("my-build-box", "my-build-box is no GitHub-hosted label"),
+        ('"${{ vars.TRAINBASE_BUILD_RUNNER || matrix.cell.runs_on }}"', "is an expression, which may name any runner"),
+        ('"${{ matrix.cell.gpu_label }}"', "is an expression"),
+        ("{group: gpu-pool}", "runner group 'gpu-pool'"),
+    ],
+)
 def test_the_checker_reports_a_planted_self_hosted_job_a_pull_request_reaches(tmp_path, runs_on, why):
     workflows = planted(tmp_path, {"ci.yml": PR_CALLER, "cells.yml": cells_workflow(runs_on)})
     [found] = runners.pull_request_findings(workflows)
@@ -160,7 +172,10 @@ def test_the_checker_reports_a_planted_self_hosted_job_a_pull_request_reaches(tm
 
 
 def test_the_checker_reports_a_self_hosted_job_in_a_pull_request_workflow_itself(tmp_path):
-    workflows = planted(tmp_path, {"pr.yml": """\
+    workflows = planted(
+        tmp_path,
+        {
+            "pr.yml": """\
         on: [pull_request_target]
         jobs:
           test:
@@ -168,37 +183,64 @@ def test_the_checker_reports_a_self_hosted_job_in_a_pull_request_workflow_itself
             if: github.event_name != 'pull_request'
             steps:
               - run: echo test
-        """})
+        """
+        },
+    )
     [found] = runners.pull_request_findings(workflows)
     assert found.startswith(".github/workflows/pr.yml: job test: ")
 
 
 def test_the_plans_label_passes_and_a_guard_or_an_unreached_workflow_passes(tmp_path):
-    plan_label = planted(tmp_path / "a", {"ci.yml": PR_CALLER, "cells.yml": cells_workflow('"${{ matrix.cell.runs_on }}"')})
+    plan_label = planted(
+        tmp_path / "a", {"ci.yml": PR_CALLER, "cells.yml": cells_workflow('"${{ matrix.cell.runs_on }}"')}
+    )
     assert runners.pull_request_findings(plan_label) == []
     # the same label over a matrix no plan wrote is any runner
-    made_up = planted(tmp_path / "b", {"ci.yml": PR_CALLER.replace("build.py --ci-matrix", "bash make-cells.sh"),
-                                       "cells.yml": cells_workflow('"${{ matrix.cell.runs_on }}"')})
+    made_up = planted(
+        tmp_path / "b",
+        {
+            "ci.yml": PR_CALLER.replace("build.py --ci-matrix", "bash make-cells.sh"),
+            "cells.yml": cells_workflow('"${{ matrix.cell.runs_on }}"'),
+        },
+    )
     assert len(runners.pull_request_findings(made_up)) == 1
-    guarded = planted(tmp_path / "c", {"ci.yml": PR_CALLER.replace(
-        "        uses:", "        if: github.event_name != 'pull_request' && github.event_name != 'pull_request_target'\n"
-                         "        uses:"), "cells.yml": cells_workflow("[self-hosted, gpu]")})
+    guarded = planted(
+        tmp_path / "c",
+        {
+            "ci.yml": PR_CALLER.replace(
+                "        uses:",
+                "        if: github.event_name != 'pull_request' && github.event_name != 'pull_request_target'\n"
+                "        uses:",
+            ),
+            "cells.yml": cells_workflow("[self-hosted, gpu]"),
+        },
+    )
     assert runners.pull_request_findings(guarded) == []
-    assert len(runners.unguarded(guarded)) == 1                  # yet the job itself carries no guard
-    loose_guard = planted(tmp_path / "d", {"ci.yml": PR_CALLER.replace(
-        "        uses:", "        if: github.event_name != 'pull_request' || github.ref == 'refs/heads/main'\n"
-                         "        uses:"), "cells.yml": cells_workflow("[self-hosted, gpu]")})
+    assert len(runners.unguarded(guarded)) == 1  # yet the job itself carries no guard
+    loose_guard = planted(
+        tmp_path / "d",
+        {
+            "ci.yml": PR_CALLER.replace(
+                "        uses:",
+                "        if: github.event_name != 'pull_request' || github.ref == 'refs/heads/main'\n        uses:",
+            ),
+            "cells.yml": cells_workflow("[self-hosted, gpu]"),
+        },
+    )
     assert len(runners.pull_request_findings(loose_guard)) == 1
 
 
-@pytest.mark.parametrize(("condition", "excludes"), [
-    ("github.event_name != 'pull_request' && github.event_name != 'pull_request_target'", True),
-    ("${{ needs.plan.outputs.count != '0' && !startsWith(github.event_name, 'pull_request') }}", True),
-    ("github.event_name != 'pull_request'", False),                       # pull_request_target still runs it
-    ("github.ref == 'refs/heads/main'", False),                            # pull_request_target's ref is main
-    ("github.event_name != 'pull_request' && github.event_name != 'pull_request_target' || always()", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    ("condition", "excludes"),
+    [
+        ("github.event_name != 'pull_request' && github.event_name != 'pull_request_target'", True),
+        ("${{ needs.plan.outputs.count != '0' && !startsWith(github.event_name, 'pull_request') }}", True),
+        ("github.event_name != 'pull_request'", False),  # pull_request_target still runs it
+        ("github.ref == 'refs/heads/main'", False),  # pull_request_target's ref is main
+        ("github.event_name != 'pull_request' && github.event_name != 'pull_request_target' || always()", False),
+        (None, False),
+    ],
+)
 def test_what_counts_as_excluding_pull_requests(condition, excludes):
     assert runners.excludes_pull_requests(condition) is excludes
 
@@ -206,7 +248,12 @@ def test_what_counts_as_excluding_pull_requests(condition, excludes):
 # -- nothing waits on a runner no one has ----------------------------------------------------------
 def test_every_self_hosted_job_has_a_timeout():
     workflows = repository_workflows()
-    jobs = [(p, n, j) for p, doc in workflows.items() for n, j in doc["jobs"].items() if runners.self_hosted(workflows, p, j)]
+    jobs = [
+        (p, n, j)
+        for p, doc in workflows.items()
+        for n, j in doc["jobs"].items()
+        if runners.self_hosted(workflows, p, j)
+    ]
     assert jobs
     assert [(p, n) for p, n, j in jobs if not isinstance(j.get("timeout-minutes"), int)] == []
 
@@ -226,11 +273,14 @@ def test_the_rdma_pools_job_runs_only_where_the_pool_is_declared_and_says_so_oth
 def test_the_plan_step_is_recognised_in_the_new_spelling_and_the_old():
     """`build.py ci-matrix` (the subcommand) and `build.py --ci-matrix` (its old spelling) are the
     same plan step; anything else printing a matrix is not."""
+
     def plan(run: str) -> dict:
         return {"jobs": {"plan": {"steps": [{"run": run}]}}}
 
-    for run in ('python build.py ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"',
-                'python build.py --ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"'):
+    for run in (
+        'python build.py ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"',
+        'python build.py --ci-matrix --since "$BASE" | tee -a "$GITHUB_OUTPUT"',
+    ):
         assert runners._runs_ci_matrix(plan(run), "plan"), run
     for run in ("bash make-cells.sh", "python build.py ci-matrixes", "python build.py list"):
         assert not runners._runs_ci_matrix(plan(run), "plan"), run

@@ -1,5 +1,6 @@
 """SBOM: valid CycloneDX 1.6, reproducible to the byte, purls scanners can match, and a digest
 that moves with what the image has."""
+
 import dataclasses
 import hashlib
 import json
@@ -85,9 +86,11 @@ def test_component_has_generic_purl_distribution_url_and_sha256(inv):
     openmpi = _components(sbom.to_cyclonedx(inv))["openmpi"]
     assert openmpi["purl"] == "pkg:generic/openmpi@4.1.4"
     assert openmpi["externalReferences"] == [
-        {"type": "distribution", "url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz"}]
+        {"type": "distribution", "url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz"}
+    ]
     assert openmpi["hashes"] == [
-        {"alg": "SHA-256", "content": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263"}]
+        {"alg": "SHA-256", "content": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263"}
+    ]
 
 
 def test_component_shipped_from_the_repository_has_no_url_and_no_hash(inv):
@@ -134,11 +137,15 @@ def test_packages_a_purl_cannot_tell_apart_are_refused(inv):
         sbom.to_cyclonedx(dataclasses.replace(inv, packages=inv.packages + (twin,)))
 
 
-@pytest.mark.parametrize("breakage", [
-    lambda d: d.pop("bomFormat"),
-    lambda d: d["components"][0].update(type="not-a-type"),
-    lambda d: d.update(unexpected=True),
-], ids=["no bomFormat", "bad component type", "unknown field"])
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda d: d.pop("bomFormat"),
+        lambda d: d["components"][0].update(type="not-a-type"),
+        lambda d: d.update(unexpected=True),
+    ],
+    ids=["no bomFormat", "bad component type", "unknown field"],
+)
 def test_validate_rejects_a_broken_document(inv, breakage):
     doc = json.loads(sbom.to_cyclonedx(inv))
     breakage(doc)

@@ -2,6 +2,7 @@
 trainbase/define/security_rebuilds.py): a published image's SBOM against its distro's security
 suite index finds the fixes it misses; the row's rebuild epoch renders one ARG before the
 os block's upgrade, so exactly that row's cells (and their children) get new tags."""
+
 import json
 import lzma
 import shutil
@@ -21,13 +22,24 @@ SBOM = next((ROOT / "reports" / "supply").glob("openmpi4.1.4-cuda12.8-cudnn9-deb
 
 
 def _sbom(tmp_path, debs: dict[str, str]):
-    doc = {"bomFormat": "CycloneDX", "specVersion": "1.6",
-           "metadata": {"component": {"name": "openmpi4.1.4-cuda12.8-cudnn9-debian12", "properties": [
-               {"name": "trainbase:components.os.id", "value": "debian12"},
-               {"name": "trainbase:os.ID", "value": "debian"},
-               {"name": "trainbase:os.VERSION_CODENAME", "value": "bookworm"}]}},
-           "components": [{"name": n, "version": v, "purl": f"pkg:deb/debian/{n}@{v}?arch=amd64&distro=debian-12"}
-                          for n, v in debs.items()]}
+    doc = {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.6",
+        "metadata": {
+            "component": {
+                "name": "openmpi4.1.4-cuda12.8-cudnn9-debian12",
+                "properties": [
+                    {"name": "trainbase:components.os.id", "value": "debian12"},
+                    {"name": "trainbase:os.ID", "value": "debian"},
+                    {"name": "trainbase:os.VERSION_CODENAME", "value": "bookworm"},
+                ],
+            }
+        },
+        "components": [
+            {"name": n, "version": v, "purl": f"pkg:deb/debian/{n}@{v}?arch=amd64&distro=debian-12"}
+            for n, v in debs.items()
+        ],
+    }
     p = tmp_path / "sbom.cdx.json"
     p.write_text(json.dumps(doc))
     return p
@@ -40,6 +52,7 @@ def _index(packages: dict[str, str]):
     def fetch(url):
         seen.append(url)
         return lzma.compress(text.encode() if url.split("/")[-3] == "main" else b"")
+
     return fetch, seen
 
 
@@ -47,11 +60,15 @@ def test_a_fix_in_the_security_suite_the_image_misses_is_found(tmp_path, capsys)
     sbom = _sbom(tmp_path, {"openssh-client": "1:9.2p1-2+deb12u9", "libssl3": "3.0.22-1~deb12u2", "zlib1g": "1:1.2.13"})
     fetch, seen = _index({"openssh-client": "1:9.2p1-2+deb12u10", "libssl3": "3.0.17-1~deb12u1", "other": "1"})
     rows = security_check.check([sbom], date(2026, 11, 26), fetch=fetch)
-    assert rows == {"debian12": {"epoch": "2026-11-26", "fixes": [
-        "openssh-client 1:9.2p1-2+deb12u9 -> 1:9.2p1-2+deb12u10 (bookworm-security)"]}}
+    assert rows == {
+        "debian12": {
+            "epoch": "2026-11-26",
+            "fixes": ["openssh-client 1:9.2p1-2+deb12u9 -> 1:9.2p1-2+deb12u10 (bookworm-security)"],
+        }
+    }
     assert seen == ["http://deb.debian.org/debian-security/dists/bookworm-security/main/binary-amd64/Packages.xz"]
     assert "1 security fix(es) pending of 3" in capsys.readouterr().out
-    fetch, _ = _index({"openssh-client": "1:9.2p1-2+deb12u9"})        # an older suite version is no fix
+    fetch, _ = _index({"openssh-client": "1:9.2p1-2+deb12u9"})  # an older suite version is no fix
     assert security_check.check([sbom], date(2026, 11, 26), fetch=fetch) == {}
 
 
@@ -64,6 +81,7 @@ def test_an_sbom_or_index_that_cannot_be_read_is_an_error_not_a_pass(tmp_path):
 
     def unreachable(url):
         return security_check._fetch("http://127.0.0.1:9/none")
+
     with pytest.raises(TrainbaseError, match="nothing was checked"):
         security_check.check([_sbom(tmp_path, {"zlib1g": "1"})], date(2026, 11, 26), fetch=unreachable)
 

@@ -1,17 +1,21 @@
 """The runtime tier's srun loops (test_srun_apptainer, test_srun_enroot) run once per PMI both
 the image's MPI and the host's Slurm speak: with none in common they must not pass having run
 nothing, but skip saying which side speaks what (slurm.pmi_in_common)."""
+
 import pytest
 
 from trainbase_conformance import slurm
 from trainbase_conformance.checks.test_runtime import SLURM_PMI
 
 
-@pytest.mark.parametrize("kind, offered, common", [
-    ("openmpi", ["none", "pmi2", "pmix"], ["pmix"]),
-    ("intelmpi", ["none", "pmi2", "pmix"], ["pmi2", "pmix"]),
-    ("intelmpi", ["none", "pmi2"], ["pmi2"]),
-])
+@pytest.mark.parametrize(
+    "kind, offered, common",
+    [
+        ("openmpi", ["none", "pmi2", "pmix"], ["pmix"]),
+        ("intelmpi", ["none", "pmi2", "pmix"], ["pmi2", "pmix"]),
+        ("intelmpi", ["none", "pmi2"], ["pmi2"]),
+    ],
+)
 def test_the_loop_runs_each_pmi_both_sides_speak(kind, offered, common):
     assert slurm.pmi_in_common(kind, SLURM_PMI[kind], offered) == (common, "")
 

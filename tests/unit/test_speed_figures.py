@@ -1,4 +1,5 @@
 """trainbase_conformance/speed.py: the probe's line, best-of, ratios and the loopback counter."""
+
 import pytest
 
 from trainbase_conformance import speed
@@ -23,7 +24,12 @@ def test_best_keeps_each_figures_best_and_ratios_compare_like_with_like():
     a = {"library": "x", "lat_8B_us": 1.0, "bw_64KiB_GBs": 5.0, "bw_4MiB_GBs": 4.0, "allreduce_4MiB_ms": 2.0}
     b = {"library": "x", "lat_8B_us": 0.5, "bw_64KiB_GBs": 4.0, "bw_4MiB_GBs": 9.0, "allreduce_4MiB_ms": 3.0}
     best = speed.best([a, b])
-    assert (best["lat_8B_us"], best["bw_64KiB_GBs"], best["bw_4MiB_GBs"], best["allreduce_4MiB_ms"]) == (0.5, 5.0, 9.0, 2.0)
+    assert (best["lat_8B_us"], best["bw_64KiB_GBs"], best["bw_4MiB_GBs"], best["allreduce_4MiB_ms"]) == (
+        0.5,
+        5.0,
+        9.0,
+        2.0,
+    )
     r = speed.Ratios.of({**best, "bw_4MiB_GBs": 4.5}, best)
     assert r.bw_4MiB == 0.5 and r.lat_8B == 1.0
 

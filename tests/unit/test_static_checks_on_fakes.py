@@ -3,6 +3,7 @@
 its `docker inspect` ENV, what `env -0` and a login shell print, the settings files the check
 cats, and probes/unresolved_libs.py's JSON. The broken variants fabric-off-baked-in and
 ucx-perftest-missing-lib show the same on a real rebuild."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -32,11 +33,14 @@ class ImageTarget:
         return self.probe
 
 
-@pytest.mark.parametrize("img, why", [
-    (ImageTarget(env=(PATH, "NCCL_IB_DISABLE=1")), r"NCCL_IB_DISABLE=1 \(image ENV\)"),
-    (ImageTarget(files="\n==> /etc/nccl.conf\nNCCL_IB_DISABLE=1\n"), r"NCCL_IB_DISABLE=1 \(/etc/nccl\.conf\)"),
-    (ImageTarget(login_adds=("UCX_TLS=tcp,self",)), r"UCX_TLS=tcp,self \(login shell \(/etc/profile\.d\)\)"),
-])
+@pytest.mark.parametrize(
+    "img, why",
+    [
+        (ImageTarget(env=(PATH, "NCCL_IB_DISABLE=1")), r"NCCL_IB_DISABLE=1 \(image ENV\)"),
+        (ImageTarget(files="\n==> /etc/nccl.conf\nNCCL_IB_DISABLE=1\n"), r"NCCL_IB_DISABLE=1 \(/etc/nccl\.conf\)"),
+        (ImageTarget(login_adds=("UCX_TLS=tcp,self",)), r"UCX_TLS=tcp,self \(login shell \(/etc/profile\.d\)\)"),
+    ],
+)
 def test_a_baked_setting_that_takes_the_fabric_away_fails_the_check(img, why):
     test_ib.test_no_baked_setting_switches_the_fabric_off(ImageTarget())
     with pytest.raises(AssertionError, match=r"settings baked into the image that take the fabric away:\n\s*" + why):
@@ -47,11 +51,16 @@ def scan(unresolved, scanned=1834):
     return {"scanned": scanned, "unresolved": unresolved, "shipped": {}}
 
 
-@pytest.mark.parametrize("probe, why", [
-    (scan({"/usr/bin/ucx_perftest": ["libgomp.so.1"]}),
-     r"1 of 1834 programs/libraries link a library that is not in the image:\n\s*/usr/bin/ucx_perftest: libgomp\.so\.1"),
-    (scan({}, scanned=3), r"the scan found only 3 ELF files under /opt /usr/local"),
-])
+@pytest.mark.parametrize(
+    "probe, why",
+    [
+        (
+            scan({"/usr/bin/ucx_perftest": ["libgomp.so.1"]}),
+            r"1 of 1834 programs/libraries link a library that is not in the image:\n\s*/usr/bin/ucx_perftest: libgomp\.so\.1",
+        ),
+        (scan({}, scanned=3), r"the scan found only 3 ELF files under /opt /usr/local"),
+    ],
+)
 def test_a_program_that_links_a_missing_library_fails_the_check(probe, why):
     test_integrity.test_every_program_and_library_resolves_its_libraries(ImageTarget(probe=scan({})))
     with pytest.raises(AssertionError, match=why):

@@ -1,6 +1,7 @@
 """The supply-chain step's own logic, without an engine: reading an inventory from the image's
 answer, the components trainbase downloads, lock comparison messages, and that a cell whose
 gate fails keeps no tag."""
+
 import io
 import json
 
@@ -37,37 +38,61 @@ zlib1g\t1:1.2.13.dfsg-1\tamd64\tzlib
 
 def test_inventory_from_the_images_answer():
     base = {"ref": "debian:12.15-slim", "identity": "packages-sha256:92bc", "how": "bootstrap"}
-    comps = inventory_reader.components_of([{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz",
-                                             "sha256": "a" * 64}], "f" * 64)
+    comps = inventory_reader.components_of(
+        [{"key": "openmpi-4.1.4-debian", "url": "http://x/o.tar.xz", "sha256": "a" * 64}], "f" * 64
+    )
     inv = inventory_reader.parse(ANSWER, "c", "r1", "sha256:1", base, comps)
-    assert inv.os == {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "VERSION_ID": "12",
-                      "VERSION_CODENAME": "bookworm", "ID": "debian"}
+    assert inv.os == {
+        "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)",
+        "VERSION_ID": "12",
+        "VERSION_CODENAME": "bookworm",
+        "ID": "debian",
+    }
     debs = {p.name: p for p in inv.of_kind("deb")}
     assert debs["libssl3"].source == "openssl" and debs["adduser"].source == "adduser"  # no source: itself
     assert debs["zlib1g"].version == "1:1.2.13.dfsg-1" and debs["zlib1g"].arch == "amd64"
     assert [(p.name, p.version) for p in inv.of_kind("pypi")] == [("mpi4py", "4.1.1"), ("nvidia-nccl-cu12", "2.27.5")]
-    assert {(p.name, p.version) for p in inv.of_kind("component")} == {("openmpi", "4.1.4"),
-                                                                       ("trainbase-tools", "f" * 12)}
+    assert {(p.name, p.version) for p in inv.of_kind("component")} == {
+        ("openmpi", "4.1.4"),
+        ("trainbase-tools", "f" * 12),
+    }
     assert Inventory.from_json(json.loads(json.dumps(inv.to_json()))) == inv
     with pytest.raises(Exception, match="no pypi, manifest section"):
         inventory_reader.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
 
 
 def test_component_names_and_versions_from_artifact_keys():
-    got = inventory_reader.components_of([
-        {"key": "miniforge-25.3.0-3", "url": "u", "sha256": "b" * 64},
-        {"key": "horovod-0.28.1-sdist", "url": "u", "sha256": "c" * 64},
-        {"key": "doca-gpg-key", "url": "u", "sha256": None, "openpgp_fingerprint": "CAE649B3B3929F8470D4D33BA024F6F0E6D6A281"},
-    ], "0" * 64)
+    got = inventory_reader.components_of(
+        [
+            {"key": "miniforge-25.3.0-3", "url": "u", "sha256": "b" * 64},
+            {"key": "horovod-0.28.1-sdist", "url": "u", "sha256": "c" * 64},
+            {
+                "key": "doca-gpg-key",
+                "url": "u",
+                "sha256": None,
+                "openpgp_fingerprint": "CAE649B3B3929F8470D4D33BA024F6F0E6D6A281",
+            },
+        ],
+        "0" * 64,
+    )
     assert [(p.name, p.version, bool(p.sha256)) for p in got[1:]] == [
-        ("miniforge", "25.3.0-3", True), ("horovod", "0.28.1", True), ("doca-gpg-key", "A024F6F0E6D6A281", False)]
+        ("miniforge", "25.3.0-3", True),
+        ("horovod", "0.28.1", True),
+        ("doca-gpg-key", "A024F6F0E6D6A281", False),
+    ]
 
 
 def test_lock_differences_are_named_with_locked_and_now():
-    locked = {"base": {"identity": "packages-sha256:aaa"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "1" * 64}},
-              "pip_locks": {"locks/python-py3.11.txt": "x"}}
-    now = {"base": {"identity": "packages-sha256:bbb"}, "artifacts": {"openmpi-4.1.4-debian": {"sha256": "2" * 64}},
-           "pip_locks": {"locks/python-py3.11.txt": "x"}}
+    locked = {
+        "base": {"identity": "packages-sha256:aaa"},
+        "artifacts": {"openmpi-4.1.4-debian": {"sha256": "1" * 64}},
+        "pip_locks": {"locks/python-py3.11.txt": "x"},
+    }
+    now = {
+        "base": {"identity": "packages-sha256:bbb"},
+        "artifacts": {"openmpi-4.1.4-debian": {"sha256": "2" * 64}},
+        "pip_locks": {"locks/python-py3.11.txt": "x"},
+    }
     msg = chain._diff("input", locked, now)
     assert "input artifacts.openmpi-4.1.4-debian.sha256: locked '" + "1" * 64 + "', now '" + "2" * 64 + "'" in msg
     assert "input base.identity: locked 'packages-sha256:aaa', now 'packages-sha256:bbb'" in msg
@@ -104,8 +129,11 @@ def test_a_cell_whose_gate_fails_keeps_no_tag(monkeypatch):
 
 
 def test_the_base_is_recorded_in_labels_and_read_back():
-    base = {"ref": "trainbase-bootstrap/debian:12.15-slim", "identity": "packages-sha256:" + "ab" * 32,
-            "how": "bootstrap"}
+    base = {
+        "ref": "trainbase-bootstrap/debian:12.15-slim",
+        "identity": "packages-sha256:" + "ab" * 32,
+        "how": "bootstrap",
+    }
     labels = bases.base_labels(base)
     assert labels["io.trainbase.base.identity"] == base["identity"]
     assert bases.recorded_base({**labels, "other": "x"}) == base
@@ -119,7 +147,10 @@ def test_a_root_cell_build_records_the_base_it_is_built_from(monkeypatch):
     of its own (it inherits its parent's labels). A later document for the cached tag reads
     these labels, so the tag's SBOM does not depend on what the engine resolves that day."""
     m = load(ROOT / "matrix.yaml")
-    cells = [m.cell("openmpi5.0.11-cuda13.2-cudnn9-debian12"), m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12")]
+    cells = [
+        m.cell("openmpi5.0.11-cuda13.2-cudnn9-debian12"),
+        m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12"),
+    ]
     rendered = recipes.render_all(m, cells, root=ROOT)
     b = executor.Executor(m, rendered, cells, executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
     root_base = rendered[cells[0].name].context.data["os"]["base"]

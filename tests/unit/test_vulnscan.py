@@ -3,6 +3,7 @@ Grype-shaped reports (tests/unit/fixtures/scans: the fields each scanner writes,
 for each rule): a fixable critical blocks, an unfixable one and a fixable high do not, an
 allow-list entry accepts until it expires, a report that is not one fails, and promotion holds
 back a digest the scan failed, or never scanned, even when its GPU tier passed."""
+
 import json
 
 import pytest
@@ -18,8 +19,22 @@ CELL = "openmpi4.1.4-cuda12.8-cudnn9-ubuntu22.04"
 
 
 def run(tmp_path, report, *extra):
-    return vulnscan.main([str(report), "--ref", REF, "--cell", CELL, "--gate-dir", str(tmp_path / "gate"),
-                          "--allowlist", str(tmp_path / "allow.yaml"), "--today", "2026-11-26", *extra])
+    return vulnscan.main(
+        [
+            str(report),
+            "--ref",
+            REF,
+            "--cell",
+            CELL,
+            "--gate-dir",
+            str(tmp_path / "gate"),
+            "--allowlist",
+            str(tmp_path / "allow.yaml"),
+            "--today",
+            "2026-11-26",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture
@@ -51,7 +66,8 @@ def test_an_allow_list_entry_accepts_a_finding_until_it_expires(tmp_path, capsys
     (tmp_path / "allow.yaml").write_text(
         "- {id: CVE-2024-6387, package: openssh-client, kind: deb, reason: 'sshd is not installed; the client is "
         "not exposed', expires: 2026-12-31}\n"
-        "- {id: GHSA-xxxx-yyyy-zzzz, package: setuptools, kind: pypi, reason: 'build-time only', expires: 2026-12-31}\n")
+        "- {id: GHSA-xxxx-yyyy-zzzz, package: setuptools, kind: pypi, reason: 'build-time only', expires: 2026-12-31}\n"
+    )
     assert run(tmp_path, SCANS / "trivy-critical-fixable.json") == 0
     assert "scan gate passed" in capsys.readouterr().out
     assert json.loads((tmp_path / "gate" / f"scan-{CELL}.json").read_text())["passed"] is True
@@ -82,12 +98,14 @@ def test_promotion_needs_every_required_check_to_pass_for_the_digest(tmp_path):
     gate = tmp_path / "gate"
     other = "ghcr.io/example/trainbase/y@sha256:" + "b" * 64
     (gate / "gpu-x").mkdir(parents=True)
-    (gate / "gpu-x" / "gate.json").write_text(json.dumps({"ref": REF, "passed": True, "check": "gpu",
-                                                          "platform": "linux/amd64"}))
+    (gate / "gpu-x" / "gate.json").write_text(
+        json.dumps({"ref": REF, "passed": True, "check": "gpu", "platform": "linux/amd64"})
+    )
     (gate / "gpu-y").mkdir()
-    (gate / "gpu-y" / "gate.json").write_text(json.dumps({"ref": other, "passed": True, "check": "gpu",
-                                                          "platform": "linux/amd64"}))
-    assert verdict(gate, REF) == verdict(gate, other) == ([vulnscan.CHECK], [])     # only the GPU tier ran
+    (gate / "gpu-y" / "gate.json").write_text(
+        json.dumps({"ref": other, "passed": True, "check": "gpu", "platform": "linux/amd64"})
+    )
+    assert verdict(gate, REF) == verdict(gate, other) == ([vulnscan.CHECK], [])  # only the GPU tier ran
     (gate / "scan-x").mkdir()
     (gate / "scan-x" / "s.json").write_text(json.dumps({"ref": REF, "passed": False, "check": vulnscan.CHECK}))
     assert verdict(gate, REF) == ([], [vulnscan.CHECK]), "x failed the scan"

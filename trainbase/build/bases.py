@@ -32,8 +32,9 @@ from ..render import context
 from . import bootstrap
 
 
-def resolve(ref: str, row: Any, lock: BaseLock, log: Callable[[str], object],
-            arch: str | None = None) -> tuple[str, str | None]:
+def resolve(
+    ref: str, row: Any, lock: BaseLock, log: Callable[[str], object], arch: str | None = None
+) -> tuple[str, str | None]:
     """(what to build FROM, why the row's cells must not build) for one base of a build. A
     bootstrap already in the engine that is not the locked one is made again once (an engine
     can hold one from before a Debian point release); what then still differs from the lock
@@ -66,8 +67,9 @@ def _differs(lock: BaseLock, built_from: str) -> str | None:
     return base_lock.mismatch(lock, resolved, packages)
 
 
-def relock(m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], object],
-           refresh: bool = False) -> dict[str, BaseLock]:
+def relock(
+    m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], object], refresh: bool = False
+) -> dict[str, BaseLock]:
     """Resolve the bases of ``cells``' rows now and write the lock (other entries are kept).
     Without ``refresh`` only the bases with no entry yet are resolved (a new CUDA row's base):
     re-resolving a locked one moves the tag of every cell on it, which the weekly refresh does
@@ -92,13 +94,18 @@ def relock(m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], ob
             log(f"{k}: locked to {entries[k].identity}, kept (--all re-resolves it)")
             continue
         if row.bootstrap is not None:
-            engine.remove_image(bootstrap.bootstrap_ref(ref, arch))   # today's mirror, not an old bootstrap
-            _, own = bootstrap.ensure_base_image(ref, row.bootstrap.suite, row.bootstrap.mirror,
-                                                 log=log, bootstrap_only=True, arch=arch)
+            engine.remove_image(bootstrap.bootstrap_ref(ref, arch))  # today's mirror, not an old bootstrap
+            _, own = bootstrap.ensure_base_image(
+                ref, row.bootstrap.suite, row.bootstrap.mirror, log=log, bootstrap_only=True, arch=arch
+            )
             ident = base_identity(own)
-            entries[k] = BaseLock(ref=ref, how=BOOTSTRAP, identity=ident["identity"],
-                                    packages=bootstrap.packages_of(own),
-                                    note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}")
+            entries[k] = BaseLock(
+                ref=ref,
+                how=BOOTSTRAP,
+                identity=ident["identity"],
+                packages=bootstrap.packages_of(own),
+                note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}",
+            )
             log(f"{k}: locked to {ident['identity']}")
             continue
         try:
@@ -108,13 +115,16 @@ def relock(m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], ob
             log(f"{ref}: NOT resolved, entry kept: {failures[-1]}")
             continue
         old = entries.get(ref)
-        entries[ref] = BaseLock(ref=ref, how=REGISTRY, identity=digest,
-                                note=f"manifest digest from the registry, {date.today()}")
+        entries[ref] = BaseLock(
+            ref=ref, how=REGISTRY, identity=digest, note=f"manifest digest from the registry, {date.today()}"
+        )
         log(f"{ref}: locked to {digest}" + (" (unchanged)" if old and old.identity == digest else ""))
     base_lock.write(root, entries)
     if failures:
-        raise TrainbaseError(f"--lock-bases: {len(failures)} base(s) could not be resolved from their registry "
-                             "(the others are written):\n  " + "\n  ".join(failures))
+        raise TrainbaseError(
+            f"--lock-bases: {len(failures)} base(s) could not be resolved from their registry "
+            "(the others are written):\n  " + "\n  ".join(failures)
+        )
     return entries
 
 
@@ -132,8 +142,11 @@ def base_identity(ref: str) -> dict[str, str]:
         # was made FROM a trainbase bootstrap and still carries the bootstrap's labels
         return {"ref": ref, "identity": pinned, "how": "registry digest"}
     if labels.get("io.trainbase.base.packages-sha256"):
-        return {"ref": ref, "identity": "packages-sha256:" + labels["io.trainbase.base.packages-sha256"],
-                "how": "bootstrap"}
+        return {
+            "ref": ref,
+            "identity": "packages-sha256:" + labels["io.trainbase.base.packages-sha256"],
+            "how": "bootstrap",
+        }
     if digests:
         # an image pulled under several names has one digest per repository: take this ref's
         repo = _familiar(engine.repository(ref))
@@ -146,7 +159,7 @@ def _familiar(repo: str) -> str:
     """docker.io/library/debian -> debian: the form the engine prints in RepoDigests."""
     for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
         if repo.startswith(prefix):
-            return repo[len(prefix):]
+            return repo[len(prefix) :]
     return repo
 
 
@@ -154,8 +167,7 @@ def _familiar(repo: str) -> str:
 # --label` (and again by the SBOM layer), inherited by every child. A document made later for a
 # cached or pulled image reads the base from here, never from whatever the engine resolves that
 # day (which would give one tag two SBOMs).
-BASE_LABELS = {"ref": "io.trainbase.base.ref", "identity": "io.trainbase.base.identity",
-               "how": "io.trainbase.base.how"}
+BASE_LABELS = {"ref": "io.trainbase.base.ref", "identity": "io.trainbase.base.identity", "how": "io.trainbase.base.how"}
 
 
 def base_labels(base: dict[str, str]) -> dict[str, str]:

@@ -33,24 +33,53 @@ from trainbase_common import emulation, engine
 
 from .rootfs import PACKAGE_LIST, package_list, slim_rootfs, write_file
 
-Log = Callable[[str], object]   # print, or a writer: what it returns is not read
+Log = Callable[[str], object]  # print, or a writer: what it returns is not read
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEBOOTSTRAP_SCRIPTS = Path("/usr/share/debootstrap/scripts")
 
 # Debian suites debootstrap can build from a Debian mirror, by codename/alias.
-DEBIAN_SUITES = frozenset({
-    "buster", "bullseye", "bookworm", "trixie", "forky", "duke",
-    "sid", "unstable", "experimental", "testing", "stable",
-    "oldstable", "oldoldstable",
-})
+DEBIAN_SUITES = frozenset(
+    {
+        "buster",
+        "bullseye",
+        "bookworm",
+        "trixie",
+        "forky",
+        "duke",
+        "sid",
+        "unstable",
+        "experimental",
+        "testing",
+        "stable",
+        "oldstable",
+        "oldoldstable",
+    }
+)
 # Ubuntu codenames: never bootstrappable here (Ubuntu's archive is not used).
-UBUNTU_SUITES = frozenset({
-    "trusty", "xenial", "bionic", "cosmic", "disco", "eoan", "focal", "groovy",
-    "hirsute", "impish", "jammy", "kinetic", "lunar", "mantic", "noble",
-    "oracular", "plucky", "questing", "resolute",
-})
-
+UBUNTU_SUITES = frozenset(
+    {
+        "trusty",
+        "xenial",
+        "bionic",
+        "cosmic",
+        "disco",
+        "eoan",
+        "focal",
+        "groovy",
+        "hirsute",
+        "impish",
+        "jammy",
+        "kinetic",
+        "lunar",
+        "mantic",
+        "noble",
+        "oracular",
+        "plucky",
+        "questing",
+        "resolute",
+    }
+)
 
 
 BOOTSTRAP_NAMESPACE = "trainbase-bootstrap"
@@ -82,7 +111,9 @@ def _tail(text: str, n: int = 15) -> str:
 
 def _sbin_path() -> str:
     parts = os.environ.get("PATH", "").split(os.pathsep)
-    return os.pathsep.join([p for p in parts if p] + [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in parts])
+    return os.pathsep.join(
+        [p for p in parts if p] + [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in parts]
+    )
 
 
 def check_debian_suite(suite: str, ref: str = "") -> str | None:
@@ -96,7 +127,8 @@ def check_debian_suite(suite: str, ref: str = "") -> str | None:
     if suite in UBUNTU_SUITES:
         raise BootstrapError(
             f"{what}cannot be bootstrapped here: {suite} is an Ubuntu suite and only "
-            f"Debian suites can be bootstrapped locally; the image must come from a registry")
+            f"Debian suites can be bootstrapped locally; the image must come from a registry"
+        )
     script = DEBOOTSTRAP_SCRIPTS / suite
     if script.exists():
         family = script.resolve().name
@@ -104,7 +136,8 @@ def check_debian_suite(suite: str, ref: str = "") -> str | None:
             raise BootstrapError(
                 f"{what}cannot be bootstrapped here: {suite} is not a Debian suite "
                 f"(debootstrap script family {family!r}); only Debian suites can be "
-                f"bootstrapped locally, the image must come from a registry")
+                f"bootstrapped locally, the image must come from a registry"
+            )
         return None
     if suite in DEBIAN_SUITES:
         sid = DEBOOTSTRAP_SCRIPTS / "sid"
@@ -112,7 +145,8 @@ def check_debian_suite(suite: str, ref: str = "") -> str | None:
     raise BootstrapError(
         f"{what}cannot be bootstrapped here: unknown suite {suite!r} (known Debian "
         f"suites: {', '.join(sorted(DEBIAN_SUITES))}); otherwise the image must come "
-        f"from a registry")
+        f"from a registry"
+    )
 
 
 def _label_safe(value: str, what: str) -> str:
@@ -152,8 +186,12 @@ def _remove_tree(path: str, log: Log) -> None:
 
 def _import(rootfs: str, ref: str, suite: str, mirror: str, packages: str, arch: str | None = None) -> None:
     digest = hashlib.sha256(packages.encode()).hexdigest()
-    labels = {"io.trainbase.base.source": "debootstrap", "io.trainbase.base.suite": suite,
-              "io.trainbase.base.mirror": mirror, "io.trainbase.base.packages-sha256": digest}
+    labels = {
+        "io.trainbase.base.source": "debootstrap",
+        "io.trainbase.base.suite": suite,
+        "io.trainbase.base.mirror": mirror,
+        "io.trainbase.base.packages-sha256": digest,
+    }
     if arch and not emulation.is_native(arch):
         _import_foreign(rootfs, ref, labels, arch)
         return
@@ -179,9 +217,18 @@ def _import_foreign(rootfs: str, ref: str, labels: dict[str, str], arch: str) ->
         with tarfile.open(os.path.join(ctx, "rootfs.tar"), "w", format=tarfile.PAX_FORMAT) as tar:
             tar.add(rootfs, arcname=".", filter=lambda ti: ti)
         Path(ctx, "Dockerfile").write_text('FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n')
-        cmd, env = buildkit.build_command("Dockerfile", ref, labels=labels, build_args={}, target=None,
-                                          secrets=None, network=None, no_cache=False,
-                                          platform=f"linux/{arch}", context=ctx)
+        cmd, env = buildkit.build_command(
+            "Dockerfile",
+            ref,
+            labels=labels,
+            build_args={},
+            target=None,
+            secrets=None,
+            network=None,
+            no_cache=False,
+            platform=f"linux/{arch}",
+            context=ctx,
+        )
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ctx, check=False)
         if r.returncode != 0:
             raise BootstrapError(f"importing {ref} ({arch}) failed:\n{_tail(r.stdout + r.stderr)}")
@@ -191,8 +238,13 @@ def packages_of(image: str) -> list[str]:
     """The dpkg list a trainbase bootstrap recorded in itself ("name version" lines)."""
     import uuid
 
-    cid = engine.run_detached(image, ["sleep", "infinity"], name=f"tb-base-{uuid.uuid4().hex[:8]}",
-                              labels={"io.trainbase.base-lock": "1"}, opts=engine.RunOptions(init=False))
+    cid = engine.run_detached(
+        image,
+        ["sleep", "infinity"],
+        name=f"tb-base-{uuid.uuid4().hex[:8]}",
+        labels={"io.trainbase.base-lock": "1"},
+        opts=engine.RunOptions(init=False),
+    )
     try:
         r = engine.exec_in(cid, ["cat", "/" + PACKAGE_LIST])
     finally:
@@ -207,8 +259,14 @@ def _tag_of(ref: str) -> str:
     return last.split("@", 1)[0].split(":", 1)[1] if ":" in last.split("@", 1)[0] else ""
 
 
-def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_MIRROR,
-                      log: Log = print, bootstrap_only: bool = False, arch: str | None = None) -> tuple[str, str]:
+def ensure_base_image(
+    ref: str,
+    suite: str | None = None,
+    mirror: str = DEFAULT_MIRROR,
+    log: Log = print,
+    bootstrap_only: bool = False,
+    arch: str | None = None,
+) -> tuple[str, str]:
     """Make a base for ``ref`` available: (how, the reference to build FROM). How is "present"
     or "pulled" (the official image), or "bootstrapped" / "bootstrap present" (trainbase's own
     bootstrap, under bootstrap_ref(ref)). ``bootstrap_only``: the base lock says the row is
@@ -221,8 +279,10 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
         log(f"{ref} ({arch}): resolved by BuildKit from the registry's index at build time")
         return "registry index", ref
     if not engine.available():
-        raise BootstrapError("no container engine answers: run scripts/setup.sh"
-                             + (f" (DOCKER_HOST={os.environ['DOCKER_HOST']})" if os.environ.get("DOCKER_HOST") else ""))
+        raise BootstrapError(
+            "no container engine answers: run scripts/setup.sh"
+            + (f" (DOCKER_HOST={os.environ['DOCKER_HOST']})" if os.environ.get("DOCKER_HOST") else "")
+        )
     if bootstrap_only:
         if not suite:
             raise BootstrapError(f"{ref} is locked to trainbase's bootstrap, but its row names no bootstrap suite")
@@ -245,17 +305,23 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
             why = str(e).splitlines()[0][:300]
         log(f"{ref}: pull failed after {time.monotonic() - t0:.1f} s: {why}")
         if not suite:
-            raise BootstrapError(f"{ref} is not in the engine and could not be pulled ({why}); it must come from a "
-                                 f"registry (only Debian suites can be bootstrapped locally)")
+            raise BootstrapError(
+                f"{ref} is not in the engine and could not be pulled ({why}); it must come from a "
+                f"registry (only Debian suites can be bootstrapped locally)"
+            )
     if not suite:  # (bootstrap_only without a suite was refused above)
-        raise BootstrapError(f"{ref} in the engine is a trainbase bootstrap, not the official image, and no "
-                             "suite was given to bootstrap it again")
+        raise BootstrapError(
+            f"{ref} in the engine is a trainbase bootstrap, not the official image, and no "
+            "suite was given to bootstrap it again"
+        )
     own = bootstrap_ref(ref, arch)
     if _is_our_bootstrap(own):
         info = engine.inspect_image(own)
         labels = info.labels if info else {}
-        log(f"{ref}: using trainbase's own bootstrap {own} (packages sha256 "
-            f"{labels.get('io.trainbase.base.packages-sha256', '?')[:12]})")
+        log(
+            f"{ref}: using trainbase's own bootstrap {own} (packages sha256 "
+            f"{labels.get('io.trainbase.base.packages-sha256', '?')[:12]})"
+        )
         return "bootstrap present", own
     check_debian_suite(suite, ref)
     _label_safe(suite, "suite")
@@ -271,8 +337,10 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
     try:
         arch_opt = [f"--arch={arch}"] if foreign else []
         cmd = [debootstrap, "--variant=minbase", *arch_opt, suite, rootfs, mirror] + ([script] if script else [])
-        log(f"{ref}: debootstrap --variant=minbase {' '.join(arch_opt + [''])}{suite} {rootfs} {mirror}"
-            + (" (second stage under qemu)" if foreign else ""))
+        log(
+            f"{ref}: debootstrap --variant=minbase {' '.join(arch_opt + [''])}{suite} {rootfs} {mirror}"
+            + (" (second stage under qemu)" if foreign else "")
+        )
         t1 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PATH=_sbin_path()), check=False)
         if r.returncode != 0:
@@ -284,34 +352,45 @@ def ensure_base_image(ref: str, suite: str | None = None, mirror: str = DEFAULT_
         t_boot = time.monotonic() - t1
         slim = "slim" in _tag_of(ref)
         slim_rootfs(rootfs, suite, mirror, slim=slim)
-        have = Path(rootfs, "etc/debian_version").read_text().strip() if Path(rootfs, "etc/debian_version").exists() else "?"
+        have = (
+            Path(rootfs, "etc/debian_version").read_text().strip()
+            if Path(rootfs, "etc/debian_version").exists()
+            else "?"
+        )
         m = re.match(r"(\d+(?:\.\d+)*)", _tag_of(ref))
         if m and not (have == m.group(1) or have.startswith(m.group(1) + ".")):
-            log(f"{ref}: note: the tag says {m.group(1)} but the mirror's {suite} is {have} "
-                f"(a mirror serves only the current point release)")
+            log(
+                f"{ref}: note: the tag says {m.group(1)} but the mirror's {suite} is {have} "
+                f"(a mirror serves only the current point release)"
+            )
         packages = package_list(rootfs)
         write_file(Path(rootfs, PACKAGE_LIST), packages)
         t2 = time.monotonic()
         _import(rootfs, own, suite, mirror, packages, arch)
         info = engine.inspect_image(own)
-        log(f"{ref}: bootstrapped as {own}: Debian {have} ({suite}{', slim' if slim else ''}, {packages.count(chr(10))} "
+        log(
+            f"{ref}: bootstrapped as {own}: Debian {have} ({suite}{', slim' if slim else ''}, {packages.count(chr(10))} "
             f"packages, list in /{PACKAGE_LIST}): debootstrap {t_boot:.0f} s, import {time.monotonic() - t2:.0f} s"
-            + (f", size {info.size / 1e6:.0f} MB" if info else ""))
+            + (f", size {info.size / 1e6:.0f} MB" if info else "")
+        )
     finally:
         _remove_tree(tmp, log)
     return "bootstrapped", own
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainbase.build.bootstrap",
-                                 description="make a base image available: present, pulled, or debootstrapped")
+    ap = argparse.ArgumentParser(
+        prog="python -m trainbase.build.bootstrap",
+        description="make a base image available: present, pulled, or debootstrapped",
+    )
     ap.add_argument("ref", help="image reference, e.g. debian:12.15-slim")
     ap.add_argument("suite", nargs="?", help="Debian suite to bootstrap if the pull fails, e.g. bookworm")
     ap.add_argument("--mirror", default=DEFAULT_MIRROR)
     args = ap.parse_args(argv)
     try:
-        how, use = ensure_base_image(args.ref, args.suite, args.mirror,
-                                     log=lambda s: print(f"trainbase: {s}", file=sys.stderr, flush=True))
+        how, use = ensure_base_image(
+            args.ref, args.suite, args.mirror, log=lambda s: print(f"trainbase: {s}", file=sys.stderr, flush=True)
+        )
         print(f"{how} {use}")
     except BootstrapError as e:
         print(f"trainbase: error: {e}", file=sys.stderr)

@@ -40,17 +40,33 @@ def ca_bundle(value: str | None) -> str | None:
     return value
 
 
-def command(j: Job, namespace: str, base_refs: dict[str, str], ca: str | None, network: str | None,
-            no_cache: bool, root: Path = Path(".")) -> tuple[list[str], dict[str, str]]:
+def command(
+    j: Job,
+    namespace: str,
+    base_refs: dict[str, str],
+    ca: str | None,
+    network: str | None,
+    no_cache: bool,
+    root: Path = Path("."),
+) -> tuple[list[str], dict[str, str]]:
     """The build command of ``j`` and its environment. ``base_refs``: each row's base -> what
     it is built FROM here (official or bootstrap)."""
     return buildkit.build_command(
-        j.rendered.dockerfile, j.image,
-        labels={"io.trainbase.recipe": j.rendered.recipe, "org.opencontainers.image.version": j.tag,
-                **source_labels(str(root)), **base_labels(j, base_refs)},
+        j.rendered.dockerfile,
+        j.image,
+        labels={
+            "io.trainbase.recipe": j.rendered.recipe,
+            "org.opencontainers.image.version": j.tag,
+            **source_labels(str(root)),
+            **base_labels(j, base_refs),
+        },
         build_args={"TRAINBASE_NAMESPACE": namespace, **base_arg(j, base_refs)},
-        target=None if j.parent else "image", secrets={"ca_bundle": ca} if ca else None,
-        network=network, no_cache=no_cache, platform=j.cell.platform)
+        target=None if j.parent else "image",
+        secrets={"ca_bundle": ca} if ca else None,
+        network=network,
+        no_cache=no_cache,
+        platform=j.cell.platform,
+    )
 
 
 @functools.cache
@@ -69,7 +85,7 @@ def source_labels(root: str) -> dict[str, str]:
         source = f"{os.environ.get('GITHUB_SERVER_URL', 'https://github.com')}/{os.environ['GITHUB_REPOSITORY']}"
     else:
         source = re.sub(r"//[^/@]*@", "//", git("config", "--get", "remote.origin.url"))
-    if source and not source.startswith("/"):          # a local path is nobody's source
+    if source and not source.startswith("/"):  # a local path is nobody's source
         out["org.opencontainers.image.source"] = source
     revision = os.environ.get("GITHUB_SHA") or git("rev-parse", "HEAD")
     if revision:
@@ -100,9 +116,11 @@ def check_space(builds: int, min_free_gb: float) -> None:
     root = _docker_root()
     free = shutil.disk_usage(root).free / 1e9 if root and Path(root).exists() else None
     if free is not None and free < min_free_gb:
-        raise TrainbaseError(f"only {free:.1f} GB free under {root}; building {builds} image(s) needs "
-                             f"at least {min_free_gb:g} GB (prune with `docker system prune`, or "
-                             f"lower the bar with --min-free-gb)")
+        raise TrainbaseError(
+            f"only {free:.1f} GB free under {root}; building {builds} image(s) needs "
+            f"at least {min_free_gb:g} GB (prune with `docker system prune`, or "
+            f"lower the bar with --min-free-gb)"
+        )
 
 
 def _docker_root() -> str | None:

@@ -26,8 +26,8 @@ class Job:
     """One image of the plan, and what became of it (the executor fills in the rest)."""
 
     rendered: Rendered
-    image: str                          # namespace/name:immutable-tag
-    selected: bool                      # False: built only because a selected cell needs it
+    image: str  # namespace/name:immutable-tag
+    selected: bool  # False: built only because a selected cell needs it
     status: JobState = JobState.QUEUED
     reason: str | None = None
     started: float | None = None
@@ -37,11 +37,11 @@ class Job:
     image_id: str | None = None
     last_line: str = ""
     pushed: list[str] = field(default_factory=list)
-    present: list[str] = field(default_factory=list)   # tags this run found already published
+    present: list[str] = field(default_factory=list)  # tags this run found already published
     repo_digest: str | None = None
-    supply_s: float | None = None       # seconds of the supply-chain step (SBOM, audits, budgets)
-    failure_kind: str | None = None     # run/failures.py: transient | environment | recipe | unknown
-    fix: str | None = None              # the fix for this failure's very cause, where one is known
+    supply_s: float | None = None  # seconds of the supply-chain step (SBOM, audits, budgets)
+    failure_kind: str | None = None  # run/failures.py: transient | environment | recipe | unknown
+    fix: str | None = None  # the fix for this failure's very cause, where one is known
 
     @property
     def cell(self) -> Cell:
@@ -82,7 +82,7 @@ class Plan:
         wanted = {c.name for c in selected}
         graph: dict[str, set[str]] = {}
         todo = [c.name for c in selected]
-        while todo:                                  # the selection and every parent it needs
+        while todo:  # the selection and every parent it needs
             name = todo.pop()
             if name in graph:
                 continue
@@ -90,7 +90,7 @@ class Plan:
             graph[name] = {parent} if parent else set()
             if parent:
                 todo.append(parent)
-        rank: dict[str, int] = {}                     # the first selected cell that needs it
+        rank: dict[str, int] = {}  # the first selected cell that needs it
         for i, c in enumerate(selected):
             up: str | None = c.name
             while up:
@@ -114,7 +114,7 @@ class Plan:
     def levels(self) -> dict[str, int]:
         """FROM depth of each job: 0 for base cells, parent's + 1 for framework cells."""
         level: dict[str, int] = {}
-        for n, j in self.jobs.items():                 # parents come first
+        for n, j in self.jobs.items():  # parents come first
             level[n] = level[j.parent] + 1 if j.parent in level else 0
         return level
 
@@ -135,8 +135,10 @@ class Plan:
             pending = [a for a in j.rendered.context.artifacts if self.m.spec.artifacts[a].file_for(plat).pending]
             if pending and j.status == JobState.QUEUED:
                 a = self.m.spec.artifacts[pending[0]].file_for(plat)
-                j.status, j.reason = JobState.REFUSED, (f"artifact {pending[0]} has no verified sha256 "
-                                                        f"({' '.join((a.pending_reason or '').split())})")
+                j.status, j.reason = (
+                    JobState.REFUSED,
+                    (f"artifact {pending[0]} has no verified sha256 ({' '.join((a.pending_reason or '').split())})"),
+                )
 
     def mark_cached(self, exists: Callable[[str], bool]) -> None:
         """Jobs whose immutable tag ``exists`` (in the engine) need no build."""
@@ -167,8 +169,12 @@ class Plan:
         w = out.write
         w(f"plan: {len(self.jobs)} image(s), {sum(j.selected for j in self.jobs.values())} selected, -j {jobs}\n")
         level = self.levels()
-        verbs = {JobState.QUEUED: "build", JobState.CACHED: "cached", JobState.REFUSED: "REFUSED",
-                 JobState.SKIPPED: "skip"}
+        verbs = {
+            JobState.QUEUED: "build",
+            JobState.CACHED: "cached",
+            JobState.REFUSED: "REFUSED",
+            JobState.SKIPPED: "skip",
+        }
         for lv in sorted(set(level.values())):
             w(f"  step {lv + 1}:\n")
             for n in [n for n in self.jobs if level[n] == lv]:

@@ -36,6 +36,7 @@ SLIM_INCLUDES = (
     "/usr/share/omf/*/*-C.emf",
 )
 
+
 def _clear_dir(path: Path) -> None:
     if not path.is_dir() or path.is_symlink():
         return
@@ -55,18 +56,23 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
 def _sources_deb822(suite: str, mirror: str) -> str:
     rolling = suite in ("sid", "unstable", "experimental")
     suites = [suite] if rolling else [suite, f"{suite}-updates"]
-    text = (f"Types: deb\nURIs: {mirror}\nSuites: {' '.join(suites)}\n"
-            f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    text = (
+        f"Types: deb\nURIs: {mirror}\nSuites: {' '.join(suites)}\n"
+        f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
     if not rolling and suite not in ("buster", "oldoldstable") and mirror.rstrip("/").endswith("/debian"):
         sec = mirror.rstrip("/") + "-security"
-        text += (f"\nTypes: deb\nURIs: {sec}\nSuites: {suite}-security\n"
-                 f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+        text += (
+            f"\nTypes: deb\nURIs: {sec}\nSuites: {suite}-security\n"
+            f"Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        )
     return text
 
 
 def _slim_tree(root: Path, excludes: Sequence[str], includes: Sequence[str]) -> None:
     """Delete what dpkg ``path-exclude`` would not have installed (keeping
     ``path-include`` matches), then dangling links and empty directories."""
+
     def keep(rel: str) -> bool:
         return any(fnmatch.fnmatchcase(rel, pat) for pat in includes)
 
@@ -110,9 +116,15 @@ def slim_rootfs(rootfs: str, suite: str, mirror: str, slim: bool) -> None:
         _clear_dir(root / rel)
     if (root / "debootstrap").is_dir():
         shutil.rmtree(root / "debootstrap")
-    for rel in ("var/log/bootstrap.log", "var/log/apt/history.log", "var/log/apt/term.log",
-                "var/log/alternatives.log", "var/log/dpkg.log",
-                "etc/apt/apt.conf.d/01autoremove-kernels", "etc/machine-id"):
+    for rel in (
+        "var/log/bootstrap.log",
+        "var/log/apt/history.log",
+        "var/log/apt/term.log",
+        "var/log/alternatives.log",
+        "var/log/dpkg.log",
+        "etc/apt/apt.conf.d/01autoremove-kernels",
+        "etc/machine-id",
+    ):
         p = root / rel
         if p.is_file() or p.is_symlink():
             p.unlink()
@@ -129,26 +141,38 @@ def slim_rootfs(rootfs: str, suite: str, mirror: str, slim: bool) -> None:
         sources_list.unlink()
     write_file(root / "etc/apt/sources.list.d/debian.sources", _sources_deb822(suite, mirror))
     # docker-friendly package manager settings (as in the official images)
-    write_file(root / "usr/sbin/policy-rc.d",
-           "#!/bin/sh\n# no services start during package installs in image builds\nexit 101\n", 0o755)
-    write_file(root / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup",
-           "# image builds need no fsync per unpacked file\nforce-unsafe-io\n")
-    write_file(root / "etc/apt/apt.conf.d/docker-autoremove-suggests",
-           "// autoremove also what was only kept because something Suggests it\n"
-           "Apt::AutoRemove::SuggestsImportant \"false\";\n")
+    write_file(
+        root / "usr/sbin/policy-rc.d",
+        "#!/bin/sh\n# no services start during package installs in image builds\nexit 101\n",
+        0o755,
+    )
+    write_file(
+        root / "etc/dpkg/dpkg.cfg.d/docker-apt-speedup",
+        "# image builds need no fsync per unpacked file\nforce-unsafe-io\n",
+    )
+    write_file(
+        root / "etc/apt/apt.conf.d/docker-autoremove-suggests",
+        "// autoremove also what was only kept because something Suggests it\n"
+        'Apt::AutoRemove::SuggestsImportant "false";\n',
+    )
     clean = '"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";'
-    write_file(root / "etc/apt/apt.conf.d/docker-clean",
-           "// like the official image: an implicit `apt-get clean` after every install.\n"
-           "// Builds that use a cache mount on /var/cache/apt should delete this file.\n"
-           f"DPkg::Post-Invoke {{ {clean} }};\nAPT::Update::Post-Invoke {{ {clean} }};\n"
-           "Dir::Cache::pkgcache \"\";\nDir::Cache::srcpkgcache \"\";\n")
-    write_file(root / "etc/apt/apt.conf.d/docker-gzip-indexes",
-           "// keep package lists compressed on disk\nAcquire::GzipIndexes \"true\";\n")
-    write_file(root / "etc/apt/apt.conf.d/docker-no-languages",
-           "// no Translation files\nAcquire::Languages \"none\";\n")
+    write_file(
+        root / "etc/apt/apt.conf.d/docker-clean",
+        "// like the official image: an implicit `apt-get clean` after every install.\n"
+        "// Builds that use a cache mount on /var/cache/apt should delete this file.\n"
+        f"DPkg::Post-Invoke {{ {clean} }};\nAPT::Update::Post-Invoke {{ {clean} }};\n"
+        'Dir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
+    )
+    write_file(
+        root / "etc/apt/apt.conf.d/docker-gzip-indexes",
+        '// keep package lists compressed on disk\nAcquire::GzipIndexes "true";\n',
+    )
+    write_file(root / "etc/apt/apt.conf.d/docker-no-languages", '// no Translation files\nAcquire::Languages "none";\n')
     if slim:
-        cfg = ["# \"slim\" variant: files unnecessary in containers are excluded,",
-               "# and this configuration keeps them that way."]
+        cfg = [
+            '# "slim" variant: files unnecessary in containers are excluded,',
+            "# and this configuration keeps them that way.",
+        ]
         cfg += [f"path-exclude {p}" for p in SLIM_EXCLUDES]
         cfg += [f"path-include {p}" for p in SLIM_INCLUDES]
         write_file(root / "etc/dpkg/dpkg.cfg.d/docker", "\n".join(cfg) + "\n")

@@ -34,6 +34,7 @@ def selected(m: Matrix, args: argparse.Namespace) -> list[Cell]:
 
 # --------------------------------------------------------------------------- the matrix and its files
 
+
 def list_cells(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     filters = parse_selects(args.select)
     if args.all:
@@ -91,9 +92,10 @@ def lock_bases(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 
     failed = None
     try:
-        entries = bases.relock(m, root, selected(m, args), log=lambda s: print(f"base: {s}", file=sys.stderr),
-                               refresh=args.all)
-    except TrainbaseError as e:   # what did resolve is written: render it, then fail the job
+        entries = bases.relock(
+            m, root, selected(m, args), log=lambda s: print(f"base: {s}", file=sys.stderr), refresh=args.all
+        )
+    except TrainbaseError as e:  # what did resolve is written: render it, then fail the job
         failed, entries = e, base_lock.load(root)
     locked = sum(1 for e in entries.values() if e.identity)
     printing.bases_locked(base_lock.LOCK_FILE, locked, len(entries) - locked)
@@ -131,6 +133,7 @@ def catalogue(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- building
 
+
 def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     """Build the selection (and the parents it needs); with --test, then the conformance suite
     on what was built; with --test --push, publish only when both passed."""
@@ -141,26 +144,46 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     cells = selected(m, args)
     if args.push:
         registry.split_registry(args.registry or "")
-    if args.sign_key:           # a key that cannot sign fails now, not after the builds
+    if args.sign_key:  # a key that cannot sign fails now, not after the builds
         from ..supply import attestation
+
         if not args.push:
             raise TrainbaseError("--sign-key signs what --push publishes: add --push")
         try:
             attestation.load_signer(args.sign_key)
         except attestation.AttestationError as e:
             raise TrainbaseError(str(e)) from None
-    rendered = rendermod.render_all(m, cells, root=root)   # the selection and its parents
+    rendered = rendermod.render_all(m, cells, root=root)  # the selection and its parents
     stale = rendermod.check(m, rendered, root, orphans=False)
     if stale:
         printing.stale_before_build(stale)
         return 2
     log_dir = Path(args.log_dir) if Path(args.log_dir).is_absolute() else root / args.log_dir
-    supply = None if args.no_supply else SupplyOptions(dir=root / args.supply_dir, allowlist=Path(args.allowlist),
-                                                       locked=args.locked, python_audit=args.python_audit)
-    opts = executor.Options(jobs=args.jobs, ca_bundle=args.ca_bundle, network=args.network, log_dir=log_dir,
-                            dry_run=args.dry_run, push=bool(args.push), stage=args.push == "stage",
-                            registry=args.registry, no_cache=args.no_cache, zstd_twin=args.zstd_twin,
-                            sign_key=args.sign_key, min_free_gb=args.min_free_gb, supply=supply)
+    supply = (
+        None
+        if args.no_supply
+        else SupplyOptions(
+            dir=root / args.supply_dir,
+            allowlist=Path(args.allowlist),
+            locked=args.locked,
+            python_audit=args.python_audit,
+        )
+    )
+    opts = executor.Options(
+        jobs=args.jobs,
+        ca_bundle=args.ca_bundle,
+        network=args.network,
+        log_dir=log_dir,
+        dry_run=args.dry_run,
+        push=bool(args.push),
+        stage=args.push == "stage",
+        registry=args.registry,
+        no_cache=args.no_cache,
+        zstd_twin=args.zstd_twin,
+        sign_key=args.sign_key,
+        min_free_gb=args.min_free_gb,
+        supply=supply,
+    )
     if args.test and args.push:
         # publish only what passed: build, test, then push in a second (all-cached) run
         opts.push = False
@@ -170,7 +193,7 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     code = b.run()
     if args.dry_run:
         return code
-    if args.report:                 # first: a summary that fails to print must not lose the report
+    if args.report:  # first: a summary that fails to print must not lose the report
         report.write_report(b, args.report)
     printing.build_summary(report, b)
     if args.report:
@@ -178,11 +201,22 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     if args.test and code != 130:
         import subprocess
 
-        tested = subprocess.run([sys.executable, "-m", "pytest", str(root / "trainbase_conformance" / "checks"),
-                                 "--report", args.report, "--junitxml", str(root / "reports" / "conformance.xml")],
-                                cwd=root, check=False)
+        tested = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(root / "trainbase_conformance" / "checks"),
+                "--report",
+                args.report,
+                "--junitxml",
+                str(root / "reports" / "conformance.xml"),
+            ],
+            cwd=root,
+            check=False,
+        )
         if tested.returncode and code in (0, executor.INCOMPLETE):
-            code = 1            # a conformance failure outranks "incomplete"
+            code = 1  # a conformance failure outranks "incomplete"
         if args.push and code == 0:
             opts.push, opts.dry_run = True, False
             b2 = executor.Executor(m, rendered, cells, opts, root)
@@ -200,6 +234,7 @@ def prune(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- delivery
+
 
 def affected(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     from ..deliver import affected as affectedmod
@@ -224,8 +259,17 @@ def merge_platforms(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 def promote(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     from ..deliver import promote as promotemod
 
-    return promotemod.command(m, root, selected(m, args), args.registry, args.gate, head_sha=args.head_sha,
-                              recipe_sha=args.recipe_sha, public_key=args.public_key, attested_by=args.attested_by)
+    return promotemod.command(
+        m,
+        root,
+        selected(m, args),
+        args.registry,
+        args.gate,
+        head_sha=args.head_sha,
+        recipe_sha=args.recipe_sha,
+        public_key=args.public_key,
+        attested_by=args.attested_by,
+    )
 
 
 def verify_attestations(m: Matrix, root: Path, args: argparse.Namespace) -> int:
@@ -235,8 +279,21 @@ def verify_attestations(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 
 
 ACTIONS: dict[str, Action] = {
-    "list": list_cells, "explain": explain, "render": render, "check": check, "lock": lock,
-    "lock-bases": lock_bases, "lint": lint, "outdated": outdated, "bump": bump, "catalogue": catalogue,
-    "build": build, "prune": prune, "affected": affected, "ci-matrix": ci_matrix,
-    "merge-platforms": merge_platforms, "promote": promote, "verify-attestations": verify_attestations,
+    "list": list_cells,
+    "explain": explain,
+    "render": render,
+    "check": check,
+    "lock": lock,
+    "lock-bases": lock_bases,
+    "lint": lint,
+    "outdated": outdated,
+    "bump": bump,
+    "catalogue": catalogue,
+    "build": build,
+    "prune": prune,
+    "affected": affected,
+    "ci-matrix": ci_matrix,
+    "merge-platforms": merge_platforms,
+    "promote": promote,
+    "verify-attestations": verify_attestations,
 }

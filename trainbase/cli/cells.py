@@ -27,7 +27,7 @@ def cell_record(m: Matrix, c: Cell, rendered: dict[str, rendermod.Rendered] | No
         rec["image"] = f"{m.spec.naming.namespace}/{c.name}:{r.tag}"
         chain: list[str] = []
         x: rendermod.Rendered | None = r
-        while x is not None:               # a cell cannot build while anything under it is pending
+        while x is not None:  # a cell cannot build while anything under it is pending
             chain += [a for a in x.context.artifacts if m.spec.artifacts[a].file_for(x.cell.platform).pending]
             x = rendered.get(x.cell.parent) if x.cell.parent else None
         rec["artifacts_pending"] = sorted(set(chain))
@@ -60,5 +60,7 @@ def aliases(m: Matrix, c: Cell) -> list[str]:
             break
     fmt = m.spec.naming.framework_prefix.format
     versions = [[r.version for r in m.spec.frameworks[fw].releases] for fw in chain]
-    return ["".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo, strict=True)) + x.name
-            for combo in itertools.product(*versions)]
+    return [
+        "".join(fmt(framework=fw, framework_version=v) for fw, v in zip(chain, combo, strict=True)) + x.name
+        for combo in itertools.product(*versions)
+    ]

@@ -61,8 +61,8 @@ class TwoActions(ValueError):
 @dataclass
 class Translated:
     argv: list[str]
-    old: str | None = None                       # the old flag used, if any
-    ignored: list[str] = field(default_factory=list)   # options the old spelling took and its action never read
+    old: str | None = None  # the old flag used, if any
+    ignored: list[str] = field(default_factory=list)  # options the old spelling took and its action never read
 
     def notice(self) -> str | None:
         """The one line for stderr, or None (the new spelling, or a plain --matrix)."""
@@ -71,8 +71,11 @@ class Translated:
         flag = OLD_FLAGS[self.old]
         ignored = f" ({', '.join(self.ignored)}: not read by {flag.command}, ignored as before)" if self.ignored else ""
         if not flag.notice:
-            return f"note: 'build.py {self.old}' ignores {', '.join(self.ignored)}: {flag.command} never read it" \
-                if self.ignored else None
+            return (
+                f"note: 'build.py {self.old}' ignores {', '.join(self.ignored)}: {flag.command} never read it"
+                if self.ignored
+                else None
+            )
         shown = f" {flag.metavar}" if flag.metavar else ""
         return f"note: '{PROG} {self.old}{shown}' is now '{PROG} {flag.command}{shown}'{ignored}"
 
@@ -115,7 +118,7 @@ def translate(argv: list[str], p: argparse.ArgumentParser) -> Translated:
     subcommand's positional, the options the subcommand does not read dropped."""
     subs = subparsers(p)
     every = {s: a for sp in subs.values() for s, a in _options(sp).items()}
-    found: tuple[int, str, list[str]] | None = None   # the old flag: (index, flag, its positional words)
+    found: tuple[int, str, list[str]] | None = None  # the old flag: (index, flag, its positional words)
     command: str | None = None
     i = 0
     while i < len(argv):
@@ -124,36 +127,39 @@ def translate(argv: list[str], p: argparse.ArgumentParser) -> Translated:
         if name in OLD_FLAGS:
             flag = OLD_FLAGS[name]
             if command is not None:
-                raise TwoActions(f"{name} is the old spelling of '{PROG} {flag.command}', and {command} is already "
-                                 f"the action: give one ('{PROG} {command} --help' lists what {command} reads)")
+                raise TwoActions(
+                    f"{name} is the old spelling of '{PROG} {flag.command}', and {command} is already "
+                    f"the action: give one ('{PROG} {command} --help' lists what {command} reads)"
+                )
             if found:
                 first = OLD_FLAGS[found[1]].command
-                raise TwoActions(f"{found[1]} and {name} are two actions; give one: '{PROG} {first}' "
-                                 f"or '{PROG} {flag.command}'")
-            words = [value] if eq else argv[i + 1:i + 1 + _positional_words(flag.value, argv[i + 1:])]
+                raise TwoActions(
+                    f"{found[1]} and {name} are two actions; give one: '{PROG} {first}' or '{PROG} {flag.command}'"
+                )
+            words = [value] if eq else argv[i + 1 : i + 1 + _positional_words(flag.value, argv[i + 1 :])]
             found = (i, name, words)
             i += 1 + (0 if eq else len(words))
         elif word.startswith("-") and word != "-":
-            i += 1 + (0 if eq else _value_words(every.get(name), argv[i + 1:]))
+            i += 1 + (0 if eq else _value_words(every.get(name), argv[i + 1 :]))
         else:
             if command is None and not found:
-                command = word          # the new form's subcommand; later plain words are its own
+                command = word  # the new form's subcommand; later plain words are its own
             i += 1
     if not found:
         return Translated(list(argv))
     at, flag_name, words = found
     target = OLD_FLAGS[flag_name].command
     reads = _options(subs[target])
-    rest = argv[:at] + argv[at + 1 + (0 if "=" in argv[at] else len(words)):]
+    rest = argv[:at] + argv[at + 1 + (0 if "=" in argv[at] else len(words)) :]
     kept: list[str] = []
     ignored: list[str] = []
     i = 0
     while i < len(rest):
         name, eq, _ = rest[i].partition("=")
-        n = 1 + (0 if eq else _value_words(every.get(name), rest[i + 1:]))
+        n = 1 + (0 if eq else _value_words(every.get(name), rest[i + 1 :]))
         if name.startswith("-") and name not in reads and name in every and name not in ("-h", "--help"):
             ignored.append(name)
         else:
-            kept += rest[i:i + n]
+            kept += rest[i : i + n]
         i += n
     return Translated([target, *words, *kept], flag_name, ignored)

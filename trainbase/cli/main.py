@@ -26,11 +26,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if note := translated.notice():
         print(note, file=sys.stderr)
     args, extra = p.parse_known_args(translated.argv)
-    if extra:       # argparse would say only "unrecognized arguments"; say whose options they are
+    if extra:  # argparse would say only "unrecognized arguments"; say whose options they are
         sub = subparsers(p)
         unread = [w for w in extra if w.startswith("-")] or extra
-        takers = [name for name, sp in sub.items()
-                  if unread[0].split("=")[0] in {s for a in sp._actions for s in a.option_strings}]
+        takers = [
+            name
+            for name, sp in sub.items()
+            if unread[0].split("=")[0] in {s for a in sp._actions for s in a.option_strings}
+        ]
         if takers:
             why = f"{args.command} does not read {' '.join(unread)} ({unread[0]} is an option of: {', '.join(takers)})"
         else:
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:     # `build.py list | head`: the reader left; no traceback (Python's docs' recipe)
+    except BrokenPipeError:  # `build.py list | head`: the reader left; no traceback (Python's docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
 

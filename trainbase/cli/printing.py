@@ -29,8 +29,11 @@ def rendered(count: int, changed: list[str], removed: list[str], stale_locks: li
 
 def drift(problems: list[str]) -> None:
     cells = sorted({p.split(":", 1)[0] for p in problems if not p.startswith("lock:")})
-    print(f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `python build.py render`"
-          f" (or `build.py lock`) and commit:", file=sys.stderr)
+    print(
+        f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `python build.py render`"
+        f" (or `build.py lock`) and commit:",
+        file=sys.stderr,
+    )
     for p in problems:
         print(f"  {p}", file=sys.stderr)
 
@@ -40,8 +43,11 @@ def no_drift(count: int) -> None:
 
 
 def stale_before_build(problems: list[str]) -> None:
-    print("error: images/ or locks/ differ from what matrix.yaml renders; the build uses the committed "
-          "files, so fix that first (`python build.py render`, or `build.py lock`):", file=sys.stderr)
+    print(
+        "error: images/ or locks/ differ from what matrix.yaml renders; the build uses the committed "
+        "files, so fix that first (`python build.py render`, or `build.py lock`):",
+        file=sys.stderr,
+    )
     for p in problems[:10]:
         print(f"  {p}", file=sys.stderr)
 
@@ -73,8 +79,10 @@ def explanation(c: Cell) -> None:
 
 
 def no_such_cell(m: Matrix, name: str) -> None:
-    print(f"{name}: no such cell. Names look like {m.included[0].name}; "
-          f"`build.py list --all` lists every combination.", file=sys.stderr)
+    print(
+        f"{name}: no such cell. Names look like {m.included[0].name}; `build.py list --all` lists every combination.",
+        file=sys.stderr,
+    )
 
 
 def locks_written(written: int, current: int, removed: int) -> None:

@@ -39,11 +39,11 @@ REGISTRY = "registry digest"
 
 @dataclass(frozen=True)
 class BaseLock:
-    ref: str                       # the row's base as matrix.yaml names it (debian:12.15-slim)
-    how: str                       # BOOTSTRAP or REGISTRY
-    identity: str | None           # packages-sha256:<hex> / sha256:<hex>; None: unlocked
-    packages: list[str] = field(default_factory=list)   # bootstrap: "name version", sorted
-    note: str = ""                 # why an entry is unlocked, where it was resolved
+    ref: str  # the row's base as matrix.yaml names it (debian:12.15-slim)
+    how: str  # BOOTSTRAP or REGISTRY
+    identity: str | None  # packages-sha256:<hex> / sha256:<hex>; None: unlocked
+    packages: list[str] = field(default_factory=list)  # bootstrap: "name version", sorted
+    note: str = ""  # why an entry is unlocked, where it was resolved
 
     def recipe_line(self) -> str:
         """What a root cell's recipe hash folds in for its base."""
@@ -91,8 +91,13 @@ def load(root: Path) -> dict[str, BaseLock]:
         for ref, e in data["bases"].items():
             if e["how"] not in (BOOTSTRAP, REGISTRY):
                 raise ValueError(f"{ref}: how must be {BOOTSTRAP!r} or {REGISTRY!r}, not {e['how']!r}")
-            out[ref] = BaseLock(ref=ref.split(" ", 1)[0], how=e["how"], identity=e.get("identity"),
-                                packages=list(e.get("packages") or []), note=e.get("note", ""))
+            out[ref] = BaseLock(
+                ref=ref.split(" ", 1)[0],
+                how=e["how"],
+                identity=e.get("identity"),
+                packages=list(e.get("packages") or []),
+                note=e.get("note", ""),
+            )
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `python build.py lock-bases`)") from None
@@ -136,9 +141,13 @@ def mismatch(lock: BaseLock, resolved: dict[str, str], packages: list[str] | Non
         return None
     if resolved.get("identity") == lock.identity:
         return None
-    what = f"base {lock.ref} is not the locked one: locked {lock.identity}, resolved " \
-           f"{resolved.get('identity') or 'nothing'} ({resolved.get('how', '?')} {resolved.get('ref', '')})"
+    what = (
+        f"base {lock.ref} is not the locked one: locked {lock.identity}, resolved "
+        f"{resolved.get('identity') or 'nothing'} ({resolved.get('how', '?')} {resolved.get('ref', '')})"
+    )
     if lock.how == BOOTSTRAP and packages is not None:
         what += f"; packages: {package_changes(lock.packages, packages)}"
-    return what + ". If the new base is wanted, re-lock it with `python build.py lock-bases` " \
-                  "(every cell of the row gets a new tag) and commit locks/bases.json"
+    return (
+        what + ". If the new base is wanted, re-lock it with `python build.py lock-bases` "
+        "(every cell of the row gets a new tag) and commit locks/bases.json"
+    )

@@ -30,17 +30,17 @@ class Cell:
     mpi: str
     ib: str
     framework: str
-    name: str                               # the cell's own name: unique, carries the platform tag
-    release: Release | None = None          # the framework release (None for framework=none)
-    parent: str | None = None               # name of the cell this image is built FROM
-    excluded: str | None = None             # reason, when the cell does not exist
+    name: str  # the cell's own name: unique, carries the platform tag
+    release: Release | None = None  # the framework release (None for framework=none)
+    parent: str | None = None  # name of the cell this image is built FROM
+    excluded: str | None = None  # reason, when the cell does not exist
     profiles: tuple[str, ...] = ()
 
     @property
     def axes(self) -> dict[str, str]:
         return {a: getattr(self, a) for a in AXES}
 
-    image: str = ""                         # the published repository: the same for every platform
+    image: str = ""  # the published repository: the same for every platform
 
     @property
     def framework_version(self) -> str | None:
@@ -56,7 +56,7 @@ class Cell:
 class Matrix:
     spec: MatrixFile
     path: Path
-    cells: list[Cell] = field(default_factory=list)      # every combination, in axis order
+    cells: list[Cell] = field(default_factory=list)  # every combination, in axis order
 
     @property
     def included(self) -> list[Cell]:
@@ -90,8 +90,9 @@ class Matrix:
             cells = [c for c in cells if (c.name if key == "name" else getattr(c, key)) in values]
         if not cells:
             what = ", ".join(f"{k}={'|'.join(v)}" for k, v in (filters or {}).items())
-            raise MatrixError(f"the selection matches no cell ({what or 'no filters'}"
-                              f"{', profile ' + profile if profile else ''})")
+            raise MatrixError(
+                f"the selection matches no cell ({what or 'no filters'}{', profile ' + profile if profile else ''})"
+            )
         return cells
 
 
@@ -130,7 +131,14 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
     def fail(msg: str) -> None:
         raise MatrixError(f"{where}: {msg}")
 
-    tables: dict[str, Mapping[str, object]] = {"platform": s.platforms, "os": s.os, "cuda": s.cuda, "mpi": s.mpi, "ib": s.ib, "framework": s.frameworks}
+    tables: dict[str, Mapping[str, object]] = {
+        "platform": s.platforms,
+        "os": s.os,
+        "cuda": s.cuda,
+        "mpi": s.mpi,
+        "ib": s.ib,
+        "framework": s.frameworks,
+    }
     for axis in AXES:
         values = getattr(s.axes, axis)
         if len(set(values)) != len(values):
@@ -145,15 +153,19 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
         if key is not None and key not in s.artifacts:
             fail(f"{at}: unknown artifact {key!r}")
         if key is not None and s.artifacts[key].openpgp_fingerprint and not signing_key:
-            fail(f"{at}: artifact {key!r} is pinned by an OpenPGP fingerprint, which only a repository "
-                 "signing key (ib.*.key) may be; pin this file by sha256")
+            fail(
+                f"{at}: artifact {key!r} is pinned by an OpenPGP fingerprint, which only a repository "
+                "signing key (ib.*.key) may be; pin this file by sha256"
+            )
 
     first = s.axes.platform[0]
     for k, a in s.artifacts.items():
         if a.architecture_specific:
             for plat in s.axes.platform[1:]:
                 if plat not in a.platforms:
-                    fail(f"artifacts.{k}: architecture_specific, but no file for {plat} (add platforms.{plat}: url, sha256)")
+                    fail(
+                        f"artifacts.{k}: architecture_specific, but no file for {plat} (add platforms.{plat}: url, sha256)"
+                    )
         for plat in a.platforms:
             if plat not in s.platforms:
                 fail(f"artifacts.{k}.platforms: unknown platform {plat!r} (declared: {', '.join(s.platforms)})")
@@ -184,10 +196,12 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             for c in r.cuda:
                 key = (c, tuple(sorted(r.requires.items())))
                 if key in claimed:
-                    fail(f"frameworks.{k}.releases[{r.version}].cuda: CUDA {c} is already release "
-                         f"{claimed[key]}'s: a framework has one release per CUDA row (and parent "
-                         f"release), so this one would never be built; take {c} out of {claimed[key]}'s "
-                         f"cuda list (or remove {claimed[key]}) to build {r.version} there")
+                    fail(
+                        f"frameworks.{k}.releases[{r.version}].cuda: CUDA {c} is already release "
+                        f"{claimed[key]}'s: a framework has one release per CUDA row (and parent "
+                        f"release), so this one would never be built; take {c} out of {claimed[key]}'s "
+                        f"cuda list (or remove {claimed[key]}) to build {r.version} there"
+                    )
                 claimed[key] = r.version
         dist = canonicalize_name(fw.distribution or k)
         for r in fw.releases:
@@ -198,16 +212,20 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             for pin in r.packages:
                 name, _, pinned = pin.partition("==")
                 if canonicalize_name(name.strip()) == dist and pinned.strip() != r.version:
-                    fail(f"{at}.packages: {pin.strip()}, but the release is {r.version}: a newer {k} is a "
-                         f"new release entry with its own CUDA rows and size (docs/matrix.md), or change "
-                         f"`version:` with the pin when the new release is built for the same CUDA rows")
+                    fail(
+                        f"{at}.packages: {pin.strip()}, but the release is {r.version}: a newer {k} is a "
+                        f"new release entry with its own CUDA rows and size (docs/matrix.md), or change "
+                        f"`version:` with the pin when the new release is built for the same CUDA rows"
+                    )
             for c in r.cuda:
                 if c not in s.cuda:
                     fail(f"{at}.cuda: unknown CUDA version {c!r} (declared: {', '.join(s.cuda)})")
                 missing = [lib for lib in r.cuda_libraries if lib not in s.cuda[c].libraries]
                 if missing:
-                    fail(f"{at}.cuda_libraries: CUDA {c} declares no {', '.join(missing)} in cuda.{c}.libraries "
-                         f"(declared: {', '.join(s.cuda[c].libraries) or 'none'})")
+                    fail(
+                        f"{at}.cuda_libraries: CUDA {c} declares no {', '.join(missing)} in cuda.{c}.libraries "
+                        f"(declared: {', '.join(s.cuda[c].libraries) or 'none'})"
+                    )
             for dep in r.requires:
                 if dep not in s.frameworks:
                     fail(f"{at}.requires: unknown framework {dep!r}")
@@ -223,8 +241,10 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             for axis, values in (getattr(rule, part) or {}).items():
                 for v in values:
                     if v not in getattr(s.axes, axis):
-                        fail(f"rules[{rule.id}].{part}.{axis}: unknown value {v!r} "
-                             f"(declared: {', '.join(getattr(s.axes, axis))})")
+                        fail(
+                            f"rules[{rule.id}].{part}.{axis}: unknown value {v!r} "
+                            f"(declared: {', '.join(getattr(s.axes, axis))})"
+                        )
     if len({r.id for r in s.rules}) != len(s.rules):
         fail("rules: duplicate rule ids")
     for name, p in s.profiles.items():
@@ -247,15 +267,20 @@ def _as_lists(cond: dict[str, str | list[str]]) -> dict[str, list[str]]:
 
 def _cell(v: dict[str, str], **kw: Any) -> Cell:
     """The Cell of axis values V (one per axis) and the rest."""
-    return Cell(platform=v["platform"], os=v["os"], cuda=v["cuda"], mpi=v["mpi"], ib=v["ib"],
-                framework=v["framework"], **kw)
+    return Cell(
+        platform=v["platform"], os=v["os"], cuda=v["cuda"], mpi=v["mpi"], ib=v["ib"], framework=v["framework"], **kw
+    )
 
 
 def _name(s: MatrixFile, values: dict[str, str], release: Release | None, parent_name: str | None) -> str:
     ib = s.ib[values["ib"]]
     cuda = s.cuda[values["cuda"]]
-    base = s.naming.base.format(mpi=values["mpi"], ib_tag=ib.name_tag, cuda=values["cuda"],
-                                cudnn_major=cuda.cudnn_major, os=values["os"]) + s.platforms[values["platform"]].name_tag
+    base = (
+        s.naming.base.format(
+            mpi=values["mpi"], ib_tag=ib.name_tag, cuda=values["cuda"], cudnn_major=cuda.cudnn_major, os=values["os"]
+        )
+        + s.platforms[values["platform"]].name_tag
+    )
     if release is None:
         return base
     prefix = s.naming.framework_prefix.format(framework=values["framework"], framework_version=release.version)
@@ -270,7 +295,9 @@ def _expand(s: MatrixFile, where: str) -> list[Cell]:
     order = sorted(s.axes.framework, key=lambda f: _depth(s, f))
     resolved: dict[tuple[str, ...], Cell] = {}
     for fw in order:
-        for plat, os_, cuda, mpi, ib in itertools.product(s.axes.platform, s.axes.os, s.axes.cuda, s.axes.mpi, s.axes.ib):
+        for plat, os_, cuda, mpi, ib in itertools.product(
+            s.axes.platform, s.axes.os, s.axes.cuda, s.axes.mpi, s.axes.ib
+        ):
             values = dict(platform=plat, os=os_, cuda=cuda, mpi=mpi, ib=ib, framework=fw)
             resolved[(plat, os_, cuda, mpi, ib, fw)] = _resolve(s, values, resolved)
     cells = [resolved[k] for k in itertools.product(*(getattr(s.axes, a) for a in AXES))]
@@ -280,8 +307,10 @@ def _expand(s: MatrixFile, where: str) -> list[Cell]:
         if c.excluded:
             continue
         if c.name in seen:
-            raise MatrixError(f"{where}: two cells render to the same name {c.name!r} "
-                              f"({seen[c.name].axes} and {c.axes}); give the ib rows distinct name_tag values")
+            raise MatrixError(
+                f"{where}: two cells render to the same name {c.name!r} "
+                f"({seen[c.name].axes} and {c.axes}); give the ib rows distinct name_tag values"
+            )
         seen[c.name] = c
     return _assign_profiles(s, cells, where)
 
@@ -305,14 +334,25 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
         parent = resolved[(v["platform"], v["os"], v["cuda"], v["mpi"], v["ib"], parent_fw)]
         candidates = [r for r in framework.releases if v["cuda"] in r.cuda]
         if parent.release is not None:  # a child release must match its parent's version
-            candidates = [r for r in candidates if r.requires.get(parent_fw, parent.release.version) == parent.release.version]
+            candidates = [
+                r for r in candidates if r.requires.get(parent_fw, parent.release.version) == parent.release.version
+            ]
         release = candidates[0] if candidates else None
 
     def excluded(reason: str) -> Cell:
-        name = _name(s, v, release, parent.name if parent and parent.release else None) if (release or fw == "none") \
+        name = (
+            _name(s, v, release, parent.name if parent and parent.release else None)
+            if (release or fw == "none")
             else f"{fw}-{_name(s, v, None, None)}"
-        return _cell(v, name=name, release=release, parent=parent.name if parent else None, excluded=reason,
-                    image=_image(s, v, name))
+        )
+        return _cell(
+            v,
+            name=name,
+            release=release,
+            parent=parent.name if parent else None,
+            excluded=reason,
+            image=_image(s, v, name),
+        )
 
     for rule in s.rules:
         if _matches(_as_lists(rule.when), v) and (rule.require is None or not _matches(_as_lists(rule.require), v)):
@@ -331,15 +371,18 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             if parent.release is not None:
                 need = f" built on {parent.framework} {parent.release.version}"
             return excluded(f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})")
-        if (release.cuda_compiler != "none" and s.os[v["os"]].cuda_from == "wheels"
-                and not s.cuda[v["cuda"]].compiler):
-            return excluded(f"{fw} {release.version} compiles CUDA code (cuda_compiler: {release.cuda_compiler}) "
-                            f"and this OS row takes CUDA from wheels, but cuda.{v['cuda']} declares no compiler "
-                            f"wheels (cuda.{v['cuda']}.compiler)")
+        if release.cuda_compiler != "none" and s.os[v["os"]].cuda_from == "wheels" and not s.cuda[v["cuda"]].compiler:
+            return excluded(
+                f"{fw} {release.version} compiles CUDA code (cuda_compiler: {release.cuda_compiler}) "
+                f"and this OS row takes CUDA from wheels, but cuda.{v['cuda']} declares no compiler "
+                f"wheels (cuda.{v['cuda']}.compiler)"
+            )
         nccl = s.cuda[v["cuda"]].nccl
         if release.nccl and release.nccl != nccl:
-            return excluded(f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "
-                            f"NCCL {nccl}: an image carries one NCCL, so the two must agree")
+            return excluded(
+                f"{fw} {release.version} pins NCCL {release.nccl} but CUDA {v['cuda']} rows ship "
+                f"NCCL {nccl}: an image carries one NCCL, so the two must agree"
+            )
     name = _name(s, v, release, parent.name if parent and parent.release else None)
     return _cell(v, name=name, release=release, parent=parent.name if parent else None, image=_image(s, v, name))
 

@@ -29,16 +29,16 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][^\s;]*)$")
 class Pin:
     package: str
     version: str
-    where: list[str] = field(default_factory=list)   # matrix.yaml paths that pin it
+    where: list[str] = field(default_factory=list)  # matrix.yaml paths that pin it
 
 
 @dataclass
 class Finding:
     pin: Pin
-    newest_in_series: str | None   # None: the pin is the newest of its major.minor (of what no hold holds)
-    newest: str | None             # None: the pin is the newest release (of what no hold holds)
+    newest_in_series: str | None  # None: the pin is the newest of its major.minor (of what no hold holds)
+    newest: str | None  # None: the pin is the newest release (of what no hold holds)
     error: str = ""
-    held: str = ""                 # newer releases a hold of matrix.yaml holds back, and why
+    held: str = ""  # newer releases a hold of matrix.yaml holds back, and why
 
 
 def _norm(name: str) -> str:
@@ -57,8 +57,7 @@ def holds(matrix_file: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def _applies(hold: dict[str, Any], pin: Pin) -> bool:
-    return not hold.get("where") or any(w == hold["where"] or w.startswith(hold["where"] + ".")
-                                        for w in pin.where)
+    return not hold.get("where") or any(w == hold["where"] or w.startswith(hold["where"] + ".") for w in pin.where)
 
 
 def _holds_back(hold: dict[str, Any], mine: Version, v: Version) -> bool:
@@ -87,7 +86,7 @@ def pins(matrix_file: Path) -> list[Pin]:
     """Every PyPI pin of matrix.yaml, one per (package, version), with where it is pinned."""
     found: dict[tuple[str, str], Pin] = {}
     data = yaml.safe_load(matrix_file.read_text())
-    data.pop("holds", None)   # what is held is not a pin
+    data.pop("holds", None)  # what is held is not a pin
     for name, version, where in _walk(data, ""):
         key = (_norm(name), version)
         found.setdefault(key, Pin(key[0], version)).where.append(where)
@@ -121,10 +120,13 @@ def compare(pin: Pin, releases: list[str], holds: list[dict[str, Any]] | dict[st
         newer_held = [v for v in finals if v > mine and _holds_back(hold, mine, v)]
         if newer_held:
             why = hold["reason"].strip() + (f" ({hold['upstream']})" if hold.get("upstream") else "")
-            scope = ([f">= {hold['below']}"] if hold.get("below") else []) + (["outside its series"] if hold.get("series") else [])
+            scope = ([f">= {hold['below']}"] if hold.get("below") else []) + (
+                ["outside its series"] if hold.get("series") else []
+            )
             scope_text = f" ({' or '.join(scope)})" if scope else ""
-            said.append(f"{', '.join(map(str, newer_held[-3:]))}{' ...' if len(newer_held) > 3 else ''} held"
-                        f"{scope_text}: {why}")
+            said.append(
+                f"{', '.join(map(str, newer_held[-3:]))}{' ...' if len(newer_held) > 3 else ''} held{scope_text}: {why}"
+            )
         finals = [v for v in finals if v <= mine or not _holds_back(hold, mine, v)]
     held = "; ".join(said)
     series = [v for v in finals if v.release[:2] == mine.release[:2]]
@@ -153,7 +155,7 @@ def _split_by_holds(pin: Pin, package_holds: list[dict[str, Any]]) -> list[Pin]:
 def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releases) -> list[Finding]:
     out = []
     held = holds(matrix_file)
-    releases = functools.cache(releases)   # a package split by its holds is asked for once
+    releases = functools.cache(releases)  # a package split by its holds is asked for once
     for pin in (p for found in pins(matrix_file) for p in _split_by_holds(found, held.get(found.package, []))):
         if not _ok(pin.version):
             continue
@@ -166,9 +168,18 @@ def check(matrix_file: Path, releases: Callable[[str], list[str]] = fetch_releas
 
 def as_json(findings: list[Finding]) -> list[dict[str, Any]]:
     """One object per pin (``--outdated --json``), for a dashboard or a bot."""
-    return [{"package": f.pin.package, "pinned": f.pin.version, "newest_in_series": f.newest_in_series,
-             "newest": f.newest, "where": f.pin.where, **({"error": f.error} if f.error else {}),
-             **({"held": f.held} if f.held else {})} for f in findings]
+    return [
+        {
+            "package": f.pin.package,
+            "pinned": f.pin.version,
+            "newest_in_series": f.newest_in_series,
+            "newest": f.newest,
+            "where": f.pin.where,
+            **({"error": f.error} if f.error else {}),
+            **({"held": f.held} if f.held else {}),
+        }
+        for f in findings
+    ]
 
 
 def report(findings: list[Finding]) -> str:
@@ -180,16 +191,35 @@ def report(findings: list[Finding]) -> str:
         if f.error:
             lines.append(f"| {f.pin.package} | {f.pin.version} | ? | ? ({f.error}) | {', '.join(f.pin.where[:2])} |")
         else:
-            lines.append(f"| {f.pin.package} | {f.pin.version} | {f.newest_in_series or '-'} | {f.newest} | "
-                         f"{', '.join(f.pin.where[:2])}{' ...' if len(f.pin.where) > 2 else ''} |")
+            lines.append(
+                f"| {f.pin.package} | {f.pin.version} | {f.newest_in_series or '-'} | {f.newest} | "
+                f"{', '.join(f.pin.where[:2])}{' ...' if len(f.pin.where) > 2 else ''} |"
+            )
     held = [f for f in findings if f.held]
     current = sorted({f.pin.package for f in findings if not (f.newest or f.error)})
-    head = (f"{len(behind)} of {len(findings)} pins have newer releases on PyPI"
-            + (f"; {len(held)} hold(s) of matrix.yaml keep newer releases out, each with its reason" if held else ""))
-    held_lines = ["| package | pinned | held |", "|---|---|---|",
-                  *(f"| {f.pin.package} | {f.pin.version} | {f.held} |" for f in held)] if held else []
-    return "\n".join([head, "", *(lines if behind else []), "", *held_lines, *([""] if held else []),
-                      f"current: {', '.join(current) or 'none'}"])
+    head = f"{len(behind)} of {len(findings)} pins have newer releases on PyPI" + (
+        f"; {len(held)} hold(s) of matrix.yaml keep newer releases out, each with its reason" if held else ""
+    )
+    held_lines = (
+        [
+            "| package | pinned | held |",
+            "|---|---|---|",
+            *(f"| {f.pin.package} | {f.pin.version} | {f.held} |" for f in held),
+        ]
+        if held
+        else []
+    )
+    return "\n".join(
+        [
+            head,
+            "",
+            *(lines if behind else []),
+            "",
+            *held_lines,
+            *([""] if held else []),
+            f"current: {', '.join(current) or 'none'}",
+        ]
+    )
 
 
 def command(matrix_path: Path, json_output: bool = False) -> int:

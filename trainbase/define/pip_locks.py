@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import TrainbaseError
 
-Log = Callable[[str], object]   # print, or a writer: what it returns is not read
+Log = Callable[[str], object]  # print, or a writer: what it returns is not read
 
 LOCK_DIR = "locks"
 
@@ -100,8 +100,10 @@ def find_python(version: str) -> str:
     exe = shutil.which(f"python{version}")
     if exe and "/shims/" not in exe:
         return exe
-    raise TrainbaseError(f"no python{version} on this machine to resolve locks for Python {version} images "
-                         f"(install it, e.g. `pyenv install {version}` or `apt-get install python{version}`)")
+    raise TrainbaseError(
+        f"no python{version} on this machine to resolve locks for Python {version} images "
+        f"(install it, e.g. `pyenv install {version}` or `apt-get install python{version}`)"
+    )
 
 
 def resolver_for(ls: LockSet) -> tuple[str, list[str]]:
@@ -122,8 +124,15 @@ def resolver_for(ls: LockSet) -> tuple[str, list[str]]:
 
 
 def _target_options(major: str, minor: str) -> list[str]:
-    return ["--only-binary=:all:", "--implementation", "cp", "--python-version", f"{major}.{minor}",
-            "--abi", f"cp{major}{minor}"]
+    return [
+        "--only-binary=:all:",
+        "--implementation",
+        "cp",
+        "--python-version",
+        f"{major}.{minor}",
+        "--abi",
+        f"cp{major}{minor}",
+    ]
 
 
 # pip's answer when no file it may take exists for a requirement (with --only-binary: no wheel)
@@ -156,12 +165,17 @@ def resolve(ls: LockSet, log: Log = print) -> str:
         name = _canonical(missing.group(1)) if missing else None
         if wheels_only or name is None or name in sdists or len(sdists) >= MAX_SDISTS:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
-            hint = (f"\n(resolved wheels-only, with no python{ls.python} on this machine: a package that "
-                    f"publishes only an sdist needs that interpreter, e.g. `pyenv install {ls.python}`)"
-                    if target else "")
+            hint = (
+                f"\n(resolved wheels-only, with no python{ls.python} on this machine: a package that "
+                f"publishes only an sdist needs that interpreter, e.g. `pyenv install {ls.python}`)"
+                if target
+                else ""
+            )
             raise TrainbaseError(f"lock {ls.name}: pip could not resolve {' '.join(ls.requirements)}:\n{tail}{hint}")
-        log(f"lock {ls.name}: {name} has no wheel for Python {ls.python} here: its sdist is built "
-            "(its build backend runs to read the metadata)")
+        log(
+            f"lock {ls.name}: {name} has no wheel for Python {ls.python} here: its sdist is built "
+            "(its build backend runs to read the metadata)"
+        )
         sdists.append(name)
     assert data is not None  # noqa: S101 -- pip's --report was asked for and read above
     built = sorted({_canonical(i["metadata"]["name"]) for i in data["install"] if not _is_wheel(i)})
@@ -185,13 +199,26 @@ def _is_wheel(item: dict[str, Any]) -> bool:
     return str(item.get("download_info", {}).get("url", "")).split("#", 1)[0].endswith(".whl")
 
 
-def _pip_report(ls: LockSet, py: str, target: list[str], sdists: list[str],
-                log: Log) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+def _pip_report(
+    ls: LockSet, py: str, target: list[str], sdists: list[str], log: Log
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """One `pip install --dry-run --report` of the set; (the process, the report when it ran)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [py, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--disable-pip-version-check", "--report", str(report), *ls.requirements, *ls.context]
+        cmd = [
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--report",
+            str(report),
+            *ls.requirements,
+            *ls.context,
+        ]
         if target:
             cmd += [*target, "--target", str(Path(tmp) / "t")]
         elif ls.wheel_platform:
@@ -210,8 +237,10 @@ def _pip_report(ls: LockSet, py: str, target: list[str], sdists: list[str],
             cmd += ["--only-binary=:all:", *[f"--no-binary={n}" for n in sdists]]
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)  # PyPI itself, not a host's local mirrors
         if not sdists:
-            log(f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
-                + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else " (wheels only)"))
+            log(
+                f"lock {ls.name}: resolving {len(ls.requirements) + len(ls.context)} pins with {py}"
+                + (f" for Python {ls.python} (wheels only: no python{ls.python} here)" if target else " (wheels only)")
+            )
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
         data = json.loads(report.read_text()) if proc.returncode == 0 else None
     return proc, data

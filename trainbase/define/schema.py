@@ -90,12 +90,15 @@ class Artifact(Strict):
     @model_validator(mode="after")
     def _checksum(self) -> Artifact:
         if (self.sha256 is None) == (self.openpgp_fingerprint is None):
-            raise ValueError("pin an artifact by exactly one of sha256 (its bytes) or openpgp_fingerprint "
-                             "(a signing key's identity)")
+            raise ValueError(
+                "pin an artifact by exactly one of sha256 (its bytes) or openpgp_fingerprint (a signing key's identity)"
+            )
         if self.openpgp_fingerprint is not None:
             if not OPENPGP_ID.match(self.openpgp_fingerprint):
-                raise ValueError(f"openpgp_fingerprint {self.openpgp_fingerprint!r} is not a 40-digit fingerprint "
-                                 "or a 16-digit long key ID (uppercase hex, no spaces)")
+                raise ValueError(
+                    f"openpgp_fingerprint {self.openpgp_fingerprint!r} is not a 40-digit fingerprint "
+                    "or a 16-digit long key ID (uppercase hex, no spaces)"
+                )
         elif self.sha256 == "pending":
             if not self.pending_reason:
                 raise ValueError("sha256 is 'pending' without a pending_reason")
@@ -112,16 +115,16 @@ class Platform(Strict):
     """One value of the platform axis (an OCI platform, ``linux/arm64``) and how each source
     names that architecture."""
 
-    arch: Literal["amd64", "arm64"]          # OCI / Docker / Debian architecture
-    machine: Literal["x86_64", "aarch64"]    # uname -m, PyPI wheel platform tags
-    name_tag: str                            # appended to the cell's name (local identity only:
-                                             # the published repository is the same for every platform)
-    nvidia_repo: str                         # NVIDIA's repository directory: x86_64 | sbsa
-    doca_repo: str                           # DOCA's repository directory: x86_64 | arm64-sbsa
+    arch: Literal["amd64", "arm64"]  # OCI / Docker / Debian architecture
+    machine: Literal["x86_64", "aarch64"]  # uname -m, PyPI wheel platform tags
+    name_tag: str  # appended to the cell's name (local identity only:
+    # the published repository is the same for every platform)
+    nvidia_repo: str  # NVIDIA's repository directory: x86_64 | sbsa
+    doca_repo: str  # DOCA's repository directory: x86_64 | arm64-sbsa
     # PyPI wheel platform the pip locks of this platform resolve for (glibc of the oldest row)
     wheel_platform: str
-    runner: str                              # GitHub-hosted runner label that builds it natively
-    gpu_runner_label: str                    # label of the self-hosted GPU runners for it
+    runner: str  # GitHub-hosted runner label that builds it natively
+    gpu_runner_label: str  # label of the self-hosted GPU runners for it
     # GB the build runner must offer the engine (after the workflow's free-disk step and the
     # move to /mnt): every cell's disk plan (deliver/disk_plan.py) must fit in it
     runner_disk_gb: float = Field(gt=0)
@@ -157,13 +160,18 @@ class OsRow(Strict):
     bootstrap: Bootstrap | None = None
     cuda_from: Literal["base", "wheels"]
     python: PythonEnv
-    size_budget_gb: float = Field(gt=0)   # the row's base cells (no framework); frameworks add theirs
+    size_budget_gb: float = Field(gt=0)  # the row's base cells (no framework); frameworks add theirs
 
     @field_validator("base")
     @classmethod
     def _base_pinned(cls, v: str) -> str:
         tag = v.rsplit(":", 1)[-1] if ":" in v else ""
-        if not tag or tag in ("latest",) or re.fullmatch(r"\d+(-slim)?", tag) or tag in ("bookworm", "trixie", "noble", "jammy"):
+        if (
+            not tag
+            or tag in ("latest",)
+            or re.fullmatch(r"\d+(-slim)?", tag)
+            or tag in ("bookworm", "trixie", "noble", "jammy")
+        ):
             raise ValueError(f"base image {v!r} must be pinned to a release tag (not latest or a bare codename/major)")
         return v
 
@@ -280,7 +288,7 @@ class Release(Strict):
     cuda: list[str]
     nccl: str | None = None
     packages: Pins = []
-    build_packages: Pins = []       # needed in the env before an sdist builds (--no-build-isolation)
+    build_packages: Pins = []  # needed in the env before an sdist builds (--no-build-isolation)
     requires: dict[str, str] = {}
     artifact: str | None = None
     patch: Patch | None = None
@@ -357,18 +365,20 @@ class Hold(Strict):
     bump), while a release in its series is still a bump; neither: the pin itself is held.
     ``where``: only the pins at matrix.yaml paths that start with it (``cuda.12.8``).
     ``package``: one name, or a list that shares the reason."""
+
     package: str | list[str]
     below: str | None = None
     series: bool = False
     where: str | None = None
     reason: str
-    upstream: str | None = None   # the upstream issue or release note that says why
+    upstream: str | None = None  # the upstream issue or release note that says why
 
     @field_validator("below")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         if v is not None:
             from packaging.version import Version
+
             Version(v)
         return v
 

@@ -43,8 +43,22 @@ PATH_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("none", ("*.md",)),
     ("suite", ("tests/conformance/*", "trainbase_conformance/*", "packaging/conformance/*", "examples/*")),
     ("none", ("docs/*", "*.md", ".github/*", "tests/unit/*", "bench/*", ".gitignore", "LICENSE")),
-    ("tool", ("trainbase/*", "trainbase_common/*", "build.py", "requirements*.txt", "pyproject.toml",
-              "scripts/*", ".ci/*", "tests/build/*", "tests/conftest.py", ".dockerignore", ".hadolint.yaml")),
+    (
+        "tool",
+        (
+            "trainbase/*",
+            "trainbase_common/*",
+            "build.py",
+            "requirements*.txt",
+            "pyproject.toml",
+            "scripts/*",
+            ".ci/*",
+            "tests/build/*",
+            "tests/conftest.py",
+            ".dockerignore",
+            ".hadolint.yaml",
+        ),
+    ),
 )
 KINDS = ("recipe", "suite", "tool", "none")
 
@@ -53,23 +67,32 @@ def classify(path: str) -> str:
     for kind, patterns in PATH_KINDS:
         if any(fnmatch.fnmatchcase(path, p) for p in patterns):
             return kind
-    return "tool"           # unknown: the conservative answer, and it is listed
+    return "tool"  # unknown: the conservative answer, and it is listed
 
 
 @dataclass
 class Affected:
-    build: dict[str, str] = field(default_factory=dict)     # cell -> why it must be rebuilt
-    test: dict[str, str] = field(default_factory=dict)      # cell -> why its conformance must run
-    removed: list[str] = field(default_factory=list)        # cells the base had and the change drops
+    build: dict[str, str] = field(default_factory=dict)  # cell -> why it must be rebuilt
+    test: dict[str, str] = field(default_factory=dict)  # cell -> why its conformance must run
+    removed: list[str] = field(default_factory=list)  # cells the base had and the change drops
     paths: dict[str, list[str]] = field(default_factory=dict)  # kind -> changed paths
 
     def as_json(self) -> dict[str, Any]:
-        return {"build": self.build, "test": self.test, "removed": self.removed,
-                "paths": {k: self.paths.get(k, []) for k in KINDS}}
+        return {
+            "build": self.build,
+            "test": self.test,
+            "removed": self.removed,
+            "paths": {k: self.paths.get(k, []) for k in KINDS},
+        }
 
 
-def compare(head: Matrix, head_tags: dict[str, str], base_tags: dict[str, str] | None,
-            changed: list[str], base_problem: str = "") -> Affected:
+def compare(
+    head: Matrix,
+    head_tags: dict[str, str],
+    base_tags: dict[str, str] | None,
+    changed: list[str],
+    base_problem: str = "",
+) -> Affected:
     """The cells ``changed`` paths affect, from each cell's tag at the base (``base_tags``;
     None when the base revision could not be rendered, ``base_problem`` saying why: then
     every cell is rebuilt) and at the head. Cells are returned in matrix order."""
@@ -77,7 +100,9 @@ def compare(head: Matrix, head_tags: dict[str, str], base_tags: dict[str, str] |
     for p in changed:
         out.paths.setdefault(classify(p), []).append(p)
     included = [c for c in head.included if c.name in head_tags]
-    edited_dirs = {p.split("/")[1] for p in out.paths.get("recipe", []) if p.startswith("images/") and p.count("/") >= 2}
+    edited_dirs = {
+        p.split("/")[1] for p in out.paths.get("recipe", []) if p.startswith("images/") and p.count("/") >= 2
+    }
     for c in included:
         new = head_tags[c.name]
         if base_tags is None:
@@ -86,8 +111,11 @@ def compare(head: Matrix, head_tags: dict[str, str], base_tags: dict[str, str] |
             why = "new cell"
         elif base_tags[c.name] != new:
             parent_rebuilt = c.parent in out.build
-            why = (f"its parent {c.parent} is rebuilt" if parent_rebuilt
-                   else f"recipe changed ({base_tags[c.name]} -> {new})")
+            why = (
+                f"its parent {c.parent} is rebuilt"
+                if parent_rebuilt
+                else f"recipe changed ({base_tags[c.name]} -> {new})"
+            )
         elif c.name in edited_dirs or c.parent in out.build:
             why = "its images/ files were edited" if c.name in edited_dirs else f"its parent {c.parent} is rebuilt"
         else:
@@ -132,8 +160,9 @@ def tags_at(root: Path, rev: str) -> dict[str, str]:
     if "matrix.yaml" not in inputs:
         raise TrainbaseError(f"{rev} has no matrix.yaml")
     with tempfile.TemporaryDirectory(prefix="trainbase-base-") as tmp:
-        archive = subprocess.run(["git", "archive", "--format=tar", rev, "--", *inputs], cwd=root,
-                                 capture_output=True, check=False)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", rev, "--", *inputs], cwd=root, capture_output=True, check=False
+        )
         if archive.returncode != 0:
             raise TrainbaseError(f"git archive {rev}: {archive.stderr.decode(errors='replace').strip()[:300]}")
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
@@ -147,7 +176,7 @@ def since(m: Matrix, root: Path, rev: str) -> Affected:
     head_tags = {name: r.tag for name, r in rendermod.render_all(m, root=root).items()}
     try:
         base_tags, problem = tags_at(root, base), ""
-    except TrainbaseError as e:      # e.g. this code's schema cannot read the old matrix.yaml
+    except TrainbaseError as e:  # e.g. this code's schema cannot read the old matrix.yaml
         base_tags, problem = None, str(e)
     return compare(m, head_tags, base_tags, changed_paths(root, base), problem)
 

@@ -39,8 +39,12 @@ def _subjects(client: referrers.Client, repo: str, ref: str, platform: str = "")
     if d.media_type not in (referrers.OCI_INDEX, referrers.DOCKER_LIST):
         return [d]
     index = json.loads((client.manifest(repo, d.digest) or (b"{}", ""))[0])
-    found = [referrers.Descriptor(m["mediaType"], m["digest"], int(m["size"])) for m in index.get("manifests", [])
-             if not platform or f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}" == platform]
+    found = [
+        referrers.Descriptor(m["mediaType"], m["digest"], int(m["size"]))
+        for m in index.get("manifests", [])
+        if not platform
+        or f"{(m.get('platform') or {}).get('os')}/{(m.get('platform') or {}).get('architecture')}" == platform
+    ]
     if not found:
         raise TrainbaseError(f"{client.host}/{repo}:{ref} has no {platform or 'platform'} manifest")
     return found
@@ -63,28 +67,44 @@ class Attester:
 
         docs = self.supply_dir / j.name / j.tag
         if not (docs / "sbom.cdx.json").is_file() or not (docs / "inputs.lock.json").is_file():
-            raise TrainbaseError(f"{j.name}: cannot attest {repo}:{ref}: no SBOM and input lock under {docs} "
-                                 "(the supply-chain step writes them; do not build with --no-supply)")
+            raise TrainbaseError(
+                f"{j.name}: cannot attest {repo}:{ref}: no SBOM and input lock under {docs} "
+                "(the supply-chain step writes them; do not build with --no-supply)"
+            )
         self.client = self.client or referrers.Client(self.host)
         subject = _subjects(self.client, repo, ref, j.platform)[0]
         keyid = self.signer.public_key.keyid
-        have = {dict(d.annotations).get(att.PREDICATE_ANNOTATION) for d in
-                self.client.referrers(repo, subject.digest, att.DSSE_MEDIA_TYPE)
-                if dict(d.annotations).get(att.KEYID_ANNOTATION) == keyid}
+        have = {
+            dict(d.annotations).get(att.PREDICATE_ANNOTATION)
+            for d in self.client.referrers(repo, subject.digest, att.DSSE_MEDIA_TYPE)
+            if dict(d.annotations).get(att.KEYID_ANNOTATION) == keyid
+        }
         info = engine.inspect_image(j.image)
         labels = dict(info.labels) if info is not None else {}
         lock = json.loads((docs / "inputs.lock.json").read_text())
-        predicates = {att.SBOM: json.loads((docs / "sbom.cdx.json").read_text()),
-                      att.PROVENANCE: att.provenance(j.name, j.platform, lock, labels)}
+        predicates = {
+            att.SBOM: json.loads((docs / "sbom.cdx.json").read_text()),
+            att.PROVENANCE: att.provenance(j.name, j.platform, lock, labels),
+        }
         for ptype, predicate in predicates.items():
             if ptype in have:
-                self.out.write(f"attest: {j.name}: {ptype} already attached to {subject.digest[:19]} (key {keyid[:12]})\n")
+                self.out.write(
+                    f"attest: {j.name}: {ptype} already attached to {subject.digest[:19]} (key {keyid[:12]})\n"
+                )
                 continue
             envelope = att.sign(att.statement(f"{self.host}/{repo}", subject.digest, ptype, predicate), self.signer)
-            d = self.client.attach(repo, subject, att.DSSE_MEDIA_TYPE, envelope, att.DSSE_MEDIA_TYPE,
-                                   {att.PREDICATE_ANNOTATION: ptype, att.KEYID_ANNOTATION: keyid})
-            self.out.write(f"attest: {j.name}: {ptype} signed (key {keyid[:12]}) and attached to "
-                           f"{self.host}/{repo}@{subject.digest} as {d.digest[:19]}\n")
+            d = self.client.attach(
+                repo,
+                subject,
+                att.DSSE_MEDIA_TYPE,
+                envelope,
+                att.DSSE_MEDIA_TYPE,
+                {att.PREDICATE_ANNOTATION: ptype, att.KEYID_ANNOTATION: keyid},
+            )
+            self.out.write(
+                f"attest: {j.name}: {ptype} signed (key {keyid[:12]}) and attached to "
+                f"{self.host}/{repo}@{subject.digest} as {d.digest[:19]}\n"
+            )
 
 
 def verify_ref(client: referrers.Client, repo: str, ref: str, platform: str, key: Key, out: TextIO) -> bool:
@@ -94,8 +114,7 @@ def verify_ref(client: referrers.Client, repo: str, ref: str, platform: str, key
     return all([_verify_subject(client, repo, s, key, out) for s in _subjects(client, repo, ref, platform)])  # noqa: C419
 
 
-def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Descriptor, key: Key,
-                    out: TextIO) -> bool:
+def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Descriptor, key: Key, out: TextIO) -> bool:
     found = client.referrers(repo, subject.digest)
     where = f"{client.host}/{repo}@{subject.digest}"
     ok = True
@@ -120,13 +139,22 @@ def _verify_subject(client: referrers.Client, repo: str, subject: referrers.Desc
             out.write(f"verify: {where}: {ptype}: NOT verified ({why})\n")
     keyless = [d for d in found if "sigstore.bundle" in d.artifact_type]
     if keyless:
-        out.write(f"verify: {where}: {len(keyless)} keyless Sigstore bundle(s) attached too: verify those with "
-                  "`gh attestation verify` or `cosign verify-attestation` (docs/supply-chain.md)\n")
+        out.write(
+            f"verify: {where}: {len(keyless)} keyless Sigstore bundle(s) attached too: verify those with "
+            "`gh attestation verify` or `cosign verify-attestation` (docs/supply-chain.md)\n"
+        )
     return ok
 
 
-def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, registry_arg: str | None,
-                   key_path: str | None, out: TextIO = sys.stdout) -> int:
+def verify_command(
+    m: Matrix,
+    root: Path,
+    selected: list[Cell],
+    ref: str,
+    registry_arg: str | None,
+    key_path: str | None,
+    out: TextIO = sys.stdout,
+) -> int:
     from ..render import recipes as rendermod
     from .platforms import publishable
 
@@ -136,8 +164,8 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
         key = att.load_public_key(Path(key_path))
     except att.AttestationError as e:
         raise TrainbaseError(str(e)) from None
-    targets: list[tuple[str, str, str, str]] = []          # host, repo, ref, platform
-    never: list[str] = []                                  # selected repositories nothing of which is built
+    targets: list[tuple[str, str, str, str]] = []  # host, repo, ref, platform
+    never: list[str] = []  # selected repositories nothing of which is built
     if ref:
         host, _, rest = ref.partition("/")
         repo, sep, digest = rest.partition("@")
@@ -169,7 +197,7 @@ def verify_command(m: Matrix, root: Path, selected: list[Cell], ref: str, regist
     return 1 if bad or never else 0
 
 
-SIGSTORE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"   # what actions/attest and cosign write
+SIGSTORE_PREDICATE_ANNOTATION = "dev.sigstore.bundle.predicateType"  # what actions/attest and cosign write
 
 
 def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dict[str, Any] | None:
@@ -188,7 +216,7 @@ def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dic
         if not layers:
             continue
         doc = json.loads(client.blob(repo, layers[0]["digest"]))
-        envelope = doc.get("dsseEnvelope", doc)          # a Sigstore bundle holds the envelope
+        envelope = doc.get("dsseEnvelope", doc)  # a Sigstore bundle holds the envelope
         stmt = json.loads(base64.b64decode(envelope["payload"]))
         if stmt.get("predicateType") == att.SBOM:
             predicate: dict[str, Any] = stmt["predicate"]
@@ -196,8 +224,15 @@ def sbom_of(client: referrers.Client, repo: str, ref: str, platform: str) -> dic
     return None
 
 
-def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, out_dir: Path,
-                out: TextIO = sys.stdout, missing: list[str] | None = None) -> list[Path]:
+def fetch_sboms(
+    m: Matrix,
+    root: Path,
+    selected: list[Cell],
+    registry_arg: str,
+    out_dir: Path,
+    out: TextIO = sys.stdout,
+    missing: list[str] | None = None,
+) -> list[Path]:
     """The SBOM of what each selected repository's ``latest`` is now (what users pull), one
     file per cell under OUT_DIR; a published cell without one is named (it cannot be checked):
     an error, or -- with ``missing`` -- appended there and passed over, so that one unattested
@@ -212,8 +247,9 @@ def fetch_sboms(m: Matrix, root: Path, selected: list[Cell], registry_arg: str, 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     # a refused platform was never built: latest holds no image of it, so no SBOM to read for it
-    built = {c.name for r in publishable(m, rendermod.render_all(m, selected, root=root), selected).values()
-             for c in r.cells}
+    built = {
+        c.name for r in publishable(m, rendermod.render_all(m, selected, root=root), selected).values() for c in r.cells
+    }
     for c in selected:
         if c.name not in built:
             out.write(f"sbom: {c.name}: never built (refused), so not published\n")
@@ -243,7 +279,9 @@ KEYLESS_BUNDLE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 
 def keyless_attested(client: referrers.Client, repo: str, digest: str) -> bool:
     """Whether DIGEST already carries both keyless attestations (SBOM and provenance)."""
-    have = {dict(d.annotations).get(SIGSTORE_PREDICATE_ANNOTATION) for d in client.referrers(repo, digest, KEYLESS_BUNDLE)}
+    have = {
+        dict(d.annotations).get(SIGSTORE_PREDICATE_ANNOTATION) for d in client.referrers(repo, digest, KEYLESS_BUNDLE)
+    }
     return set(att.PREDICATES) <= have
 
 
@@ -255,11 +293,12 @@ def _statement_subjects(client: referrers.Client, repo: str, d: referrers.Descri
     layers = json.loads(data).get("layers") or [{}]
     doc = json.loads(client.blob(repo, layers[0]["digest"]))
     stmt = json.loads(base64.b64decode((doc.get("dsseEnvelope") or doc)["payload"]))
-    return str(stmt.get("predicateType", "")), {f"sha256:{x.get('digest', {}).get('sha256', '')}"
-                                                 for x in stmt.get("subject") or []}
+    return str(stmt.get("predicateType", "")), {
+        f"sha256:{x.get('digest', {}).get('sha256', '')}" for x in stmt.get("subject") or []
+    }
 
 
-SIGNER_WORKFLOW = ".github/workflows/build-cells.yml"   # the reusable workflow that signs (keyless)
+SIGNER_WORKFLOW = ".github/workflows/build-cells.yml"  # the reusable workflow that signs (keyless)
 
 
 def gh_verify(ref: str, predicate: str, github_repo: str, run: Callable[..., Any] | None = None) -> str:
@@ -269,8 +308,19 @@ def gh_verify(ref: str, predicate: str, github_repo: str, run: Callable[..., Any
     registry's referrers (``--bundle-from-oci``; the registry login `docker login` stored)."""
     import subprocess
 
-    cmd = ["gh", "attestation", "verify", f"oci://{ref}", "--bundle-from-oci", "--repo", github_repo,
-           "--signer-workflow", f"{github_repo}/{SIGNER_WORKFLOW}", "--predicate-type", predicate]
+    cmd = [
+        "gh",
+        "attestation",
+        "verify",
+        f"oci://{ref}",
+        "--bundle-from-oci",
+        "--repo",
+        github_repo,
+        "--signer-workflow",
+        f"{github_repo}/{SIGNER_WORKFLOW}",
+        "--predicate-type",
+        predicate,
+    ]
     try:
         p = (run or subprocess.run)(cmd, capture_output=True, text=True, timeout=300, check=False)
     except FileNotFoundError:
@@ -281,8 +331,14 @@ def gh_verify(ref: str, predicate: str, github_repo: str, run: Callable[..., Any
     return f"gh attestation verify refused it ({said[-1][:300] if said else f'exit {p.returncode}'})"
 
 
-def attestation_problems(client: referrers.Client, repo: str, digest: str, key: Key | None = None,
-                         github_repo: str = "", run: Callable[..., Any] | None = None) -> list[str]:
+def attestation_problems(
+    client: referrers.Client,
+    repo: str,
+    digest: str,
+    key: Key | None = None,
+    github_repo: str = "",
+    run: Callable[..., Any] | None = None,
+) -> list[str]:
     """What keeps REPO@DIGEST from being attested (empty: attested): on the manifest, or on
     EVERY platform manifest of an index (what a pull on each architecture resolves to), both
     predicates -- signed by KEY and verified (verify_ref); without a key, CI's keyless Sigstore
@@ -296,8 +352,11 @@ def attestation_problems(client: referrers.Client, repo: str, digest: str, key: 
             log = io.StringIO()
             if not _verify_subject(client, repo, subject, key, log):
                 where = f"{client.host}/{repo}@{subject.digest}: "
-                problems += [f"{subject.digest[:19]}: {line.split(where, 1)[-1]}"
-                             for line in log.getvalue().splitlines() if "NOT verified" in line]
+                problems += [
+                    f"{subject.digest[:19]}: {line.split(where, 1)[-1]}"
+                    for line in log.getvalue().splitlines()
+                    if "NOT verified" in line
+                ]
             continue
         have = set()
         for d in client.referrers(repo, subject.digest, KEYLESS_BUNDLE):
@@ -346,11 +405,13 @@ def attestation_check(public_key: str | None, github_repo: str = "") -> Callable
         repo, _, digest = rest.partition("@")
         client = clients.setdefault(host, referrers.Client(host))
         return attestation_problems(client, repo, digest, key, github_repo)
+
     return problems
 
 
-def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
-                   client_for: Callable[[str], referrers.Client] = referrers.Client) -> dict[str, str]:
+def github_subject(
+    report_path: Path, supply_dir: Path, out_dir: Path, client_for: Callable[[str], referrers.Client] = referrers.Client
+) -> dict[str, str]:
     """For CI's keyless signing (actions/attest, build-cells.yml): the digests of the one cell of
     a publish report that still need their attestations -- what it pushed, and what it found
     already published without them (a run whose attestation step failed after the push: its
@@ -397,8 +458,13 @@ def github_subject(report_path: Path, supply_dir: Path, out_dir: Path,
     predicate = att.provenance(c["name"], c["platform"], lock, dict(info.labels) if info else {})
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "provenance.slsa.json").write_text(json.dumps(predicate, indent=2) + "\n")
-    return {"subject-name": name, "subject-digest": subject, "twin-digest": twin,
-            "sbom": str(docs / "sbom.cdx.json"), "provenance": str(out_dir / "provenance.slsa.json")}
+    return {
+        "subject-name": name,
+        "subject-digest": subject,
+        "twin-digest": twin,
+        "sbom": str(docs / "sbom.cdx.json"),
+        "provenance": str(out_dir / "provenance.slsa.json"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,15 +41,31 @@ def verdict(runs: list[dict[str, Any]], sha: str, workflow: str = "ci.yml") -> V
     if latest.get("status") != "completed":
         return Verdict(False, f"{workflow} on {sha} is still {latest.get('status')} ({where}): publish after it passed")
     if latest.get("conclusion") != "success":
-        return Verdict(False, f"{workflow} on {sha} concluded {latest.get('conclusion')} ({where}): nothing is published")
+        return Verdict(
+            False, f"{workflow} on {sha} concluded {latest.get('conclusion')} ({where}): nothing is published"
+        )
     return Verdict(True, f"{workflow} passed on {sha} ({where})")
 
 
 def fetch_runs(repo: str, workflow: str, sha: str) -> list[dict[str, Any]]:
     proc = subprocess.run(
-        ["gh", "api", "-X", "GET", f"repos/{repo}/actions/workflows/{workflow}/runs",
-         "-f", f"head_sha={sha}", "-f", "event=push", "-f", "per_page=100"],
-        check=False, capture_output=True, text=True)
+        [
+            "gh",
+            "api",
+            "-X",
+            "GET",
+            f"repos/{repo}/actions/workflows/{workflow}/runs",
+            "-f",
+            f"head_sha={sha}",
+            "-f",
+            "event=push",
+            "-f",
+            "per_page=100",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"gh api could not list {workflow}'s runs: {proc.stderr.strip()}")
     return list(json.loads(proc.stdout).get("workflow_runs", []))

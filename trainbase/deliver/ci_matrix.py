@@ -51,15 +51,25 @@ def entries(m: Matrix, rendered: dict[str, Rendered], cells: list[Cell]) -> tupl
         if name not in release_of:
             continue
         plat = m.spec.platforms[job.cell.platform]
-        out.append({"name": name, "level": level[name], "tag": job.tag, "image": job.image,
-                    # where it builds natively (command() applies the repository's runner
-                    # variables: runners.route), and which self-hosted GPU runners test it
-                    "platform": job.cell.platform, "arch": plat.arch, "runs_on": plat.runner,
-                    "gpu_label": plat.gpu_runner_label, "repository": job.repository,
-                    # what the job holds on disk at once; the build refuses a runner with less
-                    "disk": disk_plan.plan(m, rendered, job.cell),
-                    # the tag the repository is published under: one index for its built platforms
-                    "release_tag": release_of[name].tag})
+        out.append(
+            {
+                "name": name,
+                "level": level[name],
+                "tag": job.tag,
+                "image": job.image,
+                # where it builds natively (command() applies the repository's runner
+                # variables: runners.route), and which self-hosted GPU runners test it
+                "platform": job.cell.platform,
+                "arch": plat.arch,
+                "runs_on": plat.runner,
+                "gpu_label": plat.gpu_runner_label,
+                "repository": job.repository,
+                # what the job holds on disk at once; the build refuses a runner with less
+                "disk": disk_plan.plan(m, rendered, job.cell),
+                # the tag the repository is published under: one index for its built platforms
+                "release_tag": release_of[name].tag,
+            }
+        )
     return out, refused
 
 
@@ -67,8 +77,10 @@ def by_level(items: list[dict[str, Any]], max_levels: int | None) -> list[list[d
     """Entries grouped by FROM level (index = level). Raises TooDeep past ``max_levels``."""
     depth = 1 + max((e["level"] for e in items), default=-1)
     if max_levels is not None and depth > max_levels:
-        raise TooDeep(f"the matrix has {depth} FROM levels but the workflow declares {max_levels} level jobs: "
-                      f"add a build-level{max_levels} job to .github/workflows/build.yml and raise BUILD_LEVELS")
+        raise TooDeep(
+            f"the matrix has {depth} FROM levels but the workflow declares {max_levels} level jobs: "
+            f"add a build-level{max_levels} job to .github/workflows/build.yml and raise BUILD_LEVELS"
+        )
     levels: list[list[dict[str, Any]]] = [[] for _ in range(max(depth, max_levels or 0))]
     for e in items:
         levels[e["level"]].append(e)
@@ -103,9 +115,13 @@ def cover(m: Matrix, cells: list[Cell]) -> list[Cell]:
     return [c for c in cells if c.name in keep]
 
 
-def with_registry_state(items: list[dict[str, Any]], registry_arg: str, only: str,
-                        digest: Callable[[str, str, str], str | None],
-                        unattested: Callable[[str, str, str], list[str]] | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def with_registry_state(
+    items: list[dict[str, Any]],
+    registry_arg: str,
+    only: str,
+    digest: Callable[[str, str, str], str | None],
+    unattested: Callable[[str, str, str], list[str]] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Keep the entries whose immutable tag is (``only="published"``) or is not
     (``"unpublished"``) in the registry, or is published while the alias points elsewhere
     (``"unpromoted"``: what the GPU tier must pass before promote.py moves the alias).
@@ -159,11 +175,16 @@ def _unattested() -> Callable[[str, str, str], list[str]]:
     return lambda host, repo, d: attest.unattested(clients.setdefault(host, referrers.Client(host)), repo, d)
 
 
-def github_outputs(items: list[dict[str, Any]], levels: list[list[dict[str, Any]]], left_out: dict[str, str]) -> list[str]:
+def github_outputs(
+    items: list[dict[str, Any]], levels: list[list[dict[str, Any]]], left_out: dict[str, str]
+) -> list[str]:
     """`KEY=JSON` lines for $GITHUB_OUTPUT (and for a person): every entry, each level, and
     what was left out with why."""
-    lines = [f"cells={json.dumps(items, separators=(',', ':'))}", f"count={len(items)}",
-             f"depth={1 + max((e['level'] for e in items), default=-1)}"]
+    lines = [
+        f"cells={json.dumps(items, separators=(',', ':'))}",
+        f"count={len(items)}",
+        f"depth={1 + max((e['level'] for e in items), default=-1)}",
+    ]
     lines += [f"level{i}={json.dumps(lv, separators=(',', ':'))}" for i, lv in enumerate(levels)]
     lines.append(f"left_out={json.dumps(left_out, separators=(',', ':'))}")
     return lines
@@ -177,18 +198,19 @@ def command(m: Matrix, root: Path, selected: list[Cell], args: argparse.Namespac
     if args.only and not args.registry:
         raise TrainbaseError("--only needs --registry HOST[:PORT]/NAMESPACE (the registry to ask)")
     if args.since:
-        touched = affectedmod.since(m, root, args.since).test      # rebuilt cells are re-tested too
+        touched = affectedmod.since(m, root, args.since).test  # rebuilt cells are re-tested too
         selected = [c for c in selected if c.name in touched]
     rendered = rendermod.render_all(m, selected, root=root)
     items, left_out = entries(m, rendered, selected)
-    if args.cover:                  # among the cells that can be built, so every value stays covered
+    if args.cover:  # among the cells that can be built, so every value stays covered
         chosen = {c.name for c in cover(m, [m.cell(e["name"]) for e in items])}
         items = [e for e in items if e["name"] in chosen]
     if args.only:
         from . import registry  # the engine adapter, only when a registry is asked
 
-        items, unwanted = with_registry_state(items, args.registry, args.only, registry.digest,
-                                              _unattested() if args.only == "unpublished" else None)
+        items, unwanted = with_registry_state(
+            items, args.registry, args.only, registry.digest, _unattested() if args.only == "unpublished" else None
+        )
         left_out.update(unwanted)
     try:
         # the build runners; for a pull request (GITHUB_EVENT_NAME, which GitHub sets in every

@@ -72,18 +72,35 @@ def ensure_repository(host: str, repo: str, out: TextIO, run: Run = subprocess.r
         return
     base = ["aws", "ecr", "--region", m["region"], "--registry-id", m["account"], "--output", "json"]
     try:
-        p = run([*base, "describe-repositories", "--repository-names", repo], capture_output=True, text=True, timeout=120)
+        p = run(
+            [*base, "describe-repositories", "--repository-names", repo], capture_output=True, text=True, timeout=120
+        )
         if p.returncode == 0:
             return
         if "RepositoryNotFoundException" not in (p.stderr or ""):
-            raise TrainbaseError(f"ECR {host}: cannot say whether {repo} exists: {(p.stderr or p.stdout).strip()[-300:]}")
+            raise TrainbaseError(
+                f"ECR {host}: cannot say whether {repo} exists: {(p.stderr or p.stdout).strip()[-300:]}"
+            )
         # immutable: a release tag (r<hash>, and its -zstd twin) is written once and no key of
         # the mirror's can overwrite it; only the aliases promotion moves (latest, latest-zstd)
         # are excluded. ECR's own scan runs on each push.
-        p = run([*base, "create-repository", "--repository-name", repo,
-                 "--image-tag-mutability", "IMMUTABLE_WITH_EXCLUSION",
-                 "--image-tag-mutability-exclusion-filters", f"filterType=WILDCARD,filter={ALIAS}*",
-                 "--image-scanning-configuration", "scanOnPush=true"], capture_output=True, text=True, timeout=120)
+        p = run(
+            [
+                *base,
+                "create-repository",
+                "--repository-name",
+                repo,
+                "--image-tag-mutability",
+                "IMMUTABLE_WITH_EXCLUSION",
+                "--image-tag-mutability-exclusion-filters",
+                f"filterType=WILDCARD,filter={ALIAS}*",
+                "--image-scanning-configuration",
+                "scanOnPush=true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except FileNotFoundError:
         raise TrainbaseError(f"ECR {host}: the aws CLI is needed to create {repo} (GitHub's runners have it)") from None
     if p.returncode != 0:
@@ -111,9 +128,17 @@ def credentials(config: Path | None) -> Iterator[None]:
             os.environ["DOCKER_CONFIG"] = before
 
 
-def mirror_one(src: str, dst: str, repo: str, tag: str, out: TextIO, run: Run = subprocess.run,
-               clients: dict[str, referrers.Client] | None = None, src_config: Path | None = None,
-               dst_config: Path | None = None) -> str:
+def mirror_one(
+    src: str,
+    dst: str,
+    repo: str,
+    tag: str,
+    out: TextIO,
+    run: Run = subprocess.run,
+    clients: dict[str, referrers.Client] | None = None,
+    src_config: Path | None = None,
+    dst_config: Path | None = None,
+) -> str:
     """Mirror REPO (release TAG and latest, and their ``-zstd`` twins where the primary
     promoted one) from SRC to DST (HOST/NS each), each asked with its own logins
     (``src_config``/``dst_config``: DOCKER_CONFIG directories); what was done."""
@@ -137,40 +162,53 @@ def mirror_one(src: str, dst: str, repo: str, tag: str, out: TextIO, run: Run = 
         with credentials(dst_config):
             now = registry.digest(dhost, f"{dns}/{repo}", release)
         if now is None:
-            registry.retag(f"{shost}/{sns}/{repo}@{want}", f"{dhost}/{dns}/{repo}:{release}",
-                           src_config=src_config, dst_config=dst_config)
+            registry.retag(
+                f"{shost}/{sns}/{repo}@{want}",
+                f"{dhost}/{dns}/{repo}:{release}",
+                src_config=src_config,
+                dst_config=dst_config,
+            )
             done.append(f"{release} copied")
         elif now != want:
-            raise TrainbaseError(f"mirror {dhost}/{dns}/{repo}:{release} is {now}, the primary's is {want}: an "
-                                 "immutable tag differs between registries; left as it is, fix by hand")
+            raise TrainbaseError(
+                f"mirror {dhost}/{dns}/{repo}:{release} is {now}, the primary's is {want}: an "
+                "immutable tag differs between registries; left as it is, fix by hand"
+            )
         with credentials(dst_config):
             if registry.digest(dhost, f"{dns}/{repo}", alias) != want:
-                registry.retag(f"{dhost}/{dns}/{repo}@{want}", f"{dhost}/{dns}/{repo}:{alias}",
-                               src_config=dst_config, dst_config=dst_config)
+                registry.retag(
+                    f"{dhost}/{dns}/{repo}@{want}",
+                    f"{dhost}/{dns}/{repo}:{alias}",
+                    src_config=dst_config,
+                    dst_config=dst_config,
+                )
                 if registry.digest(dhost, f"{dns}/{repo}", alias) != want:
                     raise TrainbaseError(f"mirror {dhost}/{dns}/{repo}:{alias} does not name {want} after the retag")
                 done.append(f"{alias} -> {want}")
     clients = clients if clients is not None else {}
     for host, config in ((shost, src_config), (dhost, dst_config)):
         if f"{host} {config}" not in clients:
-            with credentials(config):      # a client reads DOCKER_CONFIG's logins once, when made
+            with credentials(config):  # a client reads DOCKER_CONFIG's logins once, when made
                 clients[f"{host} {config}"] = referrers.Client(host)
     sc, dc = clients[f"{shost} {src_config}"], clients[f"{dhost} {dst_config}"]
     n = 0
     for d in [x for x in (digest, twin) if x]:
         subject = sc.descriptor(f"{sns}/{repo}", d)
         subjects = [subject]
-        if subject.media_type in (referrers.OCI_INDEX, referrers.DOCKER_LIST):   # attestations are per platform
-            subjects = [referrers.Descriptor.from_json(m) for m in
-                        json.loads((sc.manifest(f"{sns}/{repo}", d) or (b"{}", ""))[0]).get("manifests", [])]
+        if subject.media_type in (referrers.OCI_INDEX, referrers.DOCKER_LIST):  # attestations are per platform
+            subjects = [
+                referrers.Descriptor.from_json(m)
+                for m in json.loads((sc.manifest(f"{sns}/{repo}", d) or (b"{}", ""))[0]).get("manifests", [])
+            ]
         n += sum(sc.copy_referrers(f"{sns}/{repo}", f"{dns}/{repo}", s, dst=dc) for s in subjects)
     if n:
         done.append(f"{n} attestation(s)")
     return ", ".join(done) or "already current"
 
 
-def mirror_all(src: str, targets: list[str], tags: dict[str, str | None], out: TextIO,
-               mirror: Callable[[str, str, str], str]) -> list[str]:
+def mirror_all(
+    src: str, targets: list[str], tags: dict[str, str | None], out: TextIO, mirror: Callable[[str, str, str], str]
+) -> list[str]:
     """Every repository (``tags``: repository -> its release tag, None when nothing of it can
     be published) to every mirror, one at a time and each on its own: a repository that fails
     (a registry that refuses it, an immutable tag that differs) is reported and the next one
@@ -198,7 +236,7 @@ def mirrors_from_env() -> list[str]:
     try:
         return [str(e["registry"]) for e in json.loads(raw)]
     except (ValueError, TypeError, KeyError) as e:
-        raise TrainbaseError(f"TRAINBASE_MIRRORS: expected [{{\"registry\": \"HOST/NS\"}}, ...] ({e})") from None
+        raise TrainbaseError(f'TRAINBASE_MIRRORS: expected [{{"registry": "HOST/NS"}}, ...] ({e})') from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,10 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainbase.deliver.mirror", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="src", required=True, metavar="HOST/NS", help="the primary registry")
     p.add_argument("--to", action="append", default=[], metavar="HOST/NS", help="a mirror (repeatable)")
-    p.add_argument("--from-config", type=Path, metavar="DIR",
-                   help="the DOCKER_CONFIG holding the primary's login (default: DOCKER_CONFIG)")
-    p.add_argument("--to-config", type=Path, metavar="DIR",
-                   help="the DOCKER_CONFIG holding the mirrors' logins, kept apart from the primary's")
+    p.add_argument(
+        "--from-config",
+        type=Path,
+        metavar="DIR",
+        help="the DOCKER_CONFIG holding the primary's login (default: DOCKER_CONFIG)",
+    )
+    p.add_argument(
+        "--to-config",
+        type=Path,
+        metavar="DIR",
+        help="the DOCKER_CONFIG holding the mirrors' logins, kept apart from the primary's",
+    )
     p.add_argument("--file", type=Path, default=Path("matrix.yaml"))
     p.add_argument("--profile")
     p.add_argument("--select", action="append", metavar="KEY=VALUE")
@@ -232,9 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     clients: dict[str, referrers.Client] = {}
-    failures = mirror_all(a.src, targets, {repo: r.tag for repo, r in releases.items()}, sys.stdout,
-                          lambda dst, repo, tag: mirror_one(a.src, dst, repo, tag, sys.stdout, clients=clients,
-                                                            src_config=a.from_config, dst_config=a.to_config))
+    failures = mirror_all(
+        a.src,
+        targets,
+        {repo: r.tag for repo, r in releases.items()},
+        sys.stdout,
+        lambda dst, repo, tag: mirror_one(
+            a.src, dst, repo, tag, sys.stdout, clients=clients, src_config=a.from_config, dst_config=a.to_config
+        ),
+    )
     if failures:
         print(f"error: {len(failures)} repository(ies) not mirrored (the others were):", file=sys.stderr)
         for f in failures:

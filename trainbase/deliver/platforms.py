@@ -36,9 +36,9 @@ class Release:
     """One repository as a selection publishes it (``publishable``)."""
 
     repository: str
-    cells: list[Cell] = field(default_factory=list)          # what it publishes: one cell per platform
-    tags: dict[str, str] = field(default_factory=dict)       # cell name -> recipe tag, of those cells
-    left_out: dict[str, str] = field(default_factory=dict)   # its selected cells that are never built -> why
+    cells: list[Cell] = field(default_factory=list)  # what it publishes: one cell per platform
+    tags: dict[str, str] = field(default_factory=dict)  # cell name -> recipe tag, of those cells
+    left_out: dict[str, str] = field(default_factory=dict)  # its selected cells that are never built -> why
 
     @property
     def tag(self) -> str | None:
@@ -126,16 +126,29 @@ def _index_of_staged(host: str, repo: str, tag: str, staged: dict[str, tuple[str
         digest = referrers.sha256(data)
         client.put_manifest(repo, digest, data, media_type)
         os_, arch = platform.split("/", 1)
-        children.append({"mediaType": media_type, "digest": digest, "size": len(data),
-                         "platform": {"architecture": arch, "os": os_}})
-    index = json.dumps({"schemaVersion": 2, "mediaType": referrers.OCI_INDEX, "manifests": children},
-                       separators=(",", ":")).encode()
+        children.append(
+            {
+                "mediaType": media_type,
+                "digest": digest,
+                "size": len(data),
+                "platform": {"architecture": arch, "os": os_},
+            }
+        )
+    index = json.dumps(
+        {"schemaVersion": 2, "mediaType": referrers.OCI_INDEX, "manifests": children}, separators=(",", ":")
+    ).encode()
     client.put_manifest(repo, tag, index, referrers.OCI_INDEX)
     return referrers.sha256(index)
 
 
-def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None,
-                  out: TextIO = sys.stdout, zstd_twin: bool = False) -> int:
+def merge_command(
+    m: Matrix,
+    root: Path,
+    selected: list[Cell],
+    registry_arg: str | None,
+    out: TextIO = sys.stdout,
+    zstd_twin: bool = False,
+) -> int:
     if not registry_arg:
         raise TrainbaseError("--merge-platforms needs --registry HOST[:PORT]/NAMESPACE")
     host, ns = registry.split_registry(registry_arg)
@@ -146,7 +159,7 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
             # never built, so never staged: the index is made of the platforms that are
             out.write(f"merge: {repo}: left out, never built: {release.why_not()}\n")
         if len(release.cells) < 2:
-            continue                            # one platform (or none): published as it is by --push
+            continue  # one platform (or none): published as it is by --push
         cells, tags = release.cells, release.tags
         target = f"{host}/{ns}/{repo}:{release.tag}"
         if registry.tag_state(host, f"{ns}/{repo}", target.rsplit(":", 1)[1]) == "present":
@@ -158,16 +171,18 @@ def merge_command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str
             if zstd_twin:
                 index_twin(host, f"{ns}/{repo}", target.rsplit(":", 1)[1], out, repo)
             continue
-        staged = {c.platform for c in cells
-                  if registry.tag_state(host, staging_repo(ns, c.name), tags[c.name]) == "present"}
+        staged = {
+            c.platform for c in cells if registry.tag_state(host, staging_repo(ns, c.name), tags[c.name]) == "present"
+        }
         absent = sorted(c.platform for c in cells if c.platform not in staged)
         if absent:
             missing_any += 1
             out.write(f"merge: {repo}: NOT published: no staged image for {', '.join(absent)}\n")
             continue
         assert release.tag is not None  # noqa: S101 -- two cells or more (above): their tags make one
-        digest = _index_of_staged(host, f"{ns}/{repo}", release.tag,
-                                  {c.platform: (staging_repo(ns, c.name), tags[c.name]) for c in cells})
+        digest = _index_of_staged(
+            host, f"{ns}/{repo}", release.tag, {c.platform: (staging_repo(ns, c.name), tags[c.name]) for c in cells}
+        )
         merged += 1
         out.write(f"merge: {repo}: pushed the image index {target} {digest} ({', '.join(sorted(staged))})\n")
         _carry_attestations(host, ns, repo, cells, tags, out)

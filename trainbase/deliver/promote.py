@@ -59,14 +59,14 @@ from .registry import RegistryError, split_registry
 @dataclass
 class Step:
     name: str
-    immutable: str            # HOST/NS/NAME:TAG
-    alias: str                # HOST/NS/NAME:latest
-    digest: str | None        # of the immutable tag (None: not published)
+    immutable: str  # HOST/NS/NAME:TAG
+    alias: str  # HOST/NS/NAME:latest
+    digest: str | None  # of the immutable tag (None: not published)
     alias_digest: str | None  # of the alias now (None: no alias yet)
     required: tuple[str, ...]  # the gate checks its digest must pass (required_checks)
-    twin_digest: str | None = None        # of TAG-zstd, where the cell publishes a zstd twin
+    twin_digest: str | None = None  # of TAG-zstd, where the cell publishes a zstd twin
     twin_alias_digest: str | None = None  # of latest-zstd now
-    twin_required: tuple[str, ...] = ()   # the checks the twin's own digest must pass (twin_checks)
+    twin_required: tuple[str, ...] = ()  # the checks the twin's own digest must pass (twin_checks)
 
     @property
     def by_digest(self) -> str:
@@ -84,7 +84,7 @@ class Step:
         return "current" if current else "candidate"
 
 
-GPU_TIER = "gpu"   # gpu.yml's gpu job: the GPU tier of one digest on one platform's GPU runners
+GPU_TIER = "gpu"  # gpu.yml's gpu job: the GPU tier of one digest on one platform's GPU runners
 
 
 def gpu_check(platform: str) -> str:
@@ -123,8 +123,12 @@ def twin_checks(platforms: Iterable[str]) -> tuple[str, ...]:
     return tuple(scan_check(p) for p in names) if len(names) > 1 else (vulnscan.CHECK,)
 
 
-def plan(cells: list[tuple[str, str]], registry_arg: str,
-         digest: Callable[[str, str, str], str | None], platforms: dict[str, Iterable[str]]) -> list[Step]:
+def plan(
+    cells: list[tuple[str, str]],
+    registry_arg: str,
+    digest: Callable[[str, str, str], str | None],
+    platforms: dict[str, Iterable[str]],
+) -> list[Step]:
     """One step per (cell name, immutable tag): what the registry holds for both tags, and what
     the gate requires of it (``platforms``: cell name -> the platforms its tag publishes).
     ``digest(host, repo, tag)`` is registry.digest (an error, never a guess)."""
@@ -132,8 +136,14 @@ def plan(cells: list[tuple[str, str]], registry_arg: str,
     steps = []
     for name, tag in cells:
         repo = f"{ns}/{name}"
-        s = Step(name, f"{host}/{repo}:{tag}", f"{host}/{repo}:{ALIAS}", digest(host, repo, tag),
-                 digest(host, repo, ALIAS), required_checks(platforms[name]))
+        s = Step(
+            name,
+            f"{host}/{repo}:{tag}",
+            f"{host}/{repo}:{ALIAS}",
+            digest(host, repo, tag),
+            digest(host, repo, ALIAS),
+            required_checks(platforms[name]),
+        )
         if s.digest is not None:
             s.twin_digest = digest(host, repo, f"{tag}{ZSTD}")
             s.twin_alias_digest = digest(host, repo, f"{ALIAS}{ZSTD}") if s.twin_digest else None
@@ -175,7 +185,7 @@ def verdict(gate: Gate, step: Step, twin: bool = False) -> tuple[list[str], list
     have = dict(gate.get(step.twin_by_digest if twin else step.by_digest, {}))
     required = step.twin_required if twin else step.required
     # a single-platform digest: its scan record may name the platform (gpu.yml writes it) or not
-    platforms = [c[len(GPU_TIER) + 1:-1] for c in step.required if c.startswith(f"{GPU_TIER}[")]
+    platforms = [c[len(GPU_TIER) + 1 : -1] for c in step.required if c.startswith(f"{GPU_TIER}[")]
     if len(platforms) == 1 and scan_check(platforms[0]) in have:
         have[vulnscan.CHECK] = have.get(vulnscan.CHECK, True) and have.pop(scan_check(platforms[0]))
     return [c for c in required if c not in have], sorted(c for c, ok in have.items() if not ok)
@@ -186,8 +196,9 @@ Attested = Callable[[str], list[str]]
 
 
 def _why(missing: list[str], failed: list[str]) -> str:
-    return "; ".join(([f"missing {', '.join(missing)}"] if missing else [])
-                     + ([f"failed {', '.join(failed)}"] if failed else []))
+    return "; ".join(
+        ([f"missing {', '.join(missing)}"] if missing else []) + ([f"failed {', '.join(failed)}"] if failed else [])
+    )
 
 
 def stale(recipe_sha: str, head_sha: str) -> str:
@@ -199,14 +210,23 @@ def stale(recipe_sha: str, head_sha: str) -> str:
     if not recipe_sha:
         return f"the run's recipe commit is unknown and main's head is {head_sha[:12]}"
     if recipe_sha != head_sha:
-        return (f"this run's recipe is commit {recipe_sha[:12]}, main's head is {head_sha[:12]}: "
-                "only the head's recipe moves an alias (its own run, or the nightly, promotes it)")
+        return (
+            f"this run's recipe is commit {recipe_sha[:12]}, main's head is {head_sha[:12]}: "
+            "only the head's recipe moves an alias (its own run, or the nightly, promotes it)"
+        )
     return ""
 
 
-def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], None],
-            digest: Callable[[str, str, str], str | None], out: TextIO,
-            attested: Attested | None = None, recipe_sha: str = "", head_sha: str = "") -> tuple[int, int]:
+def promote(
+    steps: list[Step],
+    gate: Gate | None,
+    retag: Callable[[str, str], None],
+    digest: Callable[[str, str, str], str | None],
+    out: TextIO,
+    attested: Attested | None = None,
+    recipe_sha: str = "",
+    head_sha: str = "",
+) -> tuple[int, int]:
     """Retag each candidate that passed the gate and whose attestations verify (``attested``);
     hold each other one, named with why -- a held repository holds only itself. (promoted,
     held back). Every verdict is taken before the first retag. A run whose recipe is not
@@ -221,8 +241,10 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
             if failed:
                 # a promoted digest found wanting later (the nightly re-test: a new critical CVE):
                 # no older digest is better, so the alias stays; the security rebuild replaces it
-                out.write(f"promote: {s.name}: WARNING: the {ALIAS} digest now FAILS {', '.join(failed)}: it stays "
-                          "until a rebuild passes (the security rebuild of its OS row)\n")
+                out.write(
+                    f"promote: {s.name}: WARNING: the {ALIAS} digest now FAILS {', '.join(failed)}: it stays "
+                    "until a rebuild passes (the security rebuild of its OS row)\n"
+                )
         else:
             candidates.append(s)
     why_stale = stale(recipe_sha, head_sha)
@@ -234,11 +256,14 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
         missing, failed = verdict(gate, s) if gate is not None else ([], [])
         problems = attested(s.by_digest) if attested is not None else []
         if missing or failed:
-            out.write(f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}: "
-                      f"{_why(missing, failed)}\n")
+            out.write(
+                f"promote: {s.name}: NOT promoted: the gate has no pass for {s.by_digest}: {_why(missing, failed)}\n"
+            )
         if problems:
-            out.write(f"promote: {s.name}: NOT promoted: {s.by_digest} is not attested: {'; '.join(problems)} "
-                      "(the next build attests it)\n")
+            out.write(
+                f"promote: {s.name}: NOT promoted: {s.by_digest} is not attested: {'; '.join(problems)} "
+                "(the next build attests it)\n"
+            )
         if missing or failed or problems:
             held.append(s)
             continue
@@ -249,8 +274,10 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
             t_problems = attested(s.twin_by_digest) if attested is not None else []
             if t_missing or t_failed or t_problems:
                 why = "; ".join(filter(None, [_why(t_missing, t_failed), "; ".join(t_problems)]))
-                out.write(f"promote: {s.name}: {ALIAS}{ZSTD} left at {s.twin_alias_digest or 'absent'}: its own "
-                          f"digest {s.twin_by_digest} is not cleared: {why}\n")
+                out.write(
+                    f"promote: {s.name}: {ALIAS}{ZSTD} left at {s.twin_alias_digest or 'absent'}: its own "
+                    f"digest {s.twin_by_digest} is not cleared: {why}\n"
+                )
             else:
                 moves.append((s, s.twin_by_digest, f"{s.alias}{ZSTD}", s.twin_digest, s.twin_alias_digest))
     for s, src, alias, want, was in moves:
@@ -266,9 +293,19 @@ def promote(steps: list[Step], gate: Gate | None, retag: Callable[[str, str], No
     return len(candidates) - len(held), len(held)
 
 
-def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | None, gate_dir: Path | None,
-            out: TextIO = sys.stdout, head_sha: str = "", recipe_sha: str = "", public_key: str | None = None,
-            attestations: bool = True, attested_by: str = "") -> int:
+def command(
+    m: Matrix,
+    root: Path,
+    selected: list[Cell],
+    registry_arg: str | None,
+    gate_dir: Path | None,
+    out: TextIO = sys.stdout,
+    head_sha: str = "",
+    recipe_sha: str = "",
+    public_key: str | None = None,
+    attestations: bool = True,
+    attested_by: str = "",
+) -> int:
     """`build.py --promote`: exit 0 when every selected repository is promoted or already
     current, or when the run's recipe is not main's head (``--head-sha``: nothing moves, said);
     1 when the gate or the attestation check held a candidate (each named with what it lacks;
@@ -296,19 +333,27 @@ def command(m: Matrix, root: Path, selected: list[Cell], registry_arg: str | Non
     steps = plan(cells, registry_arg, registry.digest, {repo: r.platforms for repo, r in releases.items() if r.tag})
     gate = read_gate(gate_dir) if gate_dir is not None else None
     check = attest.attestation_check(public_key, attested_by) if attestations else None
-    promoted, held = promote(steps, gate, registry.retag, registry.digest, out, attested=check,
-                             recipe_sha=recipe_sha, head_sha=head_sha)
-    out.write(f"promote: {promoted} promoted, {held} held back, "
-              f"{sum(s.state == 'current' for s in steps)} already current, "
-              f"{sum(s.state == 'unpublished' for s in steps)} not published\n")
+    promoted, held = promote(
+        steps, gate, registry.retag, registry.digest, out, attested=check, recipe_sha=recipe_sha, head_sha=head_sha
+    )
+    out.write(
+        f"promote: {promoted} promoted, {held} held back, "
+        f"{sum(s.state == 'current' for s in steps)} already current, "
+        f"{sum(s.state == 'unpublished' for s in steps)} not published\n"
+    )
     if held:
-        out.write(f"promote: HELD: {held} repository(ies) stay where they are until every required check has a "
-                  f"pass record for its digest and its attestations verify (see above); the others moved\n")
-    unpromotable = sorted([repo for repo, r in releases.items() if not r.tag]
-                          + [s.name for s in steps if s.state == "unpublished"])
+        out.write(
+            f"promote: HELD: {held} repository(ies) stay where they are until every required check has a "
+            f"pass record for its digest and its attestations verify (see above); the others moved\n"
+        )
+    unpromotable = sorted(
+        [repo for repo, r in releases.items() if not r.tag] + [s.name for s in steps if s.state == "unpublished"]
+    )
     if unpromotable:
-        out.write(f"promote: FAILED: {len(unpromotable)} repository(ies) cannot be promoted, no published "
-                  f"release tag (see above): {', '.join(unpromotable)}\n")
+        out.write(
+            f"promote: FAILED: {len(unpromotable)} repository(ies) cannot be promoted, no published "
+            f"release tag (see above): {', '.join(unpromotable)}\n"
+        )
     return 1 if held or unpromotable else 0
 
 
@@ -316,8 +361,9 @@ def _checkout_head(root: Path) -> str:
     """The commit of the checkout whose recipes this run renders (the run's recipe commit)."""
     import subprocess
 
-    p = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60,
-                       check=False)
+    p = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=60, check=False
+    )
     if p.returncode != 0:
         raise TrainbaseError(f"--head-sha: cannot read the checkout's commit ({p.stderr.strip()}): pass --recipe-sha")
     return p.stdout.strip()

@@ -25,8 +25,8 @@ from trainbase_common.states import JobState
 
 from . import registry
 
-ALIAS = "latest"          # the moving alias next to each immutable tag (promote.py moves it)
-ZSTD = "-zstd"            # suffix of an immutable tag's zstd twin, and of latest's (latest-zstd)
+ALIAS = "latest"  # the moving alias next to each immutable tag (promote.py moves it)
+ZSTD = "-zstd"  # suffix of an immutable tag's zstd twin, and of latest's (latest-zstd)
 
 
 class Publishable(Protocol):
@@ -37,15 +37,18 @@ class Publishable(Protocol):
     @property
     def repository(self) -> str: ...  # the published repository (every platform of one recipe shares it)
     @property
-    def platform(self) -> str: ...    # OCI platform, linux/amd64
-    image: str            # namespace/name:immutable-tag (local)
+    def platform(self) -> str: ...  # OCI platform, linux/amd64
+
+    image: str  # namespace/name:immutable-tag (local)
+
     @property
     def tag(self) -> str: ...
     @property
     def parent(self) -> str | None: ...
+
     status: JobState
     pushed: list[str]
-    present: list[str]    # what was already published (immutable, left as is): it may lack attestations
+    present: list[str]  # what was already published (immutable, left as is): it may lack attestations
     repo_digest: str | None
 
 
@@ -69,17 +72,24 @@ def releases(items: list[tuple[str, str]]) -> dict[str, str]:
 
 # attest(job, repository, tag): attach signed statements to what REPOSITORY:TAG names (attest.py)
 Attach = Callable[[Publishable, str, str], None]
-TagLocal = Callable[[str, str], None]   # tag_local(src, dst): engine.tag
+TagLocal = Callable[[str, str], None]  # tag_local(src, dst): engine.tag
 
-STAGING = "staging"      # <namespace>/staging/<cell name>: one platform's image, until its index is made
+STAGING = "staging"  # <namespace>/staging/<cell name>: one platform's image, until its index is made
 
 
 def staging_repo(ns: str, cell_name: str) -> str:
     return f"{ns}/{STAGING}/{cell_name}"
 
 
-def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local: TagLocal, out: TextIO, zstd_twin: bool = False,
-            platforms: dict[str, set[str]] | None = None, attest: Attach | None = None) -> int:
+def publish(
+    jobs: Iterable[Publishable],
+    registry_arg: str,
+    tag_local: TagLocal,
+    out: TextIO,
+    zstd_twin: bool = False,
+    platforms: dict[str, set[str]] | None = None,
+    attest: Attach | None = None,
+) -> int:
     """Push every publishable job (parents first); returns how many cells were published.
     Jobs that share a repository (the platforms of one recipe) are published together as one
     multi-arch image index under one tag, or not at all: a platform that failed leaves the
@@ -117,16 +127,26 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local: TagLocal,
         bad = [j for j in group if not j.status.usable]
         orphans = [j for j in group if j.parent and j.parent not in published]
         if bad or orphans:
-            why = (f"{'its ' + bad[0].platform + ' image is ' if len(group) > 1 else ''}{bad[0].status}" if bad
-                   else f"its parent {orphans[0].parent} is not")
+            why = (
+                f"{'its ' + bad[0].platform + ' image is ' if len(group) > 1 else ''}{bad[0].status}"
+                if bad
+                else f"its parent {orphans[0].parent} is not"
+            )
             for j in group:
                 out.write(f"publish: {j.name}: not published ({why})\n")
             continue
         wanted = (platforms or {}).get(group[0].repository, {j.platform for j in group})
         if {j.platform for j in group} != wanted:
             for j in group:
-                _publish_one(j, host, staging_repo(ns, j.name), tag_local, out, False,
-                             note=f"staged; the index comes with `--merge-platforms` once {', '.join(sorted(wanted))} are")
+                _publish_one(
+                    j,
+                    host,
+                    staging_repo(ns, j.name),
+                    tag_local,
+                    out,
+                    False,
+                    note=f"staged; the index comes with `--merge-platforms` once {', '.join(sorted(wanted))} are",
+                )
                 if attest:
                     attest(j, staging_repo(ns, j.name), j.tag)
         elif len(group) == 1:
@@ -145,8 +165,9 @@ def publish(jobs: Iterable[Publishable], registry_arg: str, tag_local: TagLocal,
     return len(published)
 
 
-def _publish_one(j: Publishable, host: str, repo: str, tag_local: TagLocal, out: TextIO, zstd_twin: bool,
-                 note: str = "") -> None:
+def _publish_one(
+    j: Publishable, host: str, repo: str, tag_local: TagLocal, out: TextIO, zstd_twin: bool, note: str = ""
+) -> None:
     target = f"{host}/{repo}:{j.tag}"
     note = f" ({note})" if note else ""
     if (found := registry.digest(host, repo, j.tag)) is not None:

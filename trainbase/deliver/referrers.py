@@ -64,8 +64,13 @@ class Descriptor:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Descriptor:
-        return cls(d["mediaType"], d["digest"], int(d["size"]), d.get("artifactType", ""),
-                   tuple(sorted((d.get("annotations") or {}).items())))
+        return cls(
+            d["mediaType"],
+            d["digest"],
+            int(d["size"]),
+            d.get("artifactType", ""),
+            tuple(sorted((d.get("annotations") or {}).items())),
+        )
 
 
 class Client:
@@ -84,9 +89,11 @@ class Client:
         backend = "basic" if probe.lower().startswith("basic") else "token"
         self.oras = oras.provider.Registry(hostname=self.api, insecure=self.prefix == "http", auth_backend=backend)
         config = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
-        self.oras.auth.load_configs(oras.container.Container(f"{host}/any"), configs=[str(config)] if config.exists() else None)
+        self.oras.auth.load_configs(
+            oras.container.Container(f"{host}/any"), configs=[str(config)] if config.exists() else None
+        )
         if self.api == "registry-1.docker.io" and not getattr(self.oras.auth, "_basic_auth", None):
-            self.oras.auth._load_auth("https://index.docker.io/v1/")   # where `docker login` files Docker Hub
+            self.oras.auth._load_auth("https://index.docker.io/v1/")  # where `docker login` files Docker Hub
         # no stored credentials for a Basic registry: ask anonymously and report its 401, rather
         # than let oras-py's retry loop sleep through minutes of back-off on its missing secret
         self.anonymous = backend == "basic" and not getattr(self.oras.auth, "_basic_auth", None)
@@ -105,13 +112,18 @@ class Client:
 
         try:
             url = path if path.startswith(("http://", "https://")) else f"{self.prefix}://{self.api}/v2/{path}"
-            r = (self.oras.session.request(method, url, timeout=300, **kw) if self.anonymous
-                 else self.oras.do_request(url, method, **kw))
+            r = (
+                self.oras.session.request(method, url, timeout=300, **kw)
+                if self.anonymous
+                else self.oras.do_request(url, method, **kw)
+            )
         except (requests.RequestException, ValueError) as e:
             raise RegistryError(f"registry {self.host} could not {what}: {e}") from None
         if r.status_code in (401, 403):
-            raise RegistryAuthError(f"registry {self.host} refused to {what} (HTTP {r.status_code}): log in first "
-                                    f"with {login_hint(self.host)}")
+            raise RegistryAuthError(
+                f"registry {self.host} refused to {what} (HTTP {r.status_code}): log in first "
+                f"with {login_hint(self.host)}"
+            )
         if r.status_code not in ok:
             raise RegistryError(f"registry {self.host} could not {what}: HTTP {r.status_code} {r.text[:300]}")
         return r
@@ -119,8 +131,9 @@ class Client:
     # -- content ---------------------------------------------------------------------------------
     def manifest(self, repo: str, ref: str) -> tuple[bytes, str] | None:
         """(the manifest's exact bytes, its media type), or None when REF does not exist."""
-        r = self._request("GET", f"{repo}/manifests/{ref}", f"serve {repo}:{ref}", (200, 404),
-                          headers={"Accept": ACCEPT})
+        r = self._request(
+            "GET", f"{repo}/manifests/{ref}", f"serve {repo}:{ref}", (200, 404), headers={"Accept": ACCEPT}
+        )
         if r.status_code == 404:
             return None
         return r.content, r.headers.get("Content-Type", "").split(";")[0] or json.loads(r.content).get("mediaType", "")
@@ -151,18 +164,27 @@ class Client:
         mounted across repositories (no byte moves), or -- where the registry declines the
         mount and opens an upload instead -- streamed through this process in 8 MiB chunks
         (a CUDA layer is gigabytes: never held in memory)."""
-        if self._request("HEAD", f"{dst_repo}/blobs/{digest}", f"say whether {dst_repo} has {digest}",
-                         (200, 404)).status_code == 200:
+        if (
+            self._request(
+                "HEAD", f"{dst_repo}/blobs/{digest}", f"say whether {dst_repo} has {digest}", (200, 404)
+            ).status_code
+            == 200
+        ):
             return
-        r = self._request("POST", f"{dst_repo}/blobs/uploads/?mount={digest}&from={src_repo}",
-                          f"mount {digest} of {src_repo} into {dst_repo}", (201, 202))
+        r = self._request(
+            "POST",
+            f"{dst_repo}/blobs/uploads/?mount={digest}&from={src_repo}",
+            f"mount {digest} of {src_repo} into {dst_repo}",
+            (201, 202),
+        )
         if r.status_code == 201:
             return
         # declined: the registry opened an upload session instead (left to lapse). The blob is
         # spooled to a temporary file and uploaded as put_blob does: a request body read from a
         # stream could not be re-sent when the registry asks for a new token half way
-        src = self._request("GET", f"{src_repo}/blobs/{digest}", f"serve blob {digest} of {src_repo}", (200,),
-                            stream=True)
+        src = self._request(
+            "GET", f"{src_repo}/blobs/{digest}", f"serve blob {digest} of {src_repo}", (200,), stream=True
+        )
         h = hashlib.sha256()
         with tempfile.NamedTemporaryFile(prefix="trainbase-blob-", dir=os.environ.get("TMPDIR") or "/var/tmp") as f:  # noqa: S108 -- tempfile picks the private name
             for chunk in src.iter_content(8 << 20):
@@ -178,22 +200,42 @@ class Client:
 
         r = self.oras.upload_blob(path, oras.container.Container(f"{self.api}/{repo}"), desc.as_json())
         if r.status_code not in (200, 201, 202):
-            raise RegistryError(f"registry {self.host} did not take blob {desc.digest} into {repo}: "
-                                f"HTTP {r.status_code} {r.text[:300]}")
+            raise RegistryError(
+                f"registry {self.host} did not take blob {desc.digest} into {repo}: HTTP {r.status_code} {r.text[:300]}"
+            )
 
     def put_manifest(self, repo: str, ref: str, data: bytes, media_type: str) -> Any:  # requests.Response
-        return self._request("PUT", f"{repo}/manifests/{ref}", f"accept a manifest as {repo}:{ref}", (201,),
-                             data=data, headers={"Content-Type": media_type})
+        return self._request(
+            "PUT",
+            f"{repo}/manifests/{ref}",
+            f"accept a manifest as {repo}:{ref}",
+            (201,),
+            data=data,
+            headers={"Content-Type": media_type},
+        )
 
     # -- referrers -------------------------------------------------------------------------------
-    def attach(self, repo: str, subject: Descriptor, artifact_type: str, payload: bytes, payload_media_type: str,
-               annotations: dict[str, str]) -> Descriptor:
+    def attach(
+        self,
+        repo: str,
+        subject: Descriptor,
+        artifact_type: str,
+        payload: bytes,
+        payload_media_type: str,
+        annotations: dict[str, str],
+    ) -> Descriptor:
         """Push PAYLOAD as an artifact referring to SUBJECT; the artifact manifest's descriptor."""
         self.put_blob(repo, EMPTY, EMPTY_MEDIA_TYPE)
         layer = self.put_blob(repo, payload, payload_media_type)
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": artifact_type,
-                    "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": sha256(EMPTY), "size": len(EMPTY)},
-                    "layers": [layer.as_json()], "subject": subject.as_json(), "annotations": annotations}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": artifact_type,
+            "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": sha256(EMPTY), "size": len(EMPTY)},
+            "layers": [layer.as_json()],
+            "subject": subject.as_json(),
+            "annotations": annotations,
+        }
         data = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
         desc = Descriptor(OCI_MANIFEST, sha256(data), len(data), artifact_type, tuple(sorted(annotations.items())))
         r = self.put_manifest(repo, desc.digest, data, OCI_MANIFEST)
@@ -205,8 +247,9 @@ class Client:
     def _add_to_fallback(self, repo: str, subject_digest: str, desc: Descriptor) -> None:
         tag = fallback_tag(subject_digest)
         got = self.manifest(repo, tag)
-        index: dict[str, Any] = (json.loads(got[0]) if got
-                                 else {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []})
+        index: dict[str, Any] = (
+            json.loads(got[0]) if got else {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": []}
+        )
         if any(m.get("digest") == desc.digest for m in index["manifests"]):
             return
         index["manifests"].append(desc.as_json())
@@ -217,8 +260,13 @@ class Client:
         serves it, else the fallback tag's index (empty when neither has anything)."""
         # a registry without the API answers 404 (distribution 2.x) or, for a route it does not
         # know, 400/405/501: each means "use the fallback tag"
-        r = self._request("GET", f"{repo}/referrers/{subject_digest}", f"list the referrers of {subject_digest}",
-                          (200, 400, 404, 405, 501), headers={"Accept": OCI_INDEX})
+        r = self._request(
+            "GET",
+            f"{repo}/referrers/{subject_digest}",
+            f"list the referrers of {subject_digest}",
+            (200, 400, 404, 405, 501),
+            headers={"Accept": OCI_INDEX},
+        )
         if r.status_code == 200 and r.headers.get("Content-Type", "").startswith(OCI_INDEX):
             found = r.json().get("manifests", [])
         else:

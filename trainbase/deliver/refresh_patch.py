@@ -73,7 +73,7 @@ def _unquote(name: str) -> str:
         if ch == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
             if nxt in "01234567":
-                digits = re.match(r"[0-7]{1,3}", body[i + 1:])
+                digits = re.match(r"[0-7]{1,3}", body[i + 1 :])
                 assert digits is not None  # noqa: S101 -- nxt is an octal digit: the match has one
                 out.append(int(digits.group(0), 8))
                 i += 1 + len(digits.group(0))
@@ -114,7 +114,7 @@ def _split_git_header(rest: str) -> tuple[str, str]:
             raise PatchError(f"unreadable diff header: diff --git {rest}")
         return m.group(1), m.group(2)
     for at in [i for i, ch in enumerate(rest) if ch == " "]:
-        left, right = rest[:at], rest[at + 1:]
+        left, right = rest[:at], rest[at + 1 :]
         if "/" in left and "/" in right and left.split("/", 1)[1] == right.split("/", 1)[1]:
             return left, right
     # differing names with no quotes: only a rename/copy can place them (its own lines follow)
@@ -132,8 +132,8 @@ def touched_paths(patch_text: str) -> PatchPaths:
     bodies are skipped by their line counts (a removed line "-- x" reads "--- x", which is not a
     header), binary data by its alphabet (base85 has no space, every header has one)."""
     found = PatchPaths()
-    current: list[str] = []   # the paths of the file section being read
-    old_left = new_left = 0   # lines of the current hunk still to come
+    current: list[str] = []  # the paths of the file section being read
+    old_left = new_left = 0  # lines of the current hunk still to come
 
     def set_mode(mode: str) -> None:
         for p in current:
@@ -142,7 +142,7 @@ def touched_paths(patch_text: str) -> PatchPaths:
     # split on \n only: a content line may hold \r, \f or other breaks splitlines() would cut at
     for line in patch_text.split("\n"):
         if old_left > 0 or new_left > 0:
-            if line.startswith("\\"):            # "\ No newline at end of file"
+            if line.startswith("\\"):  # "\ No newline at end of file"
                 continue
             tag = line[:1]
             if tag in (" ", ""):
@@ -155,12 +155,12 @@ def touched_paths(patch_text: str) -> PatchPaths:
                 raise PatchError(f"hunk ends early at {line[:60]!r}")
             continue
         if line.startswith("diff --git "):
-            old, new = _split_git_header(line[len("diff --git "):])
+            old, new = _split_git_header(line[len("diff --git ") :])
             current = [p for p in (_strip_one(old), _strip_one(new)) if p is not None]
             for p in current:
                 found.add(p)
         elif line.startswith(("rename from ", "copy from ")):
-            path = _unquote(line.split(" ", 2)[2])   # no prefix on these lines (git: p - 1)
+            path = _unquote(line.split(" ", 2)[2])  # no prefix on these lines (git: p - 1)
             current.append(path)
             found.add(path)
         elif line.startswith(("rename to ", "copy to ")):
@@ -206,7 +206,7 @@ def git_numstat_paths(patch_file: Path) -> list[str]:
             paths.append(parts[2])
             i += 1
         else:
-            paths += [p for p in fields[i + 1:i + 3] if p]
+            paths += [p for p in fields[i + 1 : i + 3] if p]
             i += 3
     return paths
 
@@ -226,8 +226,7 @@ def refusals(found: PatchPaths, extra_paths: list[str] | None = None) -> list[st
     out: list[str] = []
     for path in [*found.paths, *[p for p in extra_paths or [] if p not in found.paths]]:
         if not is_allowed(path):
-            out.append(f"{path}: outside the refresh's allow-list "
-                       f"({', '.join(ALLOWED_FILES + ALLOWED_DIRS)})")
+            out.append(f"{path}: outside the refresh's allow-list ({', '.join(ALLOWED_FILES + ALLOWED_DIRS)})")
         elif path in found.modes and found.modes[path] != PLAIN_FILE_MODE:
             out.append(f"{path}: mode {found.modes[path]} (the refresh writes plain files, {PLAIN_FILE_MODE})")
     return out
@@ -257,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     if refused:
         for line in refused:
             print(f"refresh patch: refused {line}")
-        print(f"refresh patch: {len(refused)} path(s) refused; nothing of the patch is applied "
-              "(the refresh may change only matrix.yaml, locks/ and images/)")
+        print(
+            f"refresh patch: {len(refused)} path(s) refused; nothing of the patch is applied "
+            "(the refresh may change only matrix.yaml, locks/ and images/)"
+        )
         return 1
     paths = found.paths + [p for p in from_git if p not in found.paths]
     for path in paths:

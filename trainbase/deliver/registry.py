@@ -19,8 +19,10 @@ from trainbase_common import engine
 from ..errors import TrainbaseError
 
 # How the engine words a refused request (distribution and the engine's own token client).
-_AUTH = re.compile(r"(?i)(unauthorized|authentication required|no basic auth credentials|denied|forbidden|"
-                   r"incorrect username or password|401|403)")
+_AUTH = re.compile(
+    r"(?i)(unauthorized|authentication required|no basic auth credentials|denied|forbidden|"
+    r"incorrect username or password|401|403)"
+)
 _ABSENT = re.compile(r"(?i)(manifest unknown|not found|no such manifest|name unknown)")
 
 
@@ -53,12 +55,14 @@ def login_hint(host: str) -> str:
 
 
 def _classify(host: str, what: str, message: str) -> RegistryError:
-    refused = bool(_AUTH.search(str(message)))   # anywhere in it: skopeo puts the cause last
+    refused = bool(_AUTH.search(str(message)))  # anywhere in it: skopeo puts the cause last
     message = " ".join(str(message).split())
     message = message[-300:] if len(message) > 300 else message
     if refused:
-        return RegistryAuthError(f"registry {host} refused to {what} ({message}): log in first with "
-                                 f"{login_hint(host)}; trainbase uses the credentials `docker login` stored")
+        return RegistryAuthError(
+            f"registry {host} refused to {what} ({message}): log in first with "
+            f"{login_hint(host)}; trainbase uses the credentials `docker login` stored"
+        )
     return RegistryError(f"registry {host} could not {what}: {message}")
 
 
@@ -98,14 +102,25 @@ def pull(host: str, ref: str) -> None:
         raise _classify(host, f"serve {ref}", str(e)) from None
 
 
-def _skopeo_copy(host: str, src: str, dst: str, what: str, *options: str, source: str = "", dest: str = "",
-                 src_config: Path | None = None, dst_config: Path | None = None) -> None:
+def _skopeo_copy(
+    host: str,
+    src: str,
+    dst: str,
+    what: str,
+    *options: str,
+    source: str = "",
+    dest: str = "",
+    src_config: Path | None = None,
+    dst_config: Path | None = None,
+) -> None:
     """`skopeo copy` between two references of HOST (or a local ``source``/``dest`` transport
     such as ``oci:DIR:TAG``) with `docker login`'s credentials: DOCKER_CONFIG's, or each side's
     own DOCKER_CONFIG directory where given (two logins to one host cannot share a config.json)."""
     if shutil.which("skopeo") is None:
-        raise RegistryError(f"to {what}, trainbase runs skopeo, which is not installed "
-                            "(apt-get install skopeo; GitHub's ubuntu runners have it)")
+        raise RegistryError(
+            f"to {what}, trainbase runs skopeo, which is not installed "
+            "(apt-get install skopeo; GitHub's ubuntu runners have it)"
+        )
     cmd = ["skopeo", "copy", "--retry-times", "2", "--quiet", *options]
     authfile = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
     for flag, config in (("--src-authfile", src_config), ("--dest-authfile", dst_config)):
@@ -115,12 +130,21 @@ def _skopeo_copy(host: str, src: str, dst: str, what: str, *options: str, source
         cmd += ["--authfile", str(authfile)]
     elif authfile.exists():
         # the side without its own directory keeps DOCKER_CONFIG's logins
-        cmd += [f for flag, config in (("--src-authfile", src_config), ("--dest-authfile", dst_config))
-                if config is None for f in (flag, str(authfile))]
+        cmd += [
+            f
+            for flag, config in (("--src-authfile", src_config), ("--dest-authfile", dst_config))
+            if config is None
+            for f in (flag, str(authfile))
+        ]
     if _loopback(host):
         cmd += ["--src-tls-verify=false", "--dest-tls-verify=false"]
-    p = subprocess.run([*cmd, source or f"docker://{src}", dest or f"docker://{dst}"],
-                       capture_output=True, text=True, timeout=3600, check=False)
+    p = subprocess.run(
+        [*cmd, source or f"docker://{src}", dest or f"docker://{dst}"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     if p.returncode != 0:
         raise _classify(host, what, (p.stderr or p.stdout).strip())
 
@@ -137,8 +161,16 @@ def retag(src: str, dst: str, src_config: Path | None = None, dst_config: Path |
     `skopeo copy --all --preserve-digests`, whose blobs are already there, so only the manifest
     (or the multi-arch index) is written and its digest cannot change. Credentials: what
     `docker login` stored (DOCKER_CONFIG honoured; credential helpers included)."""
-    _skopeo_copy(dst.partition("/")[0], src, dst, f"retag {dst} to {src}", "--all", "--preserve-digests",
-                 src_config=src_config, dst_config=dst_config)
+    _skopeo_copy(
+        dst.partition("/")[0],
+        src,
+        dst,
+        f"retag {dst} to {src}",
+        "--all",
+        "--preserve-digests",
+        src_config=src_config,
+        dst_config=dst_config,
+    )
 
 
 def zstd_twin(src: str, dst: str) -> None:
@@ -153,8 +185,18 @@ def zstd_twin(src: str, dst: str) -> None:
 
     host = dst.partition("/")[0]
     with tempfile.TemporaryDirectory(prefix="trainbase-zstd-") as d:
-        _skopeo_copy(host, src, "", f"recompress {src} as zstd", "--all", "--format", "oci",
-                     "--dest-compress-format", "zstd", dest=f"oci:{d}:twin")
+        _skopeo_copy(
+            host,
+            src,
+            "",
+            f"recompress {src} as zstd",
+            "--all",
+            "--format",
+            "oci",
+            "--dest-compress-format",
+            "zstd",
+            dest=f"oci:{d}:twin",
+        )
         _skopeo_copy(host, "", dst, f"push the zstd twin {dst}", "--all", "--preserve-digests", source=f"oci:{d}:twin")
 
 
@@ -180,23 +222,50 @@ def push_index(host: str, target: str, images: dict[str, str]) -> str:
             source = f"docker-daemon:{image}"
             # skopeo's docker-daemon transport asks the default socket, whatever DOCKER_HOST says
             daemon = ["--src-daemon-host", os.environ["DOCKER_HOST"]] if os.environ.get("DOCKER_HOST") else []
-            _skopeo_copy(host, "", "", f"copy {image} ({plat}) into an OCI layout", "--format", "oci", *daemon,
-                         source=source, dest=f"oci:{d}:{ref}")
+            _skopeo_copy(
+                host,
+                "",
+                "",
+                f"copy {image} ({plat}) into an OCI layout",
+                "--format",
+                "oci",
+                *daemon,
+                source=source,
+                dest=f"oci:{d}:{ref}",
+            )
             layout = json.loads(Path(d, "index.json").read_text())
-            desc = next(m for m in layout["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref)
+            desc = next(
+                m
+                for m in layout["manifests"]
+                if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == ref
+            )
             os_, arch = plat.split("/", 1)
-            manifests.append({"mediaType": desc["mediaType"], "digest": desc["digest"], "size": desc["size"],
-                              "platform": {"architecture": arch, "os": os_}})
-        index = json.dumps({"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests},
-                           separators=(",", ":")).encode()
+            manifests.append(
+                {
+                    "mediaType": desc["mediaType"],
+                    "digest": desc["digest"],
+                    "size": desc["size"],
+                    "platform": {"architecture": arch, "os": os_},
+                }
+            )
+        index = json.dumps(
+            {"schemaVersion": 2, "mediaType": INDEX_MEDIA_TYPE, "manifests": manifests}, separators=(",", ":")
+        ).encode()
         digest = "sha256:" + hashlib.sha256(index).hexdigest()
         Path(d, "blobs", "sha256", digest.split(":", 1)[1]).write_bytes(index)
         layout = json.loads(Path(d, "index.json").read_text())
-        layout["manifests"].append({"mediaType": INDEX_MEDIA_TYPE, "digest": digest, "size": len(index),
-                                    "annotations": {"org.opencontainers.image.ref.name": "index"}})
+        layout["manifests"].append(
+            {
+                "mediaType": INDEX_MEDIA_TYPE,
+                "digest": digest,
+                "size": len(index),
+                "annotations": {"org.opencontainers.image.ref.name": "index"},
+            }
+        )
         Path(d, "index.json").write_text(json.dumps(layout))
-        _skopeo_copy(host, "", target, f"push the image index {target}", "--all", "--preserve-digests",
-                     source=f"oci:{d}:index")
+        _skopeo_copy(
+            host, "", target, f"push the image index {target}", "--all", "--preserve-digests", source=f"oci:{d}:index"
+        )
     return digest
 
 
@@ -210,5 +279,8 @@ def platforms_of(host: str, ref: str) -> dict[str, str]:
     if p.returncode != 0:
         raise _classify(host, f"describe {ref}", (p.stderr or p.stdout).strip())
     doc = json.loads(p.stdout)
-    return {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"]
-            for m in doc.get("manifests", []) if m.get("platform")}
+    return {
+        f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"]
+        for m in doc.get("manifests", [])
+        if m.get("platform")
+    }

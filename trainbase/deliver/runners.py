@@ -34,15 +34,30 @@ from ..errors import TrainbaseError
 
 # GitHub's standard hosted runner labels (a larger hosted runner has a name its owner chose,
 # which a workflow cannot tell from a self-hosted one: pull requests do not get those either)
-HOSTED_LABELS = frozenset({
-    "ubuntu-latest", "ubuntu-24.04", "ubuntu-22.04", "ubuntu-24.04-arm", "ubuntu-22.04-arm", "ubuntu-slim",
-    "windows-latest", "windows-2025", "windows-2022", "windows-11-arm",
-    "macos-latest", "macos-26", "macos-15", "macos-14", "macos-13", "macos-15-intel",
-})
+HOSTED_LABELS = frozenset(
+    {
+        "ubuntu-latest",
+        "ubuntu-24.04",
+        "ubuntu-22.04",
+        "ubuntu-24.04-arm",
+        "ubuntu-22.04-arm",
+        "ubuntu-slim",
+        "windows-latest",
+        "windows-2025",
+        "windows-2022",
+        "windows-11-arm",
+        "macos-latest",
+        "macos-26",
+        "macos-15",
+        "macos-14",
+        "macos-13",
+        "macos-15-intel",
+    }
+)
 PULL_REQUEST_EVENTS = ("pull_request", "pull_request_target")
 
-BUILD_RUNNER = "TRAINBASE_BUILD_RUNNER"   # repository variable: the build runner of every cell but arm64 ones
-ARM64_RUNNER = "TRAINBASE_ARM64_RUNNER"   # repository variable: the arm64 cells' (an x86_64 one builds under qemu)
+BUILD_RUNNER = "TRAINBASE_BUILD_RUNNER"  # repository variable: the build runner of every cell but arm64 ones
+ARM64_RUNNER = "TRAINBASE_ARM64_RUNNER"  # repository variable: the arm64 cells' (an x86_64 one builds under qemu)
 
 
 class UntrustedRunner(TrainbaseError):
@@ -58,13 +73,15 @@ def route(items: list[dict[str, Any]], env: Mapping[str, str]) -> list[str]:
     naming every such cell: nothing of the plan runs."""
     untrusted = env.get("GITHUB_EVENT_NAME", "") in PULL_REQUEST_EVENTS
     notes: dict[str, str] = {}
-    refused: dict[tuple[str, str], list[str]] = {}          # (platform, its runner) -> the cells
+    refused: dict[tuple[str, str], list[str]] = {}  # (platform, its runner) -> the cells
     for e in items:
         var = ARM64_RUNNER if e["arch"] == "arm64" else BUILD_RUNNER
         label = env.get(var, "").strip()
         if label and untrusted and label not in HOSTED_LABELS:
-            notes[var] = (f"{var}={label} is not a GitHub-hosted label, so a pull request does not build "
-                          "there: its cells build on matrix.yaml's platform runner (platforms.*.runner)")
+            notes[var] = (
+                f"{var}={label} is not a GitHub-hosted label, so a pull request does not build "
+                "there: its cells build on matrix.yaml's platform runner (platforms.*.runner)"
+            )
             label = ""
         if not label:
             label = e["runs_on"]
@@ -72,12 +89,16 @@ def route(items: list[dict[str, Any]], env: Mapping[str, str]) -> list[str]:
                 refused.setdefault((e["platform"], label), []).append(e["name"])
         e["runs_on"] = label
     if refused:
-        named = [f"platforms.{plat}.runner is {label} ({len(cells)} cell(s): {', '.join(cells[:3])}"
-                 f"{', ...' if len(cells) > 3 else ''})" for (plat, label), cells in refused.items()]
+        named = [
+            f"platforms.{plat}.runner is {label} ({len(cells)} cell(s): {', '.join(cells[:3])}"
+            f"{', ...' if len(cells) > 3 else ''})"
+            for (plat, label), cells in refused.items()
+        ]
         raise UntrustedRunner(
             f"a pull request builds on GitHub-hosted runners only ({', '.join(sorted(HOSTED_LABELS))}), and "
             f"matrix.yaml's {'; '.join(named)}: its code would run on a machine that outlives the job "
-            "(docs/gpu-tier.md)")
+            "(docs/gpu-tier.md)"
+        )
     return list(notes.values())
 
 
@@ -105,8 +126,9 @@ def excludes_pull_requests(condition: object) -> bool:
     if not text or "||" in text:
         return False
     terms = {t.strip() for t in text.split("&&")}
-    return ("!startsWith(github.event_name, 'pull_request')" in terms
-            or all(f"github.event_name != '{e}'" in terms for e in PULL_REQUEST_EVENTS))
+    return "!startsWith(github.event_name, 'pull_request')" in terms or all(
+        f"github.event_name != '{e}'" in terms for e in PULL_REQUEST_EVENTS
+    )
 
 
 def _jobs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -115,8 +137,12 @@ def _jobs(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _callers(workflows: dict[str, dict[str, Any]], path: str) -> list[tuple[str, dict[str, Any]]]:
     """(caller workflow, job) of each job that calls ``path`` (``uses: ./PATH``)."""
-    return [(p, job) for p, doc in workflows.items() for job in _jobs(doc).values()
-            if str(job.get("uses", "")).removeprefix("./") == path]
+    return [
+        (p, job)
+        for p, doc in workflows.items()
+        for job in _jobs(doc).values()
+        if str(job.get("uses", "")).removeprefix("./") == path
+    ]
 
 
 def reached_by_pull_requests(workflows: dict[str, dict[str, Any]]) -> set[str]:
@@ -149,7 +175,9 @@ def _plan_matrix(workflows: dict[str, dict[str, Any]], path: str, job: dict[str,
     if source.group(2):
         return _runs_ci_matrix(workflows[path], source.group(2))
     callers = _callers(workflows, path)
-    passed = [(p, NEEDS_OUTPUT.fullmatch(str((j.get("with") or {}).get(source.group(3), "")).strip())) for p, j in callers]
+    passed = [
+        (p, NEEDS_OUTPUT.fullmatch(str((j.get("with") or {}).get(source.group(3), "")).strip())) for p, j in callers
+    ]
     return bool(callers) and all(m is not None and _runs_ci_matrix(workflows[p], m.group(1)) for p, m in passed)
 
 
@@ -165,7 +193,7 @@ def self_hosted(workflows: dict[str, dict[str, Any]], path: str, job: dict[str, 
         runs_on = runs_on.get("labels") or []
     labels = [str(x) for x in (runs_on if isinstance(runs_on, list) else [runs_on])]
     if len(labels) == 1 and PLAN_LABEL.fullmatch(labels[0].strip()) and _plan_matrix(workflows, path, job):
-        return None                     # the plan's label: hosted only for pull requests (route)
+        return None  # the plan's label: hosted only for pull requests (route)
     foreign = [x for x in labels if "${{" not in x and x not in HOSTED_LABELS]
     if foreign:
         return f"runs-on {labels}: {', '.join(foreign)} is no GitHub-hosted label"
@@ -183,9 +211,11 @@ def pull_request_findings(workflows: dict[str, dict[str, Any]]) -> list[str]:
         for name, job in _jobs(workflows[path]).items():
             why = self_hosted(workflows, path, job)
             if why and not excludes_pull_requests(job.get("if")):
-                found.append(f"{path}: job {name}: {why}, and a pull request can start it (exclude "
-                             "pull_request and pull_request_target in its if:, or run it on the plan's "
-                             "${{ matrix.cell.runs_on }})")
+                found.append(
+                    f"{path}: job {name}: {why}, and a pull request can start it (exclude "
+                    "pull_request and pull_request_target in its if:, or run it on the plan's "
+                    "${{ matrix.cell.runs_on }})"
+                )
     return found
 
 
@@ -193,6 +223,9 @@ def unguarded(workflows: dict[str, dict[str, Any]]) -> list[str]:
     """Each job that can run on a runner outside HOSTED_LABELS whose ``if:`` does not exclude
     pull requests, whether or not one reaches it today: a trigger added later, or a call from
     ci.yml, must not be what puts a pull request's code on a GPU host."""
-    return [f"{path}: job {name}: {why}" for path, doc in sorted(workflows.items())
-            for name, job in _jobs(doc).items()
-            if (why := self_hosted(workflows, path, job)) and not excludes_pull_requests(job.get("if"))]
+    return [
+        f"{path}: job {name}: {why}"
+        for path, doc in sorted(workflows.items())
+        for name, job in _jobs(doc).items()
+        if (why := self_hosted(workflows, path, job)) and not excludes_pull_requests(job.get("if"))
+    ]

@@ -27,16 +27,25 @@ from ..supply import security_check
 def main(argv: list[str] | None = None) -> int:
     from ..define import security_rebuilds
 
-    p = argparse.ArgumentParser(prog="python -m trainbase.deliver.security_rebuild", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m trainbase.deliver.security_rebuild", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("sboms", nargs="*", type=Path)
-    p.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                   help="also check the SBOM attached to each --profile cell's published latest")
+    p.add_argument(
+        "--registry",
+        metavar="HOST[:PORT]/NAMESPACE",
+        help="also check the SBOM attached to each --profile cell's published latest",
+    )
     p.add_argument("--profile", default="production")
-    p.add_argument("--write", action="store_true", help=f"bump the epoch of each row with a pending fix in {security_rebuilds.FILE}")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help=f"bump the epoch of each row with a pending fix in {security_rebuilds.FILE}",
+    )
     p.add_argument("--root", type=Path, default=Path("."))
     p.add_argument("--today", type=date.fromisoformat, default=date.today())
     a = p.parse_args(argv)
-    missing: list[str] = []          # published images without an SBOM: named, the others checked
+    missing: list[str] = []  # published images without an SBOM: named, the others checked
     try:
         sboms = list(a.sboms)
         if a.registry:
@@ -44,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
             from .attest import fetch_sboms
 
             m = load(a.root / "matrix.yaml")
-            sboms += fetch_sboms(m, a.root, m.select({}, a.profile), a.registry, a.root / "reports" / "security-sboms",
-                                 missing=missing)
+            sboms += fetch_sboms(
+                m, a.root, m.select({}, a.profile), a.registry, a.root / "reports" / "security-sboms", missing=missing
+            )
             for why in missing:
                 print(f"::warning title=no SBOM::{why}")
             if missing and not sboms:
@@ -66,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"security check: {len(rows)} OS row(s) to rebuild" + (f": {', '.join(sorted(rows))}" if rows else ""))
     if rows and a.write:
-        print(f"{security_rebuilds.FILE}: epoch {a.today} for {', '.join(sorted(rows))} "
-              "(render: `python build.py render`)")
+        print(
+            f"{security_rebuilds.FILE}: epoch {a.today} for {', '.join(sorted(rows))} "
+            "(render: `python build.py render`)"
+        )
     return 0
 
 

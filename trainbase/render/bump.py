@@ -54,12 +54,16 @@ def plan(findings: list[outdated.Finding], packages: list[str]) -> tuple[list[Ed
         if target:
             edits.append(Edit(f.pin.package, f.pin.version, target, f.pin.where))
         if f.newest and f.newest != target:
-            notes.append(f"{f.pin.package} {f.pin.version}: newer series {f.newest}: `--bump {f.pin.package}` "
-                         f"writes it (a framework or CUDA version is a new entry instead, docs/matrix.md)")
+            notes.append(
+                f"{f.pin.package} {f.pin.version}: newer series {f.newest}: `--bump {f.pin.package}` "
+                f"writes it (a framework or CUDA version is a new entry instead, docs/matrix.md)"
+            )
         if f.held:
             notes.append(f"{f.pin.package} {f.pin.version}: {f.held}")
     if wanted - {f.pin.package for f in findings}:
-        raise TrainbaseError(f"--bump: matrix.yaml pins no {', '.join(sorted(wanted - {f.pin.package for f in findings}))}")
+        raise TrainbaseError(
+            f"--bump: matrix.yaml pins no {', '.join(sorted(wanted - {f.pin.package for f in findings}))}"
+        )
     return edits, notes
 
 
@@ -74,8 +78,10 @@ def apply(text: str, edits: list[Edit]) -> str:
         for where in e.where:
             text, n = _sub_at(text, where, (pin, table), e.new)
             if n == 0:
-                raise TrainbaseError(f"--bump: {e.package}=={e.old} is pinned at {where} in a form this "
-                                     f"command does not rewrite; edit it by hand")
+                raise TrainbaseError(
+                    f"--bump: {e.package}=={e.old} is pinned at {where} in a form this "
+                    f"command does not rewrite; edit it by hand"
+                )
             if m := re.fullmatch(r"cuda\.(.+)\.wheels\.nccl", where):
                 # a CUDA row's `nccl:` moves with its NCCL wheel: the two state one fact (the
                 # image's NCCL), so a wheel bump is the row's bump. Whether a framework release
@@ -105,13 +111,13 @@ def _node_at(node: yaml.Node | None, where: str) -> yaml.Node | None:
     rest = where
     while rest:
         if isinstance(node, yaml.SequenceNode) and (m := re.match(r"\[(\d+)\]\.?", rest)):
-            node, rest = node.value[int(m.group(1))], rest[m.end():]
+            node, rest = node.value[int(m.group(1))], rest[m.end() :]
         elif isinstance(node, yaml.MappingNode):
             fits = [(k, v) for k, v in node.value if rest == k.value or rest.startswith((k.value + ".", k.value + "["))]
             if not fits:
                 return None
             k, node = max(fits, key=lambda kv: len(kv[0].value))
-            rest = rest[len(k.value):].lstrip(".")
+            rest = rest[len(k.value) :].lstrip(".")
         else:
             return None
     return node
@@ -123,8 +129,14 @@ def refused(before: Matrix, after: Matrix) -> list[str]:
     return [f"{c.name}: {c.excluded}" for c in after.cells if c.excluded and c.name in was]
 
 
-def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
-            releases: Callable[[str], list[str]] = outdated.fetch_releases, lock: Locker | None = None) -> int:
+def command(
+    matrix_path: Path,
+    packages: list[str],
+    dry_run: bool,
+    out: TextIO,
+    releases: Callable[[str], list[str]] = outdated.fetch_releases,
+    lock: Locker | None = None,
+) -> int:
     from ..define.matrix import load
     from . import recipes as rendermod
 
@@ -132,7 +144,9 @@ def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
     before = load(matrix_path)
     edits, notes = plan(outdated.check(matrix_path, releases), packages)
     for e in edits:
-        out.write(f"bump: {e.package} {e.old} -> {e.new}  ({', '.join(e.where[:3])}{' ...' if len(e.where) > 3 else ''})\n")
+        out.write(
+            f"bump: {e.package} {e.old} -> {e.new}  ({', '.join(e.where[:3])}{' ...' if len(e.where) > 3 else ''})\n"
+        )
     for n in notes:
         out.write(f"  not bumped: {n}\n")
     if not edits:
@@ -173,13 +187,16 @@ def command(matrix_path: Path, packages: list[str], dry_run: bool, out: TextIO,
                 f.unlink()
         for f, data in locks.items():
             f.write_bytes(data)
-        raise TrainbaseError(f"--bump: REFUSED, matrix.yaml and locks/ restored: the bumped pins do not "
-                             f"resolve together:\n{e}") from None
+        raise TrainbaseError(
+            f"--bump: REFUSED, matrix.yaml and locks/ restored: the bumped pins do not resolve together:\n{e}"
+        ) from None
     rendered = rendermod.render_all(m, root=root)
     changed, removed = rendermod.write(rendered, root)
     moved = sorted(n for n, r in rendered.items() if old_tags.get(n) not in (None, r.tag))
-    out.write(f"bump: {len(accepted)} pin(s) written; {len(moved)} cell(s) move to a new tag "
-              f"({len(changed)} rendered file set(s) changed):\n")
+    out.write(
+        f"bump: {len(accepted)} pin(s) written; {len(moved)} cell(s) move to a new tag "
+        f"({len(changed)} rendered file set(s) changed):\n"
+    )
     for n in moved:
         out.write(f"  {n}: {old_tags[n]} -> {rendered[n].tag}\n")
     if stale := rendermod.missing_locks(rendered, root):
@@ -193,7 +210,7 @@ def _breaks(before: Matrix, matrix_path: Path, text: str, load: Callable[[Path],
     try:
         trial.write_text(text)
         return refused(before, load(trial))
-    except MatrixError as e:   # a rule of the schema itself (a row's nccl and its wheel disagree)
+    except MatrixError as e:  # a rule of the schema itself (a row's nccl and its wheel disagree)
         return [str(e).replace(trial.name, matrix_path.name)]
     finally:
         trial.unlink(missing_ok=True)
@@ -204,4 +221,8 @@ def _lock(root: Path, sets: list[LockSet], out: TextIO) -> None:
 
     written = pip_locks.write(root, sets, log=lambda s: out.write(f"  {s}\n"))
     removed = pip_locks.remove_orphans(root, sets)
-    out.write(f"bump: {len(written)} lock file(s) re-resolved" + (f", {len(removed)} no cell uses removed" if removed else "") + "\n")
+    out.write(
+        f"bump: {len(written)} lock file(s) re-resolved"
+        + (f", {len(removed)} no cell uses removed" if removed else "")
+        + "\n"
+    )

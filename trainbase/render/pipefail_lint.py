@@ -42,16 +42,21 @@ _GREPS = {"grep", "egrep", "fgrep", "zgrep", "rg"}
 _SED_QUIT = re.compile(r"(^|[;{}\s\d$/])[qQ]\s*\d*\s*($|[;}])")
 _AWK_EXIT = re.compile(r"\bexit\b")
 # commands that never read (all) of their standard input
-_NEVER_DRAIN = {"head": "head stops after its first lines", "read": "read takes one line",
-                "true": "true reads nothing", ":": ": reads nothing", "false": "false reads nothing",
-                "exit": "exit reads nothing"}
+_NEVER_DRAIN = {
+    "head": "head stops after its first lines",
+    "read": "read takes one line",
+    "true": "true reads nothing",
+    ":": ": reads nothing",
+    "false": "false reads nothing",
+    "exit": "exit reads nothing",
+}
 
 
 @dataclass(frozen=True)
 class Finding:
-    where: str       # file[:line] and, for a rendered cell, the cell and its block
-    pipeline: str    # the pipeline as written
-    why: str         # which consumer stops early, and why that fails under pipefail
+    where: str  # file[:line] and, for a rendered cell, the cell and its block
+    pipeline: str  # the pipeline as written
+    why: str  # which consumer stops early, and why that fails under pipefail
 
     def __str__(self) -> str:
         return f"{self.where}: `{self.pipeline}`: {self.why}"
@@ -74,7 +79,7 @@ def early_exit(words: Sequence[str | None]) -> str | None:
     if cmd in _GREPS:
         skip = False
         for a in args:
-            if skip:                         # the argument of -e/-f/-A ... given as its own word
+            if skip:  # the argument of -e/-f/-A ... given as its own word
                 skip = False
                 continue
             if a == "--":
@@ -89,7 +94,7 @@ def early_exit(words: Sequence[str | None]) -> str | None:
             for k, c in enumerate(a[1:], 1):  # a cluster like -qE, -Fxq, -m1
                 if c in _GREP_EARLY_SHORT:
                     return f"{cmd} -{c} stops reading at its first match"
-                if c in _GREP_TAKES_ARG:     # the rest of the cluster, or the next word, is its argument
+                if c in _GREP_TAKES_ARG:  # the rest of the cluster, or the next word, is its argument
                     skip = k == len(a) - 1
                     break
         return None
@@ -116,7 +121,7 @@ def _sed_scripts(args: list[str]) -> list[str]:
         if a.startswith("--expression="):
             out.append(a.split("=", 1)[1])
         elif not a.startswith("-") and not out:
-            out.append(a)          # the first operand is the script when no -e was given
+            out.append(a)  # the first operand is the script when no -e was given
         i += 1
     return out
 
@@ -131,8 +136,9 @@ def shfmt_binary() -> str:
 
 @lru_cache(maxsize=4096)
 def _parse(src: str) -> dict[str, Any]:
-    proc = subprocess.run([shfmt_binary(), "-ln", "bash", "--to-json"], input=src.encode(),
-                          capture_output=True, check=False)
+    proc = subprocess.run(
+        [shfmt_binary(), "-ln", "bash", "--to-json"], input=src.encode(), capture_output=True, check=False
+    )
     if proc.returncode != 0:
         raise ShellSyntaxError(proc.stderr.decode(errors="replace").strip())
     tree: dict[str, Any] = json.loads(proc.stdout)
@@ -186,9 +192,14 @@ def check_shell(src: str, where: str, first_line: int | None = 1) -> list[Findin
                     a, b = node["Pos"]["Offset"], node["End"]["Offset"]
                     text = " ".join(data[a:b].decode(errors="replace").split())
                     at = where if first_line is None else f"{where}:{first_line + node['Pos']['Line'] - 1}"
-                    found.append(Finding(at, text,
-                                         f"{why}; under pipefail the producer's next write gets SIGPIPE "
-                                         f"(exit 141) by chance -- use a consumer that reads to the end"))
+                    found.append(
+                        Finding(
+                            at,
+                            text,
+                            f"{why}; under pipefail the producer's next write gets SIGPIPE "
+                            f"(exit 141) by chance -- use a consumer that reads to the end",
+                        )
+                    )
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -215,7 +226,7 @@ def check_dockerfile(text: str, where: str) -> list[Finding]:
     for ins in parser.structure:
         if ins["instruction"] != "RUN" or ins["value"].lstrip().startswith("["):
             continue
-        block = next((m.group(1) for ln in reversed(lines[:ins["startline"]]) if (m := _BLOCK.match(ln))), "-")
+        block = next((m.group(1) for ln in reversed(lines[: ins["startline"]]) if (m := _BLOCK.match(ln))), "-")
         script = _RUN_FLAGS.sub("", ins["value"], count=1)
         at = f"{where}:{ins['startline'] + 1}-{ins['endline'] + 1} (block {block})"
         try:
@@ -309,6 +320,8 @@ def command(rendered: dict[str, Any], root: Path) -> int:
     findings = check_repository(root, {r.dockerfile: r.files[r.dockerfile] for r in rendered.values()})
     for f in findings:
         print(f"{f}")
-    print(f"pipefail: {len(rendered)} Dockerfile(s) and the repository's shell, {len(findings)} pipeline(s) that "
-          f"can fail by chance")
+    print(
+        f"pipefail: {len(rendered)} Dockerfile(s) and the repository's shell, {len(findings)} pipeline(s) that "
+        f"can fail by chance"
+    )
     return 1 if findings else 0

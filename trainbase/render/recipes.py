@@ -33,10 +33,10 @@ IMAGEFS_DIR = "imagefs"
 @dataclass(frozen=True)
 class Rendered:
     cell: Cell
-    files: dict[str, str]          # repo-relative path -> content
-    recipe: str                    # sha256 over everything the build reads: the immutable tag's source
+    files: dict[str, str]  # repo-relative path -> content
+    recipe: str  # sha256 over everything the build reads: the immutable tag's source
     context: ctxmod.CellContext
-    os_stage: str | None = None    # digest of a base cell's first (os/ib) stage: equal digests share its layers
+    os_stage: str | None = None  # digest of a base cell's first (os/ib) stage: equal digests share its layers
 
     @property
     def dockerfile(self) -> str:
@@ -81,8 +81,11 @@ _BYTECODE = re.compile(r"(^|/)__pycache__/|\.pyc$")
 def _file_digest(root: Path, rel: str) -> str:
     p = root / rel
     if p.is_dir():
-        parts = [f"{f.relative_to(root)}:{f.stat().st_mode & 0o111:o}:{hashlib.sha256(f.read_bytes()).hexdigest()}"
-                 for f in sorted(p.rglob("*")) if f.is_file() and not _BYTECODE.search(str(f))]
+        parts = [
+            f"{f.relative_to(root)}:{f.stat().st_mode & 0o111:o}:{hashlib.sha256(f.read_bytes()).hexdigest()}"
+            for f in sorted(p.rglob("*"))
+            if f.is_file() and not _BYTECODE.search(str(f))
+        ]
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else "missing"
 
@@ -103,16 +106,20 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         cc = ctxmod.build(m, cell)
         base = base_lock.entry_for(bases, cc.data["os"]["base_key"], cc.data["os"]["bootstrappable"])
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
-        data = dict(cc.data, labels=manifest_labels(cc.manifest), namespace=m.spec.naming.namespace,
-                    parent_tag=parent.tag if parent else None, base_from=base.from_ref(),
-                    security_rebuild=security_rebuilds.epoch(rebuilds, cell.os))
+        data = dict(
+            cc.data,
+            labels=manifest_labels(cc.manifest),
+            namespace=m.spec.naming.namespace,
+            parent_tag=parent.tag if parent else None,
+            base_from=base.from_ref(),
+            security_rebuild=security_rebuilds.epoch(rebuilds, cell.os),
+        )
         try:
             text = env.get_template("Dockerfile.j2").render(**data)
         except (jinja2.TemplateError, TypeError, KeyError, AttributeError) as e:
             raise _template_error(e, cell) from None
         text = _tidy(text)
-        files = {f"{IMAGES_DIR}/{cell.name}/Dockerfile": text,
-                 f"{IMAGES_DIR}/{cell.name}/manifest.json": manifest_text}
+        files = {f"{IMAGES_DIR}/{cell.name}/Dockerfile": text, f"{IMAGES_DIR}/{cell.name}/manifest.json": manifest_text}
         h = hashlib.sha256()
         for path in sorted(files):
             h.update(f"{path}\n{hashlib.sha256(files[path].encode()).hexdigest()}\n".encode())
@@ -203,8 +210,10 @@ def check(m: Matrix, rendered: dict[str, Rendered], root: Path, orphans: bool = 
         if st:
             problems.append(f"lock: {st}")
     if orphans and (root / lockmod.LOCK_DIR).exists():
-        problems += [f"lock: locks/{p.name} belongs to no cell (run `python build.py lock`, which removes it)"
-                     for p in lockmod.orphans(root, lock_sets(rendered))]
+        problems += [
+            f"lock: locks/{p.name} belongs to no cell (run `python build.py lock`, which removes it)"
+            for p in lockmod.orphans(root, lock_sets(rendered))
+        ]
     return problems
 
 

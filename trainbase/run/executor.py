@@ -42,6 +42,7 @@ from .progress import Progress
 # platform this host cannot run: not a failure of any recipe, but not the whole selection either.
 INCOMPLETE = 3
 
+
 @dataclass
 class Options:
     jobs: int = 1
@@ -50,18 +51,25 @@ class Options:
     log_dir: Path = Path("logs")
     dry_run: bool = False
     push: bool = False
-    stage: bool = False                  # with push: multi-platform repositories go to staging (CI)
-    zstd_twin: bool = False              # with push: also TAG-zstd (deliver/publish.py)
-    sign_key: Path | None = None         # with push: attach signed SBOM + provenance (deliver/attest.py)
+    stage: bool = False  # with push: multi-platform repositories go to staging (CI)
+    zstd_twin: bool = False  # with push: also TAG-zstd (deliver/publish.py)
+    sign_key: Path | None = None  # with push: attach signed SBOM + provenance (deliver/attest.py)
     registry: str | None = None
     no_cache: bool = False
     min_free_gb: float = 10.0
-    supply: SupplyOptions | None = None   # None: no supply-chain step (documents, gates, SBOM)
+    supply: SupplyOptions | None = None  # None: no supply-chain step (documents, gates, SBOM)
 
 
 class Executor:
-    def __init__(self, m: Matrix, rendered: dict[str, Rendered], selected: list[Cell], opts: Options, root: Path,
-                 out: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        m: Matrix,
+        rendered: dict[str, Rendered],
+        selected: list[Cell],
+        opts: Options,
+        root: Path,
+        out: TextIO | None = None,
+    ) -> None:
         self.m, self.rendered, self.opts, self.root = m, rendered, opts, root
         self.out = out or sys.stdout
         self.plan = Plan(m, rendered, selected)
@@ -72,11 +80,12 @@ class Executor:
         self.ca = docker_build.ca_bundle(opts.ca_bundle)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.publish_error: str | None = None
-        self.emulated: dict[str, str] = {}      # arch -> native | emulated (how), for the report
-        self.platform_skipped: dict[str, str] = {}   # cell -> platform this host cannot run (no emulator)
-        self.base_refs: dict[str, str] = {}      # a row's base -> what it is built FROM here (official or bootstrap)
-        self.supply = SupplyChain(root, opts.supply, self.base_refs, rendered, network=opts.network) \
-            if opts.supply else None
+        self.emulated: dict[str, str] = {}  # arch -> native | emulated (how), for the report
+        self.platform_skipped: dict[str, str] = {}  # cell -> platform this host cannot run (no emulator)
+        self.base_refs: dict[str, str] = {}  # a row's base -> what it is built FROM here (official or bootstrap)
+        self.supply = (
+            SupplyChain(root, opts.supply, self.base_refs, rendered, network=opts.network) if opts.supply else None
+        )
 
     def preflight(self) -> None:
         """Mark what needs no build (cached, or pulled from --registry) and what cannot be
@@ -106,8 +115,14 @@ class Executor:
         with the stored credentials; a refusal stops the run (registry.RegistryAuthError)."""
         host, ns = registry.split_registry(self.opts.registry or "")
         # a platform of a multi-platform repository is staged by its runner (publish.py)
-        repo = next((r for r in (publish.staging_repo(ns, j.name), f"{ns}/{j.name}")
-                     if registry.tag_state(host, r, j.tag) == "present"), None)
+        repo = next(
+            (
+                r
+                for r in (publish.staging_repo(ns, j.name), f"{ns}/{j.name}")
+                if registry.tag_state(host, r, j.tag) == "present"
+            ),
+            None,
+        )
         if repo is None:
             return
         remote = f"{host}/{repo}:{j.tag}"
@@ -140,9 +155,17 @@ class Executor:
             for j in self.jobs.values():
                 if j.cell.arch == e.arch and self._starts_a_container(j):
                     cached = j.status == JobState.CACHED
-                    j.status, j.reason = JobState.SKIPPED, (
-                        f"this host cannot run {j.cell.platform}: {e.cause}. Fix: {e.fix}"
-                        + (" (its cached tag is kept: only its supply documents could not be made)" if cached else ""))
+                    j.status, j.reason = (
+                        JobState.SKIPPED,
+                        (
+                            f"this host cannot run {j.cell.platform}: {e.cause}. Fix: {e.fix}"
+                            + (
+                                " (its cached tag is kept: only its supply documents could not be made)"
+                                if cached
+                                else ""
+                            )
+                        ),
+                    )
                     j.ended = time.monotonic()
                     self.platform_skipped[j.name] = j.cell.platform
             self.plan.propagate()
@@ -161,8 +184,9 @@ class Executor:
             ref = jobs[0].rendered.context.data["os"]["base"]
             lock = base_lock.entry_for(locks, key, row.bootstrap is not None)
             try:
-                self.base_refs[key], why = bases.resolve(ref, row, lock, arch=jobs[0].cell.arch,
-                                                         log=lambda s: self.out.write(f"base: {s}\n"))
+                self.base_refs[key], why = bases.resolve(
+                    ref, row, lock, arch=jobs[0].cell.arch, log=lambda s: self.out.write(f"base: {s}\n")
+                )
             except bootstrap.BootstrapError as e:
                 why = f"base image {ref} unavailable: {str(e).splitlines()[0]}"
             if why:
@@ -186,8 +210,15 @@ class Executor:
 
     # -- build ---------------------------------------------------------------------------------
     def command(self, j: Job) -> tuple[list[str], dict[str, str]]:
-        return docker_build.command(j, self.m.spec.naming.namespace, self.base_refs, self.ca, self.opts.network,
-                                    no_cache=self.opts.no_cache or j.image in self._locked_images(), root=self.root)
+        return docker_build.command(
+            j,
+            self.m.spec.naming.namespace,
+            self.base_refs,
+            self.ca,
+            self.opts.network,
+            no_cache=self.opts.no_cache or j.image in self._locked_images(),
+            root=self.root,
+        )
 
     def build_one(self, j: Job) -> None:
         logdir = self.opts.log_dir / self.run_id
@@ -204,8 +235,16 @@ class Executor:
         with open(j.log, "w", buffering=1) as log:
             log.write("$ " + " ".join(cmd) + "\n\n")
             log.flush()
-            proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace", start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=self.root,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,
+            )
             with self.lock:
                 self.procs[j.name] = proc
             tail: list[str] = []
@@ -269,12 +308,13 @@ class Executor:
         try:
             why = self.supply.after_build(j, j.size or 0)
             if why:
-                j.failure_kind, j.fix = "recipe", None   # a gate's verdict on what the recipe made
+                j.failure_kind, j.fix = "recipe", None  # a gate's verdict on what the recipe made
         except Exception as e:  # noqa: BLE001 -- any failure of the step fails the cell, named and classed
             found = failures.classify_exception(e, arch=j.cell.arch)
             j.failure_kind, j.fix = found.kind, found.fix
             why = f"supply-chain step failed: {type(e).__name__}: {str(e)[:400]}" + (
-                f" ({found.cause})" if found.cause else "")
+                f" ({found.cause})" if found.cause else ""
+            )
         j.supply_s = time.monotonic() - t0
         if why and remove_on_failure:
             engine.remove_image(j.image, force=True)
@@ -291,9 +331,11 @@ class Executor:
             self.plan.describe(self.out, self.opts.jobs)
             return 0
         if not engine.available():
-            raise TrainbaseError("no Docker engine answers"
-                                 + (f" at DOCKER_HOST={os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else "")
-                                 + ": run scripts/setup.sh (it starts one)")
+            raise TrainbaseError(
+                "no Docker engine answers"
+                + (f" at DOCKER_HOST={os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else "")
+                + ": run scripts/setup.sh (it starts one)"
+            )
         self.check_space()
         self.ensure_emulation()
         self.ensure_bases()
@@ -397,11 +439,22 @@ class Executor:
             attester = None
             if self.opts.sign_key is not None:
                 from ..deliver.attest import Attester
-                attester = Attester(self.opts.registry or "", self.opts.supply.dir if self.opts.supply else
-                                    self.root / "reports" / "supply", self.opts.sign_key, self.out)
-            publish.publish(self.jobs.values(), self.opts.registry or "", engine.tag, out=self.out,
-                            zstd_twin=self.opts.zstd_twin, platforms=wanted,
-                            attest=attester.attach if attester else None)
-        except TrainbaseError as e:      # the registry's answer, or a cell that cannot be attested
+
+                attester = Attester(
+                    self.opts.registry or "",
+                    self.opts.supply.dir if self.opts.supply else self.root / "reports" / "supply",
+                    self.opts.sign_key,
+                    self.out,
+                )
+            publish.publish(
+                self.jobs.values(),
+                self.opts.registry or "",
+                engine.tag,
+                out=self.out,
+                zstd_twin=self.opts.zstd_twin,
+                platforms=wanted,
+                attest=attester.attach if attester else None,
+            )
+        except TrainbaseError as e:  # the registry's answer, or a cell that cannot be attested
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")

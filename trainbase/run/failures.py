@@ -31,43 +31,65 @@ _TRANSIENT = re.compile(
     r"(?i)exit code: (141|137)\b|\bSIGPIPE\b|Temporary failure (in name resolution|resolving)|Could not resolve|"
     r"Connection (reset|refused|timed out)|timed out|Read timed out|\b50[234]\b.*(Server|Gateway|Unavailable)|"
     r"Hash Sum mismatch|File has unexpected size|TLS handshake timeout|unexpected EOF|IncompleteRead|"
-    r"ProtocolError|Network is unreachable|Failed to fetch")
-_ENVIRONMENT = re.compile(r"(?i)no space left on device|Cannot connect to the Docker daemon|permission denied while trying "
-                          r"to connect|only [\d.]+ GB free")
+    r"ProtocolError|Network is unreachable|Failed to fetch"
+)
+_ENVIRONMENT = re.compile(
+    r"(?i)no space left on device|Cannot connect to the Docker daemon|permission denied while trying "
+    r"to connect|only [\d.]+ GB free"
+)
 # `\berror: ` and not `error: `: an exception's type name ("EngineAPIError: 409 ...") is not a
 # compiler's or apt's "error: " line
-_RECIPE = re.compile(r"(?i)sha256 mismatch|checksum|THESE PACKAGES DO NOT MATCH THE HASHES|No matching distribution|"
-                     r"Unable to locate package|\berror: |\bSyntaxError\b|not found")
+_RECIPE = re.compile(
+    r"(?i)sha256 mismatch|checksum|THESE PACKAGES DO NOT MATCH THE HASHES|No matching distribution|"
+    r"Unable to locate package|\berror: |\bSyntaxError\b|not found"
+)
 # exception types that are the network's, by name: requests', urllib3's and the standard library's
-_NETWORK_ERRORS = {"ConnectionError", "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError",
-                   "TimeoutError", "Timeout", "ReadTimeout", "ConnectTimeout", "ReadTimeoutError", "ProtocolError",
-                   "URLError", "IncompleteRead", "RemoteDisconnected", "SSLError", "ChunkedEncodingError"}
+_NETWORK_ERRORS = {
+    "ConnectionError",
+    "ConnectionResetError",
+    "ConnectionRefusedError",
+    "ConnectionAbortedError",
+    "TimeoutError",
+    "Timeout",
+    "ReadTimeout",
+    "ConnectTimeout",
+    "ReadTimeoutError",
+    "ProtocolError",
+    "URLError",
+    "IncompleteRead",
+    "RemoteDisconnected",
+    "SSLError",
+    "ChunkedEncodingError",
+}
 
 NEXT_STEP = {
     TRANSIENT: "this looks transient (network, package mirror, a process killed by a signal): run the same "
-               "command again -- every cell that completed is reused from cache, only this one and the cells "
-               "skipped because of it are built",
+    "command again -- every cell that completed is reused from cache, only this one and the cells "
+    "skipped because of it are built",
     ENVIRONMENT: "this is the machine, not the recipe: fix it (free disk space with `build.py prune` / "
-                 "`docker builder prune`, start the engine with scripts/setup.sh), then run the same command again",
+    "`docker builder prune`, start the engine with scripts/setup.sh), then run the same command again",
     RECIPE: "this is the recipe (a pinned input, a package name, a command in a block): rerunning will fail "
-            "the same way; read the log, fix matrix.yaml or the block, `build.py render`, and build again",
+    "the same way; read the log, fix matrix.yaml or the block, `build.py render`, and build again",
     UNKNOWN: "read the log; if the failing step does not fail when run again (a race, a flaky mirror) it is "
-             "transient and a rerun reuses every cell that completed",
+    "transient and a rerun reuses every cell that completed",
 }
 
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str                 # TRANSIENT | ENVIRONMENT | RECIPE | UNKNOWN
-    cause: str = ""           # what of the machine failed, when that is what it was
-    fix: str | None = None    # the step for this cause, where one is known (else NEXT_STEP[kind])
+    kind: str  # TRANSIENT | ENVIRONMENT | RECIPE | UNKNOWN
+    cause: str = ""  # what of the machine failed, when that is what it was
+    fix: str | None = None  # the step for this cause, where one is known (else NEXT_STEP[kind])
 
 
 def next_step(kind: str | None, fix: str | None) -> str:
     """The summary's `next:` line: the fix for this very cause where one is known."""
     if fix:
-        return f"this is the machine, not the recipe: {fix}; then run the same command again" \
-            if kind == ENVIRONMENT else fix
+        return (
+            f"this is the machine, not the recipe: {fix}; then run the same command again"
+            if kind == ENVIRONMENT
+            else fix
+        )
     return NEXT_STEP[kind or UNKNOWN]
 
 
@@ -91,10 +113,13 @@ def emulator_fault(arch: str) -> Failure | None:
     ok, what = emulation.handler_state(arch)
     if ok:
         return None
-    return Failure(ENVIRONMENT, f"this host cannot run {arch} binaries now: {what}",
-                   f"register the emulator again (the build does it when it starts: run the same command as root), "
-                   f"or `grep '^:{emulation.QEMU.get(arch, 'qemu-?')}:' /usr/lib/binfmt.d/*.conf > "
-                   f"{emulation.BINFMT}/register`")
+    return Failure(
+        ENVIRONMENT,
+        f"this host cannot run {arch} binaries now: {what}",
+        f"register the emulator again (the build does it when it starts: run the same command as root), "
+        f"or `grep '^:{emulation.QEMU.get(arch, 'qemu-?')}:' /usr/lib/binfmt.d/*.conf > "
+        f"{emulation.BINFMT}/register`",
+    )
 
 
 def engine_fault() -> Failure | None:
@@ -117,8 +142,7 @@ def classify_exception(e: BaseException, *, arch: str) -> Failure:
             return found
     text = f"{type(e).__name__}: {e}"
     if isinstance(e, OSError) and e.errno == errno.ENOSPC or re.search(r"(?i)no space left on device", text):
-        return Failure(ENVIRONMENT, "the disk is full",
-                       "free disk space (`build.py prune`, `docker builder prune`)")
+        return Failure(ENVIRONMENT, "the disk is full", "free disk space (`build.py prune`, `docker builder prune`)")
     if any(t.__name__ in _NETWORK_ERRORS for t in type(e).__mro__) or _TRANSIENT.search(text):
         return Failure(TRANSIENT)
     return Failure(UNKNOWN)

@@ -39,8 +39,12 @@ class Progress:
             t.add_column(col, overflow="ellipsis", no_wrap=True, max_width=70 if col != "time" else 8)
         for j in self.b.jobs.values():
             # Text, never markup: log lines and engine errors carry `[...]` (issue 27)
-            t.add_row(Text(j.name), Text(str(j.status)), Text(fmt_seconds(j.duration) if j.duration else ""),
-                      Text(j.last_line if j.status == JobState.BUILDING else (j.reason or "")))
+            t.add_row(
+                Text(j.name),
+                Text(str(j.status)),
+                Text(fmt_seconds(j.duration) if j.duration else ""),
+                Text(j.last_line if j.status == JobState.BUILDING else (j.reason or "")),
+            )
         return t
 
     def start(self) -> None:
@@ -51,8 +55,7 @@ class Progress:
         if self.tty:
             from rich.live import Live
 
-            self.live = Live(self._table(), refresh_per_second=2, transient=False,
-                             console=plain_console(self.b.out))
+            self.live = Live(self._table(), refresh_per_second=2, transient=False, console=plain_console(self.b.out))
             self.live.start()
 
     def tick(self) -> None:

@@ -136,9 +136,16 @@ def summary(b: Run, out: TextIO | None = None) -> None:
     for j in b.jobs.values():
         digest = j.repo_digest or (j.image_id[:19] if j.image_id else "")
         size = f"{j.size / 1e9:.2f} GB" if j.size else ""
-        cells = (j.name + ("" if j.selected else " (dep)"), j.tag, str(j.status), fmt_seconds(j.duration), size,
-                 digest, (j.reason or "") if j.status != JobState.CACHED else "")
-        t.add_row(*(Text(c) for c in cells))      # Text: never parsed as markup
+        cells = (
+            j.name + ("" if j.selected else " (dep)"),
+            j.tag,
+            str(j.status),
+            fmt_seconds(j.duration),
+            size,
+            digest,
+            (j.reason or "") if j.status != JobState.CACHED else "",
+        )
+        t.add_row(*(Text(c) for c in cells))  # Text: never parsed as markup
     console.print(t)
     for line in next_steps(b):
         console.print(line)
@@ -157,10 +164,12 @@ def incomplete_lines(b: Run) -> list[str]:
     first = b.jobs[next(iter(skipped))]
     # a cached tag skipped here (its supply documents need a container of it) is kept, not lost
     kept = [n for n in cells if "its cached tag is kept" in (b.jobs[n].reason or "")]
-    return [f"INCOMPLETE (exit 3): {len(cells)} of {len(b.jobs)} cells left out"
-            + (f" ({len(kept)} cached: tag kept, supply documents not made)" if kept else " (not built)")
-            + f", because this host cannot run {', '.join(platforms)}: {', '.join(cells)}",
-            f"  why: {first.reason}"]
+    return [
+        f"INCOMPLETE (exit 3): {len(cells)} of {len(b.jobs)} cells left out"
+        + (f" ({len(kept)} cached: tag kept, supply documents not made)" if kept else " (not built)")
+        + f", because this host cannot run {', '.join(platforms)}: {', '.join(cells)}",
+        f"  why: {first.reason}",
+    ]
 
 
 def counts(b: Run) -> dict[str, int]:

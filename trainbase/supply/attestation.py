@@ -44,8 +44,12 @@ class AttestationError(Exception):
 
 def statement(name: str, digest: str, predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
     algo, _, hexpart = digest.partition(":")
-    return {"_type": STATEMENT_TYPE, "subject": [{"name": name, "digest": {algo: hexpart}}],
-            "predicateType": predicate_type, "predicate": predicate}
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {algo: hexpart}}],
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    }
 
 
 def _builder() -> tuple[str, dict[str, Any]]:
@@ -55,7 +59,9 @@ def _builder() -> tuple[str, dict[str, Any]]:
     if env.get("GITHUB_ACTIONS") == "true" and env.get("GITHUB_WORKFLOW_REF"):
         server = env.get("GITHUB_SERVER_URL", "https://github.com")
         run = f"{server}/{env.get('GITHUB_REPOSITORY', '')}/actions/runs/{env.get('GITHUB_RUN_ID', '')}"
-        return f"{server}/{env['GITHUB_WORKFLOW_REF']}", {"invocationId": f"{run}/attempts/{env.get('GITHUB_RUN_ATTEMPT', '1')}"}
+        return f"{server}/{env['GITHUB_WORKFLOW_REF']}", {
+            "invocationId": f"{run}/attempts/{env.get('GITHUB_RUN_ATTEMPT', '1')}"
+        }
     return f"urn:trainbase:host:{socket.gethostname()}", {}
 
 
@@ -72,11 +78,20 @@ def provenance(cell: str, platform: str, lock: dict[str, Any], labels: dict[str,
     deps: list[dict[str, Any]] = []
     base = inputs.get("base") or {}
     if base.get("identity"):
-        deps.append({"name": "base", "uri": f"docker://{base.get('ref', '')}", "digest": _identity_digest(base["identity"]),
-                     "annotations": {"how": base.get("how", "")}})
+        deps.append(
+            {
+                "name": "base",
+                "uri": f"docker://{base.get('ref', '')}",
+                "digest": _identity_digest(base["identity"]),
+                "annotations": {"how": base.get("how", "")},
+            }
+        )
     for name, a in sorted((inputs.get("artifacts") or {}).items()):
         deps.append({"name": f"artifact:{name}", "uri": a["url"], "digest": {"sha256": a["sha256"]}})
-    source, revision = labels.get("org.opencontainers.image.source", ""), labels.get("org.opencontainers.image.revision", "")
+    source, revision = (
+        labels.get("org.opencontainers.image.source", ""),
+        labels.get("org.opencontainers.image.revision", ""),
+    )
     for kind in ("pip_locks", "patches"):
         for path, digest in sorted((inputs.get(kind) or {}).items()):
             dep = {"name": f"{kind}:{path}", "digest": {"sha256": digest}}
@@ -93,8 +108,13 @@ def provenance(cell: str, platform: str, lock: dict[str, Any], labels: dict[str,
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
-            "externalParameters": {"cell": cell, "platform": platform, "tag": lock.get("tag", ""),
-                                   "recipe": lock.get("recipe", ""), "dockerfile": f"images/{cell}/Dockerfile"},
+            "externalParameters": {
+                "cell": cell,
+                "platform": platform,
+                "tag": lock.get("tag", ""),
+                "recipe": lock.get("recipe", ""),
+                "dockerfile": f"images/{cell}/Dockerfile",
+            },
             "resolvedDependencies": deps,
         },
         "runDetails": {"builder": {"id": builder_id}, "metadata": metadata},
@@ -128,8 +148,11 @@ def sign(stmt: dict[str, Any], signer: Signer) -> bytes:
     """The DSSE envelope (JSON bytes) of STMT signed by SIGNER."""
     from securesystemslib.dsse import Envelope
 
-    env = Envelope(payload=json.dumps(stmt, separators=(",", ":"), sort_keys=True).encode(),
-                   payload_type=PAYLOAD_TYPE, signatures={})
+    env = Envelope(
+        payload=json.dumps(stmt, separators=(",", ":"), sort_keys=True).encode(),
+        payload_type=PAYLOAD_TYPE,
+        signatures={},
+    )
     env.sign(signer)
     return json.dumps(env.to_dict(), separators=(",", ":")).encode()
 

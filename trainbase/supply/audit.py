@@ -7,6 +7,7 @@ Packages that could not be checked are first-class ("unaudited"): an audit that 
 its vulnerability data must not read as a clean one. pip-audit itself reports such a package as
 skipped, prints "No known vulnerabilities found" and exits 0 (seen on this project's build
 machine, see `pip_audit`), so the exit status alone is never trusted."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -30,8 +31,11 @@ from .inventory import Package
 ALLOWLIST_FILE = "audit-allowlist.yaml"
 # Advisory ids the allow-list accepts: CVE, GitHub (GHSA), the PyPA database (PYSEC), OSV's own,
 # Debian (DSA/DLA) and Ubuntu (USN) notices.
-ADVISORY_ID = re.compile(r"^(CVE-\d{4}-\d{4,}|GHSA(-[0-9a-z]{4}){3}|PYSEC-\d{4}-\d+|OSV-\d{4}-\d+"
-                         r"|DSA-\d+(-\d+)?|DLA-\d+(-\d+)?|USN-\d+-\d+)$", re.I)
+ADVISORY_ID = re.compile(
+    r"^(CVE-\d{4}-\d{4,}|GHSA(-[0-9a-z]{4}){3}|PYSEC-\d{4}-\d+|OSV-\d{4}-\d+"
+    r"|DSA-\d+(-\d+)?|DLA-\d+(-\d+)?|USN-\d+-\d+)$",
+    re.I,
+)
 Policy = Literal["require", "warn"]
 
 
@@ -40,6 +44,7 @@ class AuditError(TrainbaseError):
 
 
 # --- the allow-list ----------------------------------------------------------------------------
+
 
 def _iso_day(v: object) -> object:
     """An expiry is a day written YYYY-MM-DD. The loader keeps YAML timestamps as text, so a bad
@@ -73,10 +78,10 @@ class AllowEntry(BaseModel):
 
     id: str
     package: str = Field(min_length=1)
-    kind: Literal["pypi", "deb", "binary"]   # binary: a language binary a scanner names (Go, Rust, jar)
+    kind: Literal["pypi", "deb", "binary"]  # binary: a language binary a scanner names (Go, Rust, jar)
     reason: str
     expires: Annotated[date, BeforeValidator(_iso_day)]
-    cells: tuple[str, ...] | None = None   # cell-name globs; absent = every cell
+    cells: tuple[str, ...] | None = None  # cell-name globs; absent = every cell
 
     @field_validator("id")
     @classmethod
@@ -149,21 +154,24 @@ def load_allowlist(path: Path | None) -> Allowlist:
     for i, entry in enumerate(entries):
         key = (entry.id.upper(), _canonical(entry.kind, entry.package), entry.kind, entry.cells)
         if key in seen:
-            raise AuditError(f"{path}: entry {Allowlist.number(i)} repeats entry {Allowlist.number(seen[key])} "
-                             f"({entry.id} for {entry.package}): keep one, with one reason and one expiry")
+            raise AuditError(
+                f"{path}: entry {Allowlist.number(i)} repeats entry {Allowlist.number(seen[key])} "
+                f"({entry.id} for {entry.package}): keep one, with one reason and one expiry"
+            )
         seen[key] = i
     return Allowlist(entries, str(path))
 
 
 # --- findings and the verdict ------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Finding:
-    kind: Literal["pypi", "deb", "binary"]   # binary: a language binary a scanner names (Go, Rust, jar)
+    kind: Literal["pypi", "deb", "binary"]  # binary: a language binary a scanner names (Go, Rust, jar)
     package: str
     installed: str
-    fixed: str                 # the first version that fixes it; '' if unknown
-    ids: tuple[str, ...]       # advisory id first, then its aliases
+    fixed: str  # the first version that fixes it; '' if unknown
+    ids: tuple[str, ...]  # advisory id first, then its aliases
     summary: str
 
     def describe(self) -> str:
@@ -177,9 +185,11 @@ def _canonical(kind: str, name: str) -> str:
 
 
 def _matches(entry: AllowEntry, finding: Finding) -> bool:
-    return (entry.kind == finding.kind
-            and _canonical(entry.kind, entry.package) == _canonical(finding.kind, finding.package)
-            and entry.id.upper() in {i.upper() for i in finding.ids})
+    return (
+        entry.kind == finding.kind
+        and _canonical(entry.kind, entry.package) == _canonical(finding.kind, finding.package)
+        and entry.id.upper() in {i.upper() for i in finding.ids}
+    )
 
 
 @dataclass
@@ -189,33 +199,42 @@ class AuditVerdict:
     allowlist: str
     blocked: list[Finding] = field(default_factory=list)
     allowed: list[tuple[Finding, AllowEntry]] = field(default_factory=list)
-    expired: list[str] = field(default_factory=list)      # one message per expired entry that still matched
-    unused: list[str] = field(default_factory=list)       # entries in scope for this cell that matched nothing
-    unaudited: list[tuple[str, str]] = field(default_factory=list)   # (package, why it could not be checked)
+    expired: list[str] = field(default_factory=list)  # one message per expired entry that still matched
+    unused: list[str] = field(default_factory=list)  # entries in scope for this cell that matched nothing
+    unaudited: list[tuple[str, str]] = field(default_factory=list)  # (package, why it could not be checked)
 
     @property
     def ok(self) -> bool:
         return not self.blocked and (self.policy == "warn" or not self.unaudited)
 
     def message(self) -> str:
-        lines = [f"{self.cell}: audit {'passed' if self.ok else 'FAILED'} "
-                 f"({len(self.blocked)} blocked, {len(self.allowed)} allowed, {len(self.unaudited)} unaudited)"]
+        lines = [
+            f"{self.cell}: audit {'passed' if self.ok else 'FAILED'} "
+            f"({len(self.blocked)} blocked, {len(self.allowed)} allowed, {len(self.unaudited)} unaudited)"
+        ]
         if self.blocked:
             lines.append("blocked findings (each fails the cell):")
             lines += [f"  {f.describe()}" for f in self.blocked]
-            lines.append(f"  to fix: pypi -> pin the fixed version in matrix.yaml; deb -> rebuild so the image "
-                         f"takes the security upgrade (a newer base or apt-get upgrade). If a finding does not "
-                         f"apply, add an entry to {self.allowlist} with its id, a reason and an expiry date.")
+            lines.append(
+                f"  to fix: pypi -> pin the fixed version in matrix.yaml; deb -> rebuild so the image "
+                f"takes the security upgrade (a newer base or apt-get upgrade). If a finding does not "
+                f"apply, add an entry to {self.allowlist} with its id, a reason and an expiry date."
+            )
         lines += [f"  {e}" for e in self.expired]
         if self.unaudited:
-            head = ("could not be checked, so the audit FAILS (policy require)" if self.policy == "require"
-                    else "could NOT be checked (policy warn: passing, but nothing is known about them)")
+            head = (
+                "could not be checked, so the audit FAILS (policy require)"
+                if self.policy == "require"
+                else "could NOT be checked (policy warn: passing, but nothing is known about them)"
+            )
             lines.append(f"{len(self.unaudited)} package(s) {head}:")
             lines += [f"  {name}: {why}" for name, why in self.unaudited]
-            lines.append("  the vulnerability data could not be reached (pip-audit asks "
-                         "https://pypi.org/pypi/NAME/VERSION/json, or api.osv.dev with -s osv). Run the audit on "
-                         "a machine that reaches them: `pip-audit --no-deps --disable-pip --format json "
-                         "-r requirements.txt` on the image's `pip freeze`; or accept the gap with policy warn.")
+            lines.append(
+                "  the vulnerability data could not be reached (pip-audit asks "
+                "https://pypi.org/pypi/NAME/VERSION/json, or api.osv.dev with -s osv). Run the audit on "
+                "a machine that reaches them: `pip-audit --no-deps --disable-pip --format json "
+                "-r requirements.txt` on the image's `pip freeze`; or accept the gap with policy warn."
+            )
         if self.allowed:
             lines.append("allowed by the allow-list:")
             lines += [f"  {f.describe()}: {e.reason} (until {e.expires})" for f, e in self.allowed]
@@ -225,8 +244,15 @@ class AuditVerdict:
         return "\n".join(lines)
 
 
-def evaluate(findings: Iterable[Finding], allowlist: Allowlist, cell: str, today: date, *,
-             unaudited: Sequence[tuple[str, str]] = (), policy: Policy = "require") -> AuditVerdict:
+def evaluate(
+    findings: Iterable[Finding],
+    allowlist: Allowlist,
+    cell: str,
+    today: date,
+    *,
+    unaudited: Sequence[tuple[str, str]] = (),
+    policy: Policy = "require",
+) -> AuditVerdict:
     """Weigh a cell's findings against the allow-list. An entry allows a finding when it names its
     kind, package and one of its ids (aliases count), its cells globs (if any) match the cell, and
     it has not expired; an expired entry that matches blocks the finding again and says so."""
@@ -244,8 +270,10 @@ def evaluate(findings: Iterable[Finding], allowlist: Allowlist, cell: str, today
             continue
         verdict.blocked.append(finding)
         for i, e in matching:
-            verdict.expired.append(f"allow-list entry {Allowlist.number(i)} for {e.id} ({e.package}) expired on "
-                                   f"{e.expires}: renew it with a new reason or fix the package")
+            verdict.expired.append(
+                f"allow-list entry {Allowlist.number(i)} for {e.id} ({e.package}) expired on "
+                f"{e.expires}: renew it with a new reason or fix the package"
+            )
     for i, e in in_scope:
         if i not in used:
             note = f", and it expired on {e.expires}" if e.expired(today) else ""
@@ -315,8 +343,9 @@ def _first_fix(installed: str, fix_versions: Sequence[str] | None) -> str:
     return later[0][1] if later else (fix_versions[0] if fix_versions else "")
 
 
-def parse_pip_audit(stdout: str, audited: Sequence[Package], *, returncode: int = 0,
-                    stderr: str = "") -> tuple[list[Finding], list[tuple[str, str]]]:
+def parse_pip_audit(
+    stdout: str, audited: Sequence[Package], *, returncode: int = 0, stderr: str = ""
+) -> tuple[list[Finding], list[tuple[str, str]]]:
     """Read pip-audit's JSON. When it produced none (it crashed, e.g. on an unreachable service),
     every package of the run is unaudited with pip-audit's last words as the reason."""
     by_name = {_canonical("pypi", p.name): p for p in audited}
@@ -341,8 +370,16 @@ def parse_pip_audit(stdout: str, audited: Sequence[Package], *, returncode: int 
                 continue
             for v in dep["vulns"]:
                 ids = (v["id"], *[a for a in v.get("aliases", []) if a != v["id"]])
-                findings.append(Finding("pypi", name, dep["version"], _first_fix(dep["version"], v.get("fix_versions")), ids,
-                                        (v.get("description") or "").strip()))
+                findings.append(
+                    Finding(
+                        "pypi",
+                        name,
+                        dep["version"],
+                        _first_fix(dep["version"], v.get("fix_versions")),
+                        ids,
+                        (v.get("description") or "").strip(),
+                    )
+                )
         except (KeyError, TypeError) as e:
             raise AuditError(f"pip-audit's JSON has an entry of an unknown shape ({e!r}): {dep!r}") from None
     for key, p in by_name.items():
@@ -367,8 +404,10 @@ APT_SECURITY_COMMAND = (
 # Inst libssl3 [3.0.15-1~deb12u1] (3.0.17-1~deb12u2 Debian-Security:12/stable-security [amd64])
 # A new install has no [installed] part; the origins are comma-separated when the version is in
 # several suites; a trailing "[]" (broken dependencies in the simulation) may follow.
-_INST = re.compile(r"^Inst (?P<name>\S+)(?: \[(?P<installed>[^\]]+)\])? "
-                   r"\((?P<fixed>\S+) (?P<origins>.+?) \[(?P<arch>[^\]]+)\]\)(?: \[.*\])?$")
+_INST = re.compile(
+    r"^Inst (?P<name>\S+)(?: \[(?P<installed>[^\]]+)\])? "
+    r"\((?P<fixed>\S+) (?P<origins>.+?) \[(?P<arch>[^\]]+)\]\)(?: \[.*\])?$"
+)
 # apt-cache policy: "release v=12,o=Debian,a=stable-security,n=bookworm-security,l=Debian-Security,..."
 _SECURITY_RELEASE = re.compile(r"^\s*release .*\b[an]=[\w.-]+-security\b", re.M)
 
@@ -395,7 +434,9 @@ def apt_security_findings(apt_output: str, *, require_security_source: bool = Tr
             continue
         findings.append(Finding("deb", m["name"].split(":", 1)[0], m["installed"], m["fixed"], (), ", ".join(suites)))
     if require_security_source and not findings and not _SECURITY_RELEASE.search(apt_output):
-        raise AuditError("apt knows no security suite in this image (no '-security' release in apt-cache policy): "
-                         "the OS audit cannot see security upgrades. Check the image's apt sources, and that "
-                         "the output comes from APT_SECURITY_COMMAND")
+        raise AuditError(
+            "apt knows no security suite in this image (no '-security' release in apt-cache policy): "
+            "the OS audit cannot see security upgrades. Check the image's apt sources, and that "
+            "the output comes from APT_SECURITY_COMMAND"
+        )
     return findings

@@ -18,7 +18,7 @@ from trainbase_common.layers import Waste, WastedFile, instruction, waste_share
 # directories that explain a training image (/usr/local/lib/python3.12/dist-packages/torch);
 # 400 lines, largest first, hold every directory down to the sizes a top ten can show; sed, not
 # head, so sort never dies of SIGPIPE if the shell that runs this has pipefail.
-LARGEST_DIRS_COMMAND = "du -x -b --max-depth=6 / 2>/dev/null | sort -rn | sed -n 1,400p"   # sed reads to the end: no SIGPIPE (pipefail_lint)
+LARGEST_DIRS_COMMAND = "du -x -b --max-depth=6 / 2>/dev/null | sort -rn | sed -n 1,400p"  # sed reads to the end: no SIGPIPE (pipefail_lint)
 
 WASTE_BUDGET_SHARE = 0.03  # the bytes no container sees may be 3% of the image at most
 LARGEST_LAYERS = 5
@@ -91,8 +91,9 @@ class BudgetVerdict:
         size, budget = fmt_size(self.size_bytes), f"{float(self.budget_gb)!r} GB"
         waste = f"{fmt_size(self.waste_bytes)} ({self.waste_share:.1%})"
         if self.ok:
-            return f"cell {self.cell} is {size}, within its budget of {budget}" + \
-                (f"; its layers waste {waste}" if self.waste_measured else "")
+            return f"cell {self.cell} is {size}, within its budget of {budget}" + (
+                f"; its layers waste {waste}" if self.waste_measured else ""
+            )
         lines = []
         if self.over_size:
             lines.append(f"cell {self.cell} is {size}, over its budget of {budget} (matrix.yaml size_budget_gb)")
@@ -103,28 +104,45 @@ class BudgetVerdict:
             if self.waste_measured and not self.over_waste:
                 lines.append(f"  its layers waste {waste}, within the {self.waste_budget_share:.0%} allowed")
         if self.over_waste:
-            lines.append(f"cell {self.cell} wastes {waste} of its {size}, over the {self.waste_budget_share:.0%} "
-                         "allowed: bytes a later layer deletes or overwrites still ship in the layer that wrote them")
+            lines.append(
+                f"cell {self.cell} wastes {waste} of its {size}, over the {self.waste_budget_share:.0%} "
+                "allowed: bytes a later layer deletes or overwrites still ship in the layer that wrote them"
+            )
             lines.append("  largest wasted files:")
-            lines += [f"    {fmt_size(w.size):>9}  /{w.path} written in {w.written_in}; {w.how} in {w.removed_in}"
-                      for w in self.wasted_files]
+            lines += [
+                f"    {fmt_size(w.size):>9}  /{w.path} written in {w.written_in}; {w.how} in {w.removed_in}"
+                for w in self.wasted_files
+            ]
         return "\n".join(lines)
 
 
-def check_budget(cell: str, size_bytes: int, budget_gb: float, layers: list[dict[str, Any]],
-                 largest_dirs: list[tuple[str, int]], waste: Waste | None,
-                 waste_budget_share: float = WASTE_BUDGET_SHARE) -> BudgetVerdict:
+def check_budget(
+    cell: str,
+    size_bytes: int,
+    budget_gb: float,
+    layers: list[dict[str, Any]],
+    largest_dirs: list[tuple[str, int]],
+    waste: Waste | None,
+    waste_budget_share: float = WASTE_BUDGET_SHARE,
+) -> BudgetVerdict:
     """The verdict on one built cell. LAYERS: the image history ({"created_by", "size"}), any
     order; LARGEST_DIRS: largest_dirs() of LARGEST_DIRS_COMMAND's output; WASTE: layer_waste()
     of the image's layers, or None when they were not scanned (no waste verdict then)."""
     share = waste_share(waste, size_bytes) if waste else 0.0
     biggest = sorted((ly for ly in layers if int(ly.get("size") or 0) > 0), key=lambda ly: -int(ly["size"]))
     return BudgetVerdict(
-        cell=cell, size_bytes=size_bytes, budget_gb=budget_gb,
+        cell=cell,
+        size_bytes=size_bytes,
+        budget_gb=budget_gb,
         over_size=size_bytes > budget_gb * 1e9,  # decimal GB, as the conformance check compares
-        waste_bytes=waste.total if waste else 0, waste_share=share, waste_budget_share=waste_budget_share,
-        over_waste=share > waste_budget_share, waste_measured=waste is not None,
-        largest_layers=[(int(ly["size"]), instruction(str(ly.get("created_by") or ""), 80))
-                        for ly in biggest[:LARGEST_LAYERS]],
+        waste_bytes=waste.total if waste else 0,
+        waste_share=share,
+        waste_budget_share=waste_budget_share,
+        over_waste=share > waste_budget_share,
+        waste_measured=waste is not None,
+        largest_layers=[
+            (int(ly["size"]), instruction(str(ly.get("created_by") or ""), 80)) for ly in biggest[:LARGEST_LAYERS]
+        ],
         largest_dirs=list(largest_dirs[:LARGEST_DIRS]),
-        wasted_files=list(waste.top[:TOP_WASTE]) if waste else [])
+        wasted_files=list(waste.top[:TOP_WASTE]) if waste else [],
+    )

@@ -10,6 +10,7 @@ A gate that fails fails the cell, and its tag is removed: nothing unaudited or o
 keeps a name. `--locked` rebuilds a cell without cache and fails when any input or output
 differs from the tag's lock (base, downloads, pip locks, patches; then installed packages,
 manifest and SBOM)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -29,7 +30,7 @@ from ..render.recipes import Rendered
 from . import audit, budget, inventory_reader, release_notes, sbom
 from .inventory import Inventory
 
-SBOM_DIR = "/etc/trainbase/sbom"   # one file per cell: a child image keeps its parents' SBOMs
+SBOM_DIR = "/etc/trainbase/sbom"  # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1
 
 
@@ -38,7 +39,7 @@ class SupplyOptions:
     dir: Path = Path("reports/supply")
     allowlist: Path = Path("audit-allowlist.yaml")
     locked: bool = False
-    python_audit: str = "auto"     # auto | require | warn | off
+    python_audit: str = "auto"  # auto | require | warn | off
     os_audit: bool = True
     waste: bool = True
     today: dt.date = field(default_factory=dt.date.today)
@@ -53,12 +54,21 @@ def _file_sha256(p: Path) -> str:
 
 
 class SupplyChain:
-    def __init__(self, root: Path, opts: SupplyOptions, base_refs: dict[str, str], rendered: dict[str, Any],
-                 network: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        opts: SupplyOptions,
+        base_refs: dict[str, str],
+        rendered: dict[str, Any],
+        network: str | None = None,
+    ):
         self.root, self.opts, self.base_refs, self.rendered = root, opts, base_refs, rendered
-        self.network = network   # the builds' network: the audit's apt-get update goes out the same way
-        self.allowlist = audit.load_allowlist(root / opts.allowlist) if (root / opts.allowlist).exists() else \
-            audit.load_allowlist(None)
+        self.network = network  # the builds' network: the audit's apt-get update goes out the same way
+        self.allowlist = (
+            audit.load_allowlist(root / opts.allowlist)
+            if (root / opts.allowlist).exists()
+            else audit.load_allowlist(None)
+        )
         self.tools = inventory_reader.tools_digest(root)
 
     # -- what the build reads --------------------------------------------------------------
@@ -86,8 +96,11 @@ class SupplyChain:
             "base": bases.base_identity(base_ref) if not j.cell.parent else {"parent": j.cell.parent},
             "artifacts": {a["key"]: {"url": a["url"], "sha256": a["sha256"]} for a in self.artifacts(j)},
             "pip_locks": {ls.path: _file_sha256(self.root / ls.path) for ls in ctx.locks},
-            "patches": ({ctx.data["framework"]["patch"]["file"]: ctx.data["framework"]["patch"]["sha256"]}
-                        if ctx.data.get("framework") and ctx.data["framework"].get("patch") else {}),
+            "patches": (
+                {ctx.data["framework"]["patch"]["file"]: ctx.data["framework"]["patch"]["sha256"]}
+                if ctx.data.get("framework") and ctx.data["framework"].get("patch")
+                else {}
+            ),
             "parent_tag": self.rendered[j.parent].tag if j.parent else None,
         }
 
@@ -104,8 +117,10 @@ class SupplyChain:
         """--locked, before building: the reason to refuse the cell, or None."""
         lock = self.lock_of(j)
         if lock is None:
-            return (f"--locked: no input lock for {j.name}:{j.tag} under {self.opts.dir} "
-                    "(build it once without --locked; a changed recipe is a new tag with no lock)")
+            return (
+                f"--locked: no input lock for {j.name}:{j.tag} under {self.opts.dir} "
+                "(build it once without --locked; a changed recipe is a new tag with no lock)"
+            )
         return _diff("input", lock["inputs"], self.inputs(j))
 
     # -- after a build -----------------------------------------------------------------------
@@ -117,10 +132,11 @@ class SupplyChain:
         inputs = self.inputs(j)
         recorded = bases.recorded_base(_labels(j.image))
         if recorded and not j.cell.parent:
-            inputs["base"] = recorded   # what this image was built FROM, not what resolves today
+            inputs["base"] = recorded  # what this image was built FROM, not what resolves today
         base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
-        inv = inventory_reader.read(j.image, j.name, j.tag, base,
-                                    inventory_reader.components_of(self.artifacts(j), self.tools))
+        inv = inventory_reader.read(
+            j.image, j.name, j.tag, base, inventory_reader.components_of(self.artifacts(j), self.tools)
+        )
         text = sbom.to_cyclonedx(inv)
         sbom.validate(text)
         (d / "inventory.json").write_text(json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
@@ -134,11 +150,19 @@ class SupplyChain:
         (d / "budget.json").write_text(json.dumps(fits, indent=2, sort_keys=True) + "\n")
         if not fits["ok"]:
             failures.append(fits["message"])
-        lock: dict[str, Any] = {"schema": LOCK_SCHEMA, "cell": j.name, "tag": j.tag, "recipe": j.rendered.recipe, "inputs": inputs,
-                "outputs": {"deb": {p.name: p.version for p in inv.of_kind("deb")},
-                            "pypi": {p.name: p.version for p in inv.of_kind("pypi")},
-                            "manifest_sha256": _sha256_text(json.dumps(inv.manifest, sort_keys=True)),
-                            "sbom_sha256": sbom.sbom_digest(text)}}
+        lock: dict[str, Any] = {
+            "schema": LOCK_SCHEMA,
+            "cell": j.name,
+            "tag": j.tag,
+            "recipe": j.rendered.recipe,
+            "inputs": inputs,
+            "outputs": {
+                "deb": {p.name: p.version for p in inv.of_kind("deb")},
+                "pypi": {p.name: p.version for p in inv.of_kind("pypi")},
+                "manifest_sha256": _sha256_text(json.dumps(inv.manifest, sort_keys=True)),
+                "sbom_sha256": sbom.sbom_digest(text),
+            },
+        }
         if self.opts.locked:
             old = self.lock_of(j)
             changed = _diff("output", old["outputs"], lock["outputs"]) if old else "--locked: the lock vanished"
@@ -153,7 +177,7 @@ class SupplyChain:
         if failures:
             return f"{j.name}: " + " | ".join(failures)
         if _labels(j.image).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
-            self._attach(j, text, base)   # not again on a tag that already carries this SBOM (pulled)
+            self._attach(j, text, base)  # not again on a tag that already carries this SBOM (pulled)
         return None
 
     def _parent_base(self, j: Job) -> dict[str, str]:
@@ -180,13 +204,34 @@ class SupplyChain:
         policy = self.opts.python_audit
         if policy == "auto":  # require data where the vulnerability service answers, say so where it cannot
             policy = "warn" if unaudited and len(unaudited) >= len(inv.of_kind("pypi")) else "require"
-        v = audit.evaluate(findings, self.allowlist, j.name, self.opts.today, unaudited=unaudited,
-                           policy="require" if policy == "require" else "warn")   # off: warn, unaudited
-        security = [{"package": f.package, "installed": f.installed, "fixed": f.fixed,
-                     "advisory": ", ".join(f.ids) or f.summary} for f in findings]
-        return {"ok": v.ok, "message": v.message(), "policy": policy, "findings": len(findings),
-                "blocked": len(v.blocked), "allowed": len(v.allowed), "expired": len(v.expired),
-                "unaudited": len(unaudited), "open": security}, security
+        v = audit.evaluate(
+            findings,
+            self.allowlist,
+            j.name,
+            self.opts.today,
+            unaudited=unaudited,
+            policy="require" if policy == "require" else "warn",
+        )  # off: warn, unaudited
+        security = [
+            {
+                "package": f.package,
+                "installed": f.installed,
+                "fixed": f.fixed,
+                "advisory": ", ".join(f.ids) or f.summary,
+            }
+            for f in findings
+        ]
+        return {
+            "ok": v.ok,
+            "message": v.message(),
+            "policy": policy,
+            "findings": len(findings),
+            "blocked": len(v.blocked),
+            "allowed": len(v.allowed),
+            "expired": len(v.expired),
+            "unaudited": len(unaudited),
+            "open": security,
+        }, security
 
     def _budget(self, j: Job, inv: Inventory, size_bytes: int) -> dict[str, Any]:
         from trainbase_common import layers
@@ -198,8 +243,13 @@ class SupplyChain:
         dirs = budget.largest_dirs(_run_in(j.image, budget.LARGEST_DIRS_COMMAND, 300, self.network))
         waste = layers.layer_waste(layers.scan_layers(j.image, lambda p, s: False)) if self.opts.waste else None
         v = budget.check_budget(j.name, size_bytes, budget_gb, history, dirs, waste)
-        return {"ok": not (v.over_size or v.over_waste), "message": v.message(), "size_bytes": size_bytes,
-                "budget_gb": budget_gb, "waste_bytes": waste.total if waste else None}
+        return {
+            "ok": not (v.over_size or v.over_waste),
+            "message": v.message(),
+            "size_bytes": size_bytes,
+            "budget_gb": budget_gb,
+            "waste_bytes": waste.total if waste else None,
+        }
 
     def _attach(self, j: Job, text: str, base: dict[str, str]) -> None:
         """The SBOM into the image as a file, with labels naming it: one small layer on top of
@@ -210,14 +260,21 @@ class SupplyChain:
                 f"FROM {j.image}\nCOPY sbom.cdx.json {SBOM_DIR}/{j.name}.cdx.json\n"
                 f'LABEL io.trainbase.sbom="{SBOM_DIR}/{j.name}.cdx.json" '
                 f'io.trainbase.sbom.sha256="{sbom.sbom_digest(text)}" '
-                + " ".join(f'{k}="{v}"' for k, v in bases.base_labels(base).items()) + "\n")
+                + " ".join(f'{k}="{v}"' for k, v in bases.base_labels(base).items())
+                + "\n"
+            )
             engine.build_legacy(ctx, j.image, {})
 
 
 def _artifact_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
     """The artifact dict the context holds for ``key`` (mpi, ucx, python installer, ib key, sdist)."""
-    cands = [data["mpi"].get("artifact"), data["ucx"].get("artifact"), data["python"].get("installer"),
-             data["ib"].get("key_artifact"), (data.get("framework") or {}).get("sdist")]
+    cands = [
+        data["mpi"].get("artifact"),
+        data["ucx"].get("artifact"),
+        data["python"].get("installer"),
+        data["ib"].get("key_artifact"),
+        (data.get("framework") or {}).get("sdist"),
+    ]
     return next((a for a in cands if a and a["key"] == key), None)
 
 
@@ -225,9 +282,14 @@ def _run_in(image: str, script: str, timeout: int, network: str | None = None) -
     """Run ``script`` in a throwaway container of ``image``; its stdout (the image is untouched)."""
     import uuid
 
-    cid = engine.run_detached(image, ["sleep", "infinity"], name=f"tb-supply-{uuid.uuid4().hex[:8]}",
-                              labels={"io.trainbase.supply": "1"}, opts=engine.RunOptions(init=False),
-                              network=network)
+    cid = engine.run_detached(
+        image,
+        ["sleep", "infinity"],
+        name=f"tb-supply-{uuid.uuid4().hex[:8]}",
+        labels={"io.trainbase.supply": "1"},
+        opts=engine.RunOptions(init=False),
+        network=network,
+    )
     try:
         r = engine.exec_in(cid, ["timeout", str(timeout), "/bin/sh", "-c", script])
     finally:

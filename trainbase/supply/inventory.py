@@ -3,6 +3,7 @@ distributions, the components trainbase builds from source or ships, and where i
 from. Read from the built image; the SBOM, the audits, the input lock and the release notes
 are written from it. JSON round-trips, so a report's inventory can be compared with a later
 build's."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ class Package:
     version: str
     arch: str = ""
     source: str = ""
-    sha256: str = ""   # of the artifact it was built from, when trainbase downloaded one
+    sha256: str = ""  # of the artifact it was built from, when trainbase downloaded one
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -32,11 +33,11 @@ class Package:
 
 @dataclass(frozen=True)
 class Inventory:
-    cell: str                     # the cell's name (also the image's repository name)
-    tag: str                      # the immutable recipe tag, r<12 hex>
-    image_id: str                 # the engine's image id (sha256:...)
-    os: dict[str, str]            # /etc/os-release: ID, VERSION_ID, VERSION_CODENAME, PRETTY_NAME
-    base: dict[str, str]          # {"ref": "debian:12.15-slim", "identity": "<digest or package-list sha256>", "how": ...}
+    cell: str  # the cell's name (also the image's repository name)
+    tag: str  # the immutable recipe tag, r<12 hex>
+    image_id: str  # the engine's image id (sha256:...)
+    os: dict[str, str]  # /etc/os-release: ID, VERSION_ID, VERSION_CODENAME, PRETTY_NAME
+    base: dict[str, str]  # {"ref": "debian:12.15-slim", "identity": "<digest or package-list sha256>", "how": ...}
     packages: tuple[Package, ...] = ()
     manifest: dict[str, Any] = field(default_factory=dict)
 
@@ -50,5 +51,12 @@ class Inventory:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Inventory:
-        return cls(cell=d["cell"], tag=d["tag"], image_id=d["image_id"], os=dict(d["os"]), base=dict(d["base"]),
-                   packages=tuple(sorted(Package(**p) for p in d["packages"])), manifest=dict(d.get("manifest") or {}))
+        return cls(
+            cell=d["cell"],
+            tag=d["tag"],
+            image_id=d["image_id"],
+            os=dict(d["os"]),
+            base=dict(d["base"]),
+            packages=tuple(sorted(Package(**p) for p in d["packages"])),
+            manifest=dict(d.get("manifest") or {}),
+        )

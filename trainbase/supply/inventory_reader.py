@@ -4,6 +4,7 @@ Python, its manifest. Components trainbase builds from pinned downloads (Open MP
 Miniforge, an sdist) come from the cell's artifacts, with their URL and sha256; the base is
 handed in as the build recorded it (build/bases.py: a registry digest, or the local bootstrap's
 package-list digest)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,7 @@ def _sections(text: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in out.items()}
 
 
-def parse(text: str, cell: str, tag: str, image_id: str, base: dict[str, str],
-          components: list[Package]) -> Inventory:
+def parse(text: str, cell: str, tag: str, image_id: str, base: dict[str, str], components: list[Package]) -> Inventory:
     """The READ_SCRIPT's output -> Inventory (pure; unit-tested)."""
     s = _sections(text)
     missing = [k for k in ("os", "deb", "pypi", "manifest") if k not in s]
@@ -57,14 +57,26 @@ def parse(text: str, cell: str, tag: str, image_id: str, base: dict[str, str],
     for line in s["deb"].splitlines():
         parts = line.split("\t")
         if len(parts) >= 3 and parts[0] and parts[1]:
-            packages.append(Package("deb", parts[0], parts[1], arch=parts[2],
-                                    source=(parts[3] if len(parts) > 3 else "") or parts[0]))
+            packages.append(
+                Package(
+                    "deb", parts[0], parts[1], arch=parts[2], source=(parts[3] if len(parts) > 3 else "") or parts[0]
+                )
+            )
     for name, version in json.loads(s["pypi"] or "[]"):
         packages.append(Package("pypi", name, version))
     manifest = json.loads(s["manifest"]) if s["manifest"].strip() else {}
-    keep: dict[str, str] = {k: os_release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME") if k in os_release}
-    return Inventory(cell=cell, tag=tag, image_id=image_id, os=keep, base=base,
-                     packages=tuple(sorted(packages + components)), manifest=manifest)
+    keep: dict[str, str] = {
+        k: os_release[k] for k in ("ID", "VERSION_ID", "VERSION_CODENAME", "PRETTY_NAME") if k in os_release
+    }
+    return Inventory(
+        cell=cell,
+        tag=tag,
+        image_id=image_id,
+        os=keep,
+        base=base,
+        packages=tuple(sorted(packages + components)),
+        manifest=manifest,
+    )
 
 
 def components_of(artifacts: list[dict[str, Any]], tools_digest: str) -> list[Package]:
@@ -88,14 +100,21 @@ def read(image: str, cell: str, tag: str, base: dict[str, str], components: list
         raise TrainbaseError(f"{image} is not in the engine")
     manifest_py = None
     name = f"tb-inventory-{uuid.uuid4().hex[:8]}"
-    cid = engine.run_detached(image, ["sleep", "infinity"], name=name, labels={"io.trainbase.inventory": "1"},
-                              opts=engine.RunOptions(init=False))
+    cid = engine.run_detached(
+        image,
+        ["sleep", "infinity"],
+        name=name,
+        labels={"io.trainbase.inventory": "1"},
+        opts=engine.RunOptions(init=False),
+    )
     try:
         m = engine.exec_in(cid, ["cat", "/etc/trainbase/manifest.json"])
         if m.returncode == 0:
             manifest_py = json.loads(m.stdout)["components"]["python"]["prefix"] + "/bin/python"
-        r = engine.exec_in(cid, ["/bin/sh", "-c", f"TB_PYTHON={shlex.quote(manifest_py or 'python3')}; "
-                                                  f"export TB_PYTHON; {READ_SCRIPT}"])
+        r = engine.exec_in(
+            cid,
+            ["/bin/sh", "-c", f"TB_PYTHON={shlex.quote(manifest_py or 'python3')}; export TB_PYTHON; {READ_SCRIPT}"],
+        )
     finally:
         engine.remove_container(cid)
     if r.returncode != 0:

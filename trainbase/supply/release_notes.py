@@ -2,6 +2,7 @@
 cell's previous one): which manifest components changed version, which packages were added,
 removed, upgraded or downgraded, and which security advisories this build fixes. Every list is
 sorted, so the same two inventories always give the same text."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,11 @@ from packaging.version import InvalidVersion, Version
 
 from .inventory import KINDS, Inventory, Package
 
-KIND_TITLES = {"deb": "Debian packages", "pypi": "Python distributions",
-               "component": "Components trainbase builds or ships"}
+KIND_TITLES = {
+    "deb": "Debian packages",
+    "pypi": "Python distributions",
+    "component": "Components trainbase builds or ships",
+}
 ARROW = "→"
 
 
@@ -43,7 +47,7 @@ def _lead(run: re.Pattern[str], s: str) -> tuple[str, str]:
     """S cut after its leading RUN (a pattern that also matches the empty string)."""
     m = run.match(s)
     head = m.group() if m else ""
-    return head, s[len(head):]
+    return head, s[len(head) :]
 
 
 _TEXT, _DIGITS = re.compile(r"\D*"), re.compile(r"\d*")
@@ -107,11 +111,12 @@ def _key(pkg: Package) -> tuple[str, str]:
 @dataclass
 class PackageChanges:
     """One kind's differences, each list of (label, old version, new version), sorted by label."""
+
     added: list[tuple[str, str, str]] = field(default_factory=list)
     removed: list[tuple[str, str, str]] = field(default_factory=list)
     upgraded: list[tuple[str, str, str]] = field(default_factory=list)
     downgraded: list[tuple[str, str, str]] = field(default_factory=list)
-    changed: list[tuple[str, str, str]] = field(default_factory=list)   # different, but not orderable
+    changed: list[tuple[str, str, str]] = field(default_factory=list)  # different, but not orderable
 
 
 def package_changes(current: Inventory, previous: Inventory, kind: str) -> PackageChanges:
@@ -128,7 +133,7 @@ def package_changes(current: Inventory, previous: Inventory, kind: str) -> Packa
     out = PackageChanges()
     for key in sorted(new.keys() | old.keys()):
         before, after = old.get(key), new.get(key)
-        if after is not None and before is None:          # (the key is new's or old's: one of them)
+        if after is not None and before is None:  # (the key is new's or old's: one of them)
             out.added.append((label(key), "", after.version))
         elif before is not None and after is None:
             out.removed.append((label(key), before.version, ""))
@@ -170,9 +175,13 @@ def component_versions(manifest: dict[str, Any]) -> dict[str, str]:
 def _installed_as(current: Inventory, package: str) -> list[Package]:
     """The packages an advisory's name points at: a deb by binary or source name, a Python
     distribution by normalized name."""
-    return [p for p in current.packages
-            if p.name == package or (p.kind == "deb" and p.source == package)
-            or (p.kind == "pypi" and _normalized(p.name) == _normalized(package))]
+    return [
+        p
+        for p in current.packages
+        if p.name == package
+        or (p.kind == "deb" and p.source == package)
+        or (p.kind == "pypi" and _normalized(p.name) == _normalized(package))
+    ]
 
 
 def fixed_in(current: Inventory, entry: dict[str, Any]) -> bool:
@@ -198,8 +207,9 @@ def _cell(value: Any) -> str:
 
 
 def _security_section(current: Inventory, security: list[dict[str, Any]]) -> list[str]:
-    entries = sorted(security, key=lambda e: (str(e.get("advisory")), e["package"], e.get("installed") or "",
-                                              e.get("fixed") or ""))
+    entries = sorted(
+        security, key=lambda e: (str(e.get("advisory")), e["package"], e.get("installed") or "", e.get("fixed") or "")
+    )
     is_fixed = [fixed_in(current, e) for e in entries]
     fixed = [e for e, done in zip(entries, is_fixed, strict=True) if done]
     still_open = [e for e, done in zip(entries, is_fixed, strict=True) if not done]
@@ -208,8 +218,11 @@ def _security_section(current: Inventory, security: list[dict[str, Any]]) -> lis
         if not group:
             continue
         lines += [f"{title}:", "", "| Advisory | Package | Affected version | Fixed in |", "| --- | --- | --- | --- |"]
-        lines += [f"| {_cell(e.get('advisory'))} | {_cell(e['package'])} | {_cell(e.get('installed'))} "
-                  f"| {_cell(e.get('fixed'))} |" for e in group]
+        lines += [
+            f"| {_cell(e.get('advisory'))} | {_cell(e['package'])} | {_cell(e.get('installed'))} "
+            f"| {_cell(e.get('fixed'))} |"
+            for e in group
+        ]
         lines.append("")
     return lines if entries else lines + ["None.", ""]
 
@@ -217,8 +230,13 @@ def _security_section(current: Inventory, security: list[dict[str, Any]]) -> lis
 # -- the document --------------------------------------------------------------------------------
 def _change_lines(changes: PackageChanges) -> list[str]:
     lines = []
-    for title, bucket in (("Added", changes.added), ("Removed", changes.removed), ("Upgraded", changes.upgraded),
-                          ("Downgraded", changes.downgraded), ("Changed", changes.changed)):
+    for title, bucket in (
+        ("Added", changes.added),
+        ("Removed", changes.removed),
+        ("Upgraded", changes.upgraded),
+        ("Downgraded", changes.downgraded),
+        ("Changed", changes.changed),
+    ):
         if bucket:
             lines += [f"{title} ({len(bucket)}):", ""]
             for name, old, new in bucket:
@@ -233,8 +251,12 @@ def release_notes(current: Inventory, previous: Inventory | None, security: list
     found; None where no audit ran, and the section is left out."""
     title = f"# {current.cell} {current.tag}"
     lines = [title + (f" (previous: {previous.tag})" if previous else ""), ""]
-    lines += [f"Image `{current.image_id}`, base `{current.base.get('ref', '?')}`"
-              + (f" (`{current.base['identity']}`)" if current.base.get("identity") else "") + ".", ""]
+    lines += [
+        f"Image `{current.image_id}`, base `{current.base.get('ref', '?')}`"
+        + (f" (`{current.base['identity']}`)" if current.base.get("identity") else "")
+        + ".",
+        "",
+    ]
     now = component_versions(current.manifest)
     lines += ["## Components", ""]
     if previous is None:

@@ -8,6 +8,7 @@ are their purls. The engine's image id is left out on purpose: it changes with b
 pins (file mtimes, .pyc files) and with the SBOM layer itself, so two builds of the same lock
 with the same packages give the same SBOM, which is what `build.py --locked` compares; the
 build report names the image id."""
+
 from __future__ import annotations
 
 import hashlib
@@ -68,9 +69,16 @@ def _component(pkg: Package, os_release: dict[str, str]) -> Component:
         properties.append(_prop("component.source", pkg.source))  # e.g. imagefs/: shipped from this repository
     if pkg.sha256:
         hashes.append(HashType(alg=HashAlgorithm.SHA_256, content=pkg.sha256))
-    return Component(name=pkg.name, version=pkg.version, type=ComponentType.LIBRARY, purl=purl,
-                     bom_ref=purl.to_string(), properties=properties, external_references=external_references,
-                     hashes=hashes)
+    return Component(
+        name=pkg.name,
+        version=pkg.version,
+        type=ComponentType.LIBRARY,
+        purl=purl,
+        bom_ref=purl.to_string(),
+        properties=properties,
+        external_references=external_references,
+        hashes=hashes,
+    )
 
 
 def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
@@ -90,15 +98,21 @@ def _image_component(inv: Inventory) -> Component:
     facts += [(f"os.{k}", v) for k, v in sorted(inv.os.items()) if v]
     for section in ("components", "frameworks"):
         facts += _flatten(section, inv.manifest.get(section))
-    return Component(name=inv.cell, version=inv.tag, type=ComponentType.CONTAINER,
-                     bom_ref=f"image:{inv.cell}@{inv.tag}", properties=[_prop(k, v) for k, v in facts])
+    return Component(
+        name=inv.cell,
+        version=inv.tag,
+        type=ComponentType.CONTAINER,
+        bom_ref=f"image:{inv.cell}@{inv.tag}",
+        properties=[_prop(k, v) for k, v in facts],
+    )
 
 
 def serial_number(inv: Inventory) -> uuid.UUID:
     """A uuid5 over the cell, the tag and everything the inventory holds but the image id: the
     same content gives the same serial number, any other package or base a different one."""
-    content = json.dumps({k: v for k, v in inv.to_json().items() if k != "image_id"}, sort_keys=True,
-                         separators=(",", ":"))
+    content = json.dumps(
+        {k: v for k, v in inv.to_json().items() if k != "image_id"}, sort_keys=True, separators=(",", ":")
+    )
     return uuid.uuid5(SERIAL_NAMESPACE, f"{inv.cell}\n{inv.tag}\n{hashlib.sha256(content.encode()).hexdigest()}")
 
 
@@ -131,8 +145,9 @@ def validate(text: str) -> None:
         raise ValueError(f"not a CycloneDX document: not JSON ({e})") from e
     if error is not None:
         # error.data is jsonschema's error: its message and path, without the schema it quotes.
-        raise ValueError(f"not a valid CycloneDX {SPEC.to_version()} document: {error.data.message} "
-                         f"(at {error.data.json_path})")
+        raise ValueError(
+            f"not a valid CycloneDX {SPEC.to_version()} document: {error.data.message} (at {error.data.json_path})"
+        )
 
 
 def canonical(text: str) -> str:

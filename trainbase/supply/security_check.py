@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import TrainbaseError
 
-Fetch = Callable[[str], bytes]   # URL -> the bytes it serves
+Fetch = Callable[[str], bytes]  # URL -> the bytes it serves
 
 # Where each distro publishes its security suite (the images' own apt sources say the same).
 # Ubuntu serves arm64 from ports; Debian serves every architecture from one archive.
@@ -51,8 +51,8 @@ class PendingFix:
 @dataclass(frozen=True)
 class ImageFacts:
     cell: str
-    os_row: str          # matrix.yaml's OS row (debian12, ubuntu22.04)
-    os_id: str           # debian | ubuntu
+    os_row: str  # matrix.yaml's OS row (debian12, ubuntu22.04)
+    os_id: str  # debian | ubuntu
     codename: str
     arch: str
     debs: dict[str, str]  # binary package -> installed version
@@ -73,12 +73,18 @@ def read_sbom(path: Path) -> ImageFacts:
         arches: set[str] = set()
         for c in doc.get("components", []):
             purl = PackageURL.from_string(c["purl"]) if c.get("purl", "").startswith("pkg:deb/") else None
-            if purl and purl.version is not None:   # (sbom.py writes every deb with its version)
+            if purl and purl.version is not None:  # (sbom.py writes every deb with its version)
                 debs[purl.name] = purl.version
                 if purl.qualifiers.get("arch") not in (None, "all"):
                     arches.add(purl.qualifiers["arch"])
-        facts = ImageFacts(meta["name"], props["trainbase:components.os.id"], props["trainbase:os.ID"],
-                           props["trainbase:os.VERSION_CODENAME"], sorted(arches)[0] if len(arches) == 1 else "", debs)
+        facts = ImageFacts(
+            meta["name"],
+            props["trainbase:components.os.id"],
+            props["trainbase:os.ID"],
+            props["trainbase:os.VERSION_CODENAME"],
+            sorted(arches)[0] if len(arches) == 1 else "",
+            debs,
+        )
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise TrainbaseError(f"{path}: not a trainbase SBOM ({type(e).__name__}: {e})") from None
     if not facts.debs or not facts.arch:
@@ -119,8 +125,11 @@ def _fetch(url: str) -> bytes:
 def pending(facts: ImageFacts, index: dict[str, str]) -> list[PendingFix]:
     from debian.debian_support import Version
 
-    return [PendingFix(name, installed, index[name]) for name, installed in sorted(facts.debs.items())
-            if name in index and Version(index[name]) > Version(installed)]
+    return [
+        PendingFix(name, installed, index[name])
+        for name, installed in sorted(facts.debs.items())
+        if name in index and Version(index[name]) > Version(installed)
+    ]
 
 
 def check(sboms: list[Path], today: date, fetch: Fetch | None = None) -> dict[str, dict[str, Any]]:

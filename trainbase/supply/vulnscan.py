@@ -31,7 +31,7 @@ from typing import Any, Literal
 from ..errors import TrainbaseError
 from .audit import AuditVerdict, Finding, evaluate, load_allowlist
 
-Kind = Literal["pypi", "deb", "binary"]   # audit.Finding.kind
+Kind = Literal["pypi", "deb", "binary"]  # audit.Finding.kind
 
 CHECK = "vulnerability-scan"
 BLOCKING_SEVERITY = "CRITICAL"
@@ -40,7 +40,7 @@ BLOCKING_SEVERITY = "CRITICAL"
 @dataclass(frozen=True)
 class ScanFinding:
     finding: Finding
-    severity: str          # CRITICAL, HIGH, MEDIUM, LOW, UNKNOWN
+    severity: str  # CRITICAL, HIGH, MEDIUM, LOW, UNKNOWN
 
 
 class ScanReportError(Exception):
@@ -54,9 +54,19 @@ def _trivy(doc: dict[str, Any]) -> list[ScanFinding]:
         kind: Kind = "deb" if klass == "os-pkgs" else "pypi" if typ == "python-pkg" else "binary"
         for v in result.get("Vulnerabilities") or []:
             ids = (v["VulnerabilityID"], *(a for a in v.get("VendorIDs") or [] if a != v["VulnerabilityID"]))
-            out.append(ScanFinding(Finding(kind, v["PkgName"], v.get("InstalledVersion", ""),
-                                           (v.get("FixedVersion") or "").split(",")[0].strip(), tuple(ids),
-                                           v.get("Title", "")), str(v.get("Severity", "UNKNOWN")).upper()))
+            out.append(
+                ScanFinding(
+                    Finding(
+                        kind,
+                        v["PkgName"],
+                        v.get("InstalledVersion", ""),
+                        (v.get("FixedVersion") or "").split(",")[0].strip(),
+                        tuple(ids),
+                        v.get("Title", ""),
+                    ),
+                    str(v.get("Severity", "UNKNOWN")).upper(),
+                )
+            )
     return out
 
 
@@ -69,8 +79,12 @@ def _grype(doc: dict[str, Any]) -> list[ScanFinding]:
         fix = v.get("fix") or {}
         fixed = (fix.get("versions") or [""])[0] if fix.get("state") == "fixed" else ""
         ids = (v["id"], *(r["id"] for r in m.get("relatedVulnerabilities") or [] if r.get("id") != v["id"]))
-        out.append(ScanFinding(Finding(kind, a["name"], a.get("version", ""), fixed, tuple(ids),
-                                       v.get("description", "")[:200]), str(v.get("severity", "Unknown")).upper()))
+        out.append(
+            ScanFinding(
+                Finding(kind, a["name"], a.get("version", ""), fixed, tuple(ids), v.get("description", "")[:200]),
+                str(v.get("severity", "Unknown")).upper(),
+            )
+        )
     return out
 
 
@@ -91,7 +105,9 @@ def read_report(path: Path) -> tuple[str, list[ScanFinding]]:
     raise ScanReportError(f"{path}: neither a Trivy nor a Grype JSON report")
 
 
-def gate(findings: list[ScanFinding], allowlist_path: Path | None, cell: str, today: date) -> tuple[AuditVerdict, Counter[str]]:
+def gate(
+    findings: list[ScanFinding], allowlist_path: Path | None, cell: str, today: date
+) -> tuple[AuditVerdict, Counter[str]]:
     """The verdict over the blocking findings (critical, fixable), and counts of the rest."""
     blocking = [s.finding for s in findings if s.severity == BLOCKING_SEVERITY and s.finding.fixed]
     counts = Counter(f"{s.severity.lower()} {'fixable' if s.finding.fixed else 'unfixed'}" for s in findings)
@@ -104,9 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("report", type=Path)
     p.add_argument("--ref", required=True, help="the scanned image, by digest (HOST/REPO@sha256:...)")
     p.add_argument("--cell", required=True)
-    p.add_argument("--platform", default="",
-                   help="the platform whose manifest was scanned (OS/ARCH): a scanner given a multi-arch index "
-                        "scans one platform, and the gate requires a record for each (deliver/promote.py)")
+    p.add_argument(
+        "--platform",
+        default="",
+        help="the platform whose manifest was scanned (OS/ARCH): a scanner given a multi-arch index "
+        "scans one platform, and the gate requires a record for each (deliver/promote.py)",
+    )
     p.add_argument("--allowlist", type=Path, default=Path("audit-allowlist.yaml"))
     p.add_argument("--gate-dir", type=Path, help="write the gate record (pass or fail) here")
     p.add_argument("--today", type=date.fromisoformat, default=date.today())
@@ -117,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scanner, findings = read_report(a.report)
         verdict, counts = gate(findings, a.allowlist, a.cell, a.today)
-    except (ScanReportError, TrainbaseError) as e:   # TrainbaseError: a malformed allow-list
+    except (ScanReportError, TrainbaseError) as e:  # TrainbaseError: a malformed allow-list
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no findings"
@@ -125,10 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict.message().replace("audit passed", "scan gate passed").replace("audit FAILED", "scan gate FAILED"))
     if a.gate_dir:
         a.gate_dir.mkdir(parents=True, exist_ok=True)
-        record = {"ref": a.ref, "check": CHECK, **({"platform": a.platform} if a.platform else {}),
-                  "passed": verdict.ok, "scanner": scanner, "counts": dict(counts),
-                  "blocking": [f.describe() for f in verdict.blocked],
-                  "allowed": [f"{f.describe()}: {e.reason}" for f, e in verdict.allowed]}
+        record = {
+            "ref": a.ref,
+            "check": CHECK,
+            **({"platform": a.platform} if a.platform else {}),
+            "passed": verdict.ok,
+            "scanner": scanner,
+            "counts": dict(counts),
+            "blocking": [f.describe() for f in verdict.blocked],
+            "allowed": [f"{f.describe()}: {e.reason}" for f, e in verdict.allowed],
+        }
         (a.gate_dir / f"scan-{a.cell}.json").write_text(json.dumps(record, indent=2) + "\n")
     return 0 if verdict.ok else 1
 

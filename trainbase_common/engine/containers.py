@@ -23,16 +23,24 @@ class RunOptions:
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     tmpfs: tuple[str, ...] = ()  # mount points given a tmpfs (a volume one node of a job may lack)
-    user: str = ""               # uid[:gid] the container runs as (HPC sites run the user's own uid)
-    read_only: bool = False      # a read-only root filesystem (enroot, Apptainer SIF, hardened sites)
-    env: tuple[tuple[str, str], ...] = ()   # variables set for the container (name, value)
+    user: str = ""  # uid[:gid] the container runs as (HPC sites run the user's own uid)
+    read_only: bool = False  # a read-only root filesystem (enroot, Apptainer SIF, hardened sites)
+    env: tuple[tuple[str, str], ...] = ()  # variables set for the container (name, value)
 
     def describe(self) -> str:
         """The same as docker run flags, for reports."""
-        flags = [f"--shm-size={self.shm_size}"] + (["--init"] if self.init else []) + \
-            (["--gpus", "all"] if self.gpus else []) + (["--user", self.user] if self.user else [])
-        pairs = [("--device", d) for d in self.devices] + [("--cap-add", c) for c in self.cap_add] + \
-            [("--tmpfs", t) for t in self.tmpfs] + [("-e", f"{k}={v}") for k, v in self.env]
+        flags = (
+            [f"--shm-size={self.shm_size}"]
+            + (["--init"] if self.init else [])
+            + (["--gpus", "all"] if self.gpus else [])
+            + (["--user", self.user] if self.user else [])
+        )
+        pairs = (
+            [("--device", d) for d in self.devices]
+            + [("--cap-add", c) for c in self.cap_add]
+            + [("--tmpfs", t) for t in self.tmpfs]
+            + [("-e", f"{k}={v}") for k, v in self.env]
+        )
         return " ".join(flags + [a for p in pairs for a in p] + (["--read-only"] if self.read_only else []))
 
 
@@ -43,28 +51,43 @@ class ExecResult:
     stderr: str
 
 
-def run_detached(image: str, command: list[str], *, name: str, labels: dict[str, str], opts: RunOptions,
-                 hostname: str | None = None, network: str | None = None) -> str:
+def run_detached(
+    image: str,
+    command: list[str],
+    *,
+    name: str,
+    labels: dict[str, str],
+    opts: RunOptions,
+    hostname: str | None = None,
+    network: str | None = None,
+) -> str:
     """Start a long-running container; its id. The image's entrypoint is kept."""
     import docker
 
-    kw: dict[str, Any] = dict(detach=True, name=name, labels=labels, shm_size=opts.shm_size, init=opts.init,
-                              devices=[f"{d}:{d}" for d in opts.devices], cap_add=list(opts.cap_add),
-                              tmpfs=dict.fromkeys(opts.tmpfs, ""), read_only=opts.read_only,
-                              environment=dict(opts.env))
+    kw: dict[str, Any] = dict(
+        detach=True,
+        name=name,
+        labels=labels,
+        shm_size=opts.shm_size,
+        init=opts.init,
+        devices=[f"{d}:{d}" for d in opts.devices],
+        cap_add=list(opts.cap_add),
+        tmpfs=dict.fromkeys(opts.tmpfs, ""),
+        read_only=opts.read_only,
+        environment=dict(opts.env),
+    )
     kw.update({k: v for k, v in (("user", opts.user), ("hostname", hostname), ("network", network)) if v})
     if opts.gpus:
         kw["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     c = call(client().containers.run, image, command, **kw)
-    if network and hostname:                       # the alias other containers resolve it by
+    if network and hostname:  # the alias other containers resolve it by
         net = call(client().networks.get, network)
         call(net.disconnect, c)
         call(net.connect, c, aliases=[hostname])
     return str(c.id)
 
 
-def exec_in(cid: str, argv: list[str], env: dict[str, str] | None = None,
-            stdin: str | None = None) -> ExecResult:
+def exec_in(cid: str, argv: list[str], env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:
     """Run argv in a running container and wait (bound it with coreutils' `timeout` in argv)."""
     api = client().api
     ex = call(api.exec_create, cid, argv, environment=env or None, stdin=stdin is not None)
@@ -74,12 +97,15 @@ def exec_in(cid: str, argv: list[str], env: dict[str, str] | None = None,
         sock = call(api.exec_start, ex["Id"], socket=True)
         raw = getattr(sock, "_sock", sock)
         raw.sendall(stdin.encode())
-        raw.shutdown(1)                            # EOF on the command's stdin
+        raw.shutdown(1)  # EOF on the command's stdin
         out, err = demux(raw)
         sock.close()
     rc = call(api.exec_inspect, ex["Id"]).get("ExitCode")
-    return ExecResult(returncode=rc if rc is not None else -1, stdout=(out or b"").decode(errors="replace"),
-                      stderr=(err or b"").decode(errors="replace"))
+    return ExecResult(
+        returncode=rc if rc is not None else -1,
+        stdout=(out or b"").decode(errors="replace"),
+        stderr=(err or b"").decode(errors="replace"),
+    )
 
 
 def demux(sock: Any) -> tuple[bytes, bytes]:
@@ -90,10 +116,10 @@ def demux(sock: Any) -> tuple[bytes, bytes]:
         if not chunk:
             break
         data += chunk
-    streams, i = [b"", b""], 0                     # stdout (and stdin echo), stderr
+    streams, i = [b"", b""], 0  # stdout (and stdin echo), stderr
     while i + 8 <= len(data):
-        kind, size = data[i], int.from_bytes(data[i + 4:i + 8], "big")
-        streams[kind == 2] += data[i + 8:i + 8 + size]
+        kind, size = data[i], int.from_bytes(data[i + 4 : i + 8], "big")
+        streams[kind == 2] += data[i + 8 : i + 8 + size]
         i += 8 + size
     return streams[0], streams[1]
 

@@ -48,9 +48,11 @@ def check_export_space(ref: str, margin_gb: float = 1.0) -> None:
     free = shutil.disk_usage(root).free
     need = image.size + margin_gb * 1e9
     if free < need:
-        raise EngineError(f"reading the layers of {ref} needs about {need / 1e9:.1f} GB free under {root} "
-                          f"(the engine writes the whole export there first); {free / 1e9:.1f} GB free: "
-                          "prune old images and build cache (`docker system prune`, `docker builder prune`)")
+        raise EngineError(
+            f"reading the layers of {ref} needs about {need / 1e9:.1f} GB free under {root} "
+            f"(the engine writes the whole export there first); {free / 1e9:.1f} GB free: "
+            "prune old images and build cache (`docker system prune`, `docker builder prune`)"
+        )
 
 
 def save(ref: str) -> io.BufferedReader:

@@ -28,8 +28,9 @@ def inspect_image(ref: str) -> ImageInfo | None:
         raise
     cfg = attrs.get("Config") or {}
     env = dict(e.split("=", 1) for e in cfg.get("Env") or [] if "=" in e)
-    return ImageInfo(id=attrs["Id"], size=int(attrs.get("Size", 0)), labels=dict(cfg.get("Labels") or {}),
-                     env=env, raw=attrs)
+    return ImageInfo(
+        id=attrs["Id"], size=int(attrs.get("Size", 0)), labels=dict(cfg.get("Labels") or {}), env=env, raw=attrs
+    )
 
 
 def image_exists(ref: str) -> bool:
@@ -43,9 +44,8 @@ def image_history(ref: str) -> list[dict[str, Any]]:
     """`docker history REF`, bottom layer first: [{"created_by": ..., "size": bytes}]
     (metadata steps: 0)."""
     image = call(client().images.get, ref)
-    steps = call(image.history)               # the engine lists the newest step first
-    return [{"created_by": str(h.get("CreatedBy") or ""), "size": int(h.get("Size") or 0)}
-            for h in reversed(steps)]
+    steps = call(image.history)  # the engine lists the newest step first
+    return [{"created_by": str(h.get("CreatedBy") or ""), "size": int(h.get("Size") or 0)} for h in reversed(steps)]
 
 
 def repository(ref: str) -> str:

@@ -79,6 +79,7 @@ def unless_absent(fn: Callable[..., Any], *args: Any, **kw: Any) -> bool:
 
 # --------------------------------------------------------------------------- engine facts
 
+
 def available() -> bool:
     """True when the engine answers a ping."""
     try:
@@ -103,5 +104,6 @@ class EngineInfo:
 
 def info() -> EngineInfo:
     i = call(client().info)
-    return EngineInfo(root_dir=i.get("DockerRootDir", ""), driver=i.get("Driver", ""),
-                      runtimes=tuple(sorted(i.get("Runtimes") or {})))
+    return EngineInfo(
+        root_dir=i.get("DockerRootDir", ""), driver=i.get("Driver", ""), runtimes=tuple(sorted(i.get("Runtimes") or {}))
+    )

@@ -12,6 +12,7 @@ DeepSpeed and TF multi-worker then run and check a collective. A client that can
 mode (the guides' Open MPI helper on Intel MPI) must stop naming the fix, never with a
 KeyError. Every process of every run must exit 0: a job whose training succeeded but whose
 teardown aborted is a failed job on Azure ML (the repeated teardown check is the last test)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -60,6 +61,7 @@ class Job:
     def processes(self, procs: list[azureml.Process], cmd: str, timeout: int = 300):
         """Start every process at once, each in its node with exactly its environment (``cmd``
         may read it: ``$NODE_RANK`` and the like are expanded by the process's own shell)."""
+
         def one(p: azureml.Process):
             return p, self.cluster.nodes[p.node].exec(f"timeout {timeout} {cmd}", timeout=timeout + 30, env=p.env)
 
@@ -74,8 +76,12 @@ def job(cluster, target):
 
 def outputs(results, what: str) -> str:
     """Every process's stdout, after checking each exited 0."""
-    bad = [f"node {p.node if p else 0} rank {(p.env.get('RANK') if p else '*')}: exit {r.returncode}: "
-           f"{(r.stderr or r.stdout).strip()[-1200:]}" for p, r in results if r.returncode != 0]
+    bad = [
+        f"node {p.node if p else 0} rank {(p.env.get('RANK') if p else '*')}: exit {r.returncode}: "
+        f"{(r.stderr or r.stdout).strip()[-1200:]}"
+        for p, r in results
+        if r.returncode != 0
+    ]
     assert not bad, f"{what}: " + "\n".join(bad)
     return "".join(r.stdout for _, r in results)
 
@@ -93,8 +99,9 @@ def check_topology(job: Job, stdout: str, what: str, sets: frozenset[str], per_n
 
 def check_ok(job: Job, stdout: str, what: str, n: int = WORLD, key: str = "rank") -> list[dict]:
     lines = ok_lines(stdout)
-    assert sorted(int(x[key]) for x in lines) == list(range(n)), \
+    assert sorted(int(x[key]) for x in lines) == list(range(n)), (
         f"{what}: {key}s that finished: {sorted(x[key] for x in lines)}, want 0..{n - 1}: {stdout.strip()[-1500:]}"
+    )
     for x in lines:
         assert (x.get("world") or x.get("workers") or x.get("size")) == str(n), f"{what}: world size: {x}"
         if "host" in x and "node_rank" in x and x["node_rank"] != "None":
@@ -128,12 +135,18 @@ def type_mpi(job: Job, wrapper: str, cmd: str, what: str, check) -> None:
 
 # ----------------------------------------------------------------------------- every image
 
+
 @pytest.mark.parametrize("wrapper", ["tb-launch", "guides-helper"])
 @pytest.mark.trainbase_contract("tb-launch")
 def test_type_mpi_rendezvous(target, job, wrapper):
     """`type: mpi`: every launch variable from the MPI launcher + Azure's Batch variables."""
-    type_mpi(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py", f"type: mpi, {wrapper}, rendezvous probe",
-             lambda job, out, what: check_topology(job, out, what, sets=azureml.LAUNCH_SETS["mpi", wrapper]))
+    type_mpi(
+        job,
+        wrapper,
+        f"{job.python} {PROBE_DIR}/rendezvous.py",
+        f"type: mpi, {wrapper}, rendezvous probe",
+        lambda job, out, what: check_topology(job, out, what, sets=azureml.LAUNCH_SETS["mpi", wrapper]),
+    )
 
 
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
@@ -142,8 +155,9 @@ def test_type_pytorch_rendezvous(target, job, wrapper):
     """`type: pytorch`: Azure's per-process variables, taken as they are or through tb-launch
     (which must neither refuse them nor invent a LOCAL_WORLD_SIZE from a world it cannot see)."""
     what = f"type: pytorch, {wrapper}, rendezvous probe"
-    results = job.processes(azureml.pytorch(job.ips, PER_NODE),
-                            wrapped(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py"))
+    results = job.processes(
+        azureml.pytorch(job.ips, PER_NODE), wrapped(job, wrapper, f"{job.python} {PROBE_DIR}/rendezvous.py")
+    )
     check_topology(job, outputs(results, what), what, azureml.LAUNCH_SETS["pytorch", wrapper])
 
 
@@ -152,8 +166,9 @@ def test_type_tensorflow_rendezvous(target, job):
     """`type: tensorflow`: tb-launch --tf reads the world from Azure's TF_CONFIG (never
     replacing it) and gives the same world to a script reading RANK/WORLD_SIZE."""
     what = "type: tensorflow, tb-launch --tf, rendezvous probe"
-    results = job.processes(azureml.tensorflow(job.ips, PER_NODE),
-                            f"tb-launch --tf {job.python} {PROBE_DIR}/rendezvous.py")
+    results = job.processes(
+        azureml.tensorflow(job.ips, PER_NODE), f"tb-launch --tf {job.python} {PROBE_DIR}/rendezvous.py"
+    )
     check_topology(job, outputs(results, what), what, azureml.LAUNCH_SETS["tensorflow", "tb-launch"])
 
 
@@ -186,8 +201,10 @@ def test_type_pytorch_per_node_torchrun(target, job, wrapper):
     what = f"type: pytorch per node, {wrapper} torchrun, pytorch_ddp.py"
     torchrun = f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {PER_NODE}"
     if wrapper == "plain":
-        cmd = (f"sh -c '{torchrun} --nnodes 2 --node-rank $NODE_RANK --master-addr $MASTER_ADDR "
-               f"--master-port $MASTER_PORT {DDP}'")
+        cmd = (
+            f"sh -c '{torchrun} --nnodes 2 --node-rank $NODE_RANK --master-addr $MASTER_ADDR "
+            f"--master-port $MASTER_PORT {DDP}'"
+        )
     else:
         cmd = f"tb-launch {torchrun} {DDP}"
     check_ok(job, outputs(job.processes(azureml.pytorch(job.ips, 1), cmd), what), what)
@@ -202,9 +219,11 @@ def test_type_pytorch_lightning(target, job, wrapper):
     if "lightning" not in (target.manifest.get("framework_packages") or {}).get("pytorch", {}):
         pytest.skip(f"{target.name} has no Lightning")
     what = f"type: pytorch, {wrapper}, lightning_ddp.py"
-    results = job.processes(azureml.pytorch(job.ips, PER_NODE),
-                            wrapped(job, wrapper, f"{job.python} {EX}/lightning_ddp.py --devices 2 --num-nodes 2"),
-                            timeout=400)
+    results = job.processes(
+        azureml.pytorch(job.ips, PER_NODE),
+        wrapped(job, wrapper, f"{job.python} {EX}/lightning_ddp.py --devices 2 --num-nodes 2"),
+        timeout=400,
+    )
     check_ok(job, outputs(results, what), what)
 
 
@@ -237,6 +256,7 @@ def test_deepspeed_init(target, job, mode, wrapper):
 
 # ----------------------------------------------------------------------------- TensorFlow
 
+
 @pytest.mark.parametrize("wrapper", ["plain", "tb-launch"])
 @pytest.mark.trainbase_contract("tb-launch")
 def test_type_tensorflow_multiworker(target, job, wrapper):
@@ -244,7 +264,9 @@ def test_type_tensorflow_multiworker(target, job, wrapper):
     `tb-launch --tf` (which must keep Azure's TF_CONFIG byte for byte)."""
     need(target, "tensorflow")
     what = f"type: tensorflow, {wrapper}, tf_multiworker.py"
-    cmd = ("tb-launch --tf " if wrapper == "tb-launch" else "") + f"{job.python} {EX}/tf_multiworker.py --workers {WORLD}"
+    cmd = (
+        "tb-launch --tf " if wrapper == "tb-launch" else ""
+    ) + f"{job.python} {EX}/tf_multiworker.py --workers {WORLD}"
     results = job.processes(azureml.tensorflow(job.ips, PER_NODE), f"env TF_CPP_MIN_LOG_LEVEL=2 {cmd}", timeout=400)
     check_ok(job, outputs(results, what), what, key="worker")
 
@@ -259,6 +281,7 @@ def test_type_mpi_tensorflow_multiworker(target, job):
 
 
 # ----------------------------------------------------------------------------- teardown
+
 
 def test_pytorch_teardown_never_aborts_a_finished_job(target, job):
     """`type: pytorch` jobs that finish must all exit 0, TEARDOWN_RUNS times over: PyTorch's gloo
@@ -275,13 +298,16 @@ def test_pytorch_teardown_never_aborts_a_finished_job(target, job):
         for p, r in job.processes(procs, f"{job.python} {DDP} --steps 2", timeout=180):
             codes[r.returncode] = codes.get(r.returncode, 0) + 1
             if r.returncode != 0 and len(aborted) < 3:
-                aborted.append(f"run {run} rank {p.env['RANK']}: exit {r.returncode}: "
-                               f"{' '.join((r.stderr or '').split())[-400:]}")
-        if (run + 1) % 10 == 0:     # long: say how far it got (pytest -s shows it)
+                aborted.append(
+                    f"run {run} rank {p.env['RANK']}: exit {r.returncode}: {' '.join((r.stderr or '').split())[-400:]}"
+                )
+        if (run + 1) % 10 == 0:  # long: say how far it got (pytest -s shows it)
             print(f"teardown: {run + 1}/{TEARDOWN_RUNS} jobs, exit codes {codes}", flush=True)
     bad = sum(v for k, v in codes.items() if k != 0)
-    assert not bad, (f"{bad} of {TEARDOWN_RUNS * len(procs)} processes in {TEARDOWN_RUNS} finished jobs did not "
-                     f"exit 0 (exit codes {codes}): " + " | ".join(aborted))
+    assert not bad, (
+        f"{bad} of {TEARDOWN_RUNS * len(procs)} processes in {TEARDOWN_RUNS} finished jobs did not "
+        f"exit 0 (exit codes {codes}): " + " | ".join(aborted)
+    )
 
 
 def test_type_mpi_horovod(target, job):

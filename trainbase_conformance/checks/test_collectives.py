@@ -6,6 +6,7 @@ busbw): on every local GPU over NCCL (gpu tier), and across two containers over 
 (multinode tier). Bandwidth is judged only against the floors the runner declares
 (TRAINBASE_RUNNER_EXPECT, floors.py); without them the figures are printed and the bandwidth
 checks skip, saying so. Images without PyTorch: test_nccl.py's ctypes all-reduce is their NCCL check."""
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,17 +16,19 @@ from trainbase_conformance import floors
 from trainbase_conformance.expectations import ExpectationsError
 from trainbase_conformance.fixtures import PROBE_DIR
 
-GPU_MAX_BYTES = 256 << 20       # nccl-tests' usual top size, where a link reaches its bandwidth
-ACROSS_MAX_BYTES = 4 << 20      # gloo over TCP on any runner: enough to leave latency behind, quick
+GPU_MAX_BYTES = 256 << 20  # nccl-tests' usual top size, where a link reaches its bandwidth
+ACROSS_MAX_BYTES = 4 << 20  # gloo over TCP on any runner: enough to leave latency behind, quick
 PER_HOST = 2
-ACROSS_PORT = 29533             # on the cluster's private network only
+ACROSS_PORT = 29533  # on the cluster's private network only
 
 
 def _need_pytorch(target) -> None:
     version = (target.manifest.get("frameworks") or {}).get("pytorch")
     if not version:
-        pytest.skip(f"{target.name} has no PyTorch: the collectives probe runs over torch.distributed; "
-                    f"this image's NCCL is checked by test_nccl_allreduce_gpu (ctypes, all-reduce only)")
+        pytest.skip(
+            f"{target.name} has no PyTorch: the collectives probe runs over torch.distributed; "
+            f"this image's NCCL is checked by test_nccl_allreduce_gpu (ctypes, all-reduce only)"
+        )
 
 
 def _runner(scope: str) -> tuple[list[floors.Floor], str]:
@@ -47,8 +50,10 @@ def gpu_run(target) -> dict:
     """The probe over NCCL, one rank per GPU the host lists (run once per image)."""
     if "collectives.gpu" not in target.cache:
         _need_pytorch(target)
-        cmd = (f"{target.python} {PROBE_DIR}/collectives.py --backend nccl --ranks {target.caps.gpu_count} "
-               f"--max-bytes {GPU_MAX_BYTES}")
+        cmd = (
+            f"{target.python} {PROBE_DIR}/collectives.py --backend nccl --ranks {target.caps.gpu_count} "
+            f"--max-bytes {GPU_MAX_BYTES}"
+        )
         r = target.sh(cmd, timeout=900)
         lines = r.stdout.strip().splitlines()
         assert lines, f"`{cmd}` exited {r.rc} and printed nothing: {r.stderr.strip()[-1500:]}"
@@ -63,17 +68,26 @@ def across_run(target, cluster) -> dict:
         n = len(cluster.nodes)
 
         def node_cmd(i: int) -> str:
-            return (f"{cluster.python} {PROBE_DIR}/collectives.py --backend gloo --nodes {n} --node-rank {i} "
-                    f"--master {cluster.hosts[0]} --port {ACROSS_PORT} --ranks {PER_HOST} "
-                    f"--max-bytes {ACROSS_MAX_BYTES}")
+            return (
+                f"{cluster.python} {PROBE_DIR}/collectives.py --backend gloo --nodes {n} --node-rank {i} "
+                f"--master {cluster.hosts[0]} --port {ACROSS_PORT} --ranks {PER_HOST} "
+                f"--max-bytes {ACROSS_MAX_BYTES}"
+            )
 
         with ThreadPoolExecutor(n) as pool:
             runs = list(pool.map(lambda i: cluster.nodes[i].exec(node_cmd(i), timeout=600), range(n)))
-        rank_docs = [json.loads(ln.split("TBCOLL ", 1)[1]) for r in runs for ln in r.stdout.splitlines()
-                     if ln.startswith("TBCOLL ")]
+        rank_docs = [
+            json.loads(ln.split("TBCOLL ", 1)[1])
+            for r in runs
+            for ln in r.stdout.splitlines()
+            if ln.startswith("TBCOLL ")
+        ]
         doc: dict = floors.load_probe().merge(rank_docs) if rank_docs else {"errors": [], "world": 0}
-        doc["errors"] += [f"node {h}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}"
-                          for h, r in zip(cluster.hosts, runs, strict=True) if r.returncode != 0 and not rank_docs]
+        doc["errors"] += [
+            f"node {h}: exit {r.returncode}: {(r.stderr or r.stdout).strip()[-600:]}"
+            for h, r in zip(cluster.hosts, runs, strict=True)
+            if r.returncode != 0 and not rank_docs
+        ]
         target.cache["collectives.across"] = doc
     return target.cache["collectives.across"]
 

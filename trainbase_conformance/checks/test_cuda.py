@@ -2,6 +2,7 @@
 no GPU needed); nvcc in devel images; gpu tier: device query and a checked kernel.
 
 Expectations come from the manifest's components.cuda and components.cudnn."""
+
 import json
 
 import pytest
@@ -13,8 +14,11 @@ from trainbase_conformance.flavors import cuda_version_code, cudnn_version_code
 def _sonames(target) -> dict[str, str]:
     cuda_major = target.components["cuda"]["version"].split(".")[0]
     cudnn_major = target.components["cudnn"]["version"].split(".")[0]
-    return {"cudart": f"libcudart.so.{cuda_major}", "cublas": f"libcublas.so.{cuda_major}",
-            "cudnn": f"libcudnn.so.{cudnn_major}"}
+    return {
+        "cudart": f"libcudart.so.{cuda_major}",
+        "cublas": f"libcublas.so.{cuda_major}",
+        "cudnn": f"libcudnn.so.{cudnn_major}",
+    }
 
 
 def _versions(target) -> dict:
@@ -36,8 +40,9 @@ def test_cuda_runtime_version(target):
     """cudaRuntimeGetVersion equals the manifest's CUDA (12.8 -> 12080)."""
     want = target.components["cuda"]["version"]
     info = _loaded(target, "cudart")
-    assert info["version"] == cuda_version_code(want), \
+    assert info["version"] == cuda_version_code(want), (
         f"cudart {info['version']} ({info['path']}), manifest says CUDA {want} = {cuda_version_code(want)}"
+    )
 
 
 @pytest.mark.static
@@ -47,8 +52,9 @@ def test_cublas_version(target):
     want = tuple(int(x) for x in target.components["cuda"]["version"].split(".")[:2])
     info = _loaded(target, "cublas")
     have = tuple(int(x) for x in info["version"].split("."))
-    assert have[0] == want[0] and have[:2] >= want, \
+    assert have[0] == want[0] and have[:2] >= want, (
         f"cuBLAS {info['version']} ({info['path']}) does not match CUDA {'.'.join(map(str, want))}"
+    )
 
 
 @pytest.mark.static
@@ -57,8 +63,9 @@ def test_cudnn_version(target):
     """cudnnGetVersion equals the manifest's cuDNN (9.10.2.21 -> 91002)."""
     want = target.components["cudnn"]["version"]
     info = _loaded(target, "cudnn")
-    assert info["version"] == cudnn_version_code(want), \
+    assert info["version"] == cudnn_version_code(want), (
         f"cudnnGetVersion = {info['version']} ({info['path']}), manifest says {want} = {cudnn_version_code(want)}"
+    )
 
 
 @pytest.mark.static
@@ -98,7 +105,8 @@ def test_cuda_device_query(target):
     assert r.rc == 0 and out.get("ok"), f"device query failed: {out or r.stderr.strip()[-800:]}"
     assert len(out["devices"]) == target.caps.gpu_count, (
         f"the container sees {len(out['devices'])} GPU(s), the host's nvidia-smi -L lists {target.caps.gpu_count}: "
-        f"{target.caps.gpu_why} (a CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES baked into the image?)")
+        f"{target.caps.gpu_why} (a CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES baked into the image?)"
+    )
     print(f"driver {out['driver']}, runtime {out['runtime']}: {out['devices']}")
 
 

@@ -4,6 +4,7 @@ GPU", never ok), each fault injected into a fresh container is named by the righ
 a fix hint, and across 2 containers x 2 ranks rank 0 alone prints the node x check table
 naming the container that lacks a mount the other has. On GPU/RDMA runners the same tool
 runs with --expect, so the gpu and fabric tiers are the doctor's checks."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,9 @@ def test_doctor_gpu_checks_are_honest(target):
         assert gpu["nccl.network"]["status"] in want, gpu["nccl.network"]
         return
     for c in gpu.values():
-        assert c["status"] == "skip" and "no GPU" in c["summary"], \
+        assert c["status"] == "skip" and "no GPU" in c["summary"], (
             f"no GPU in this container, but {c['id']} says {c['status']}: {c['summary']}"
+        )
     rc, expecting = target.doctor("--expect gpu --only gpu")
     assert rc == 1 and {c["status"] for c in expecting["checks"]} == {"fail"}, expecting["checks"]
 
@@ -76,19 +78,38 @@ def test_doctor_memlock_is_what_the_container_has(target):
 # environment of the doctor's process, the check that must fail, words its summary must hold).
 FAULTS = {
     # renamed out of ldconfig's sight: it re-links any lib*.so* file by its soname
-    "libnccl-hidden": ("find / -xdev -name 'libnccl.so*' -exec sh -c 'mv \"$0\" \"${0%/*}/hidden-nccl-${0##*/}\"' {} \\; "
-                       "&& ldconfig", {}, "nccl.library", "does not load"),
+    "libnccl-hidden": (
+        "find / -xdev -name 'libnccl.so*' -exec sh -c 'mv \"$0\" \"${0%/*}/hidden-nccl-${0##*/}\"' {} \\; && ldconfig",
+        {},
+        "nccl.library",
+        "does not load",
+    ),
     # every PATH folder: the image's own and tb-entrypoints' wrappers in /usr/local/bin
-    "launcher-off-path": ("for l in mpirun mpiexec; do for d in $(echo $PATH | tr : ' '); do "
-                          "if [ -e $d/$l ]; then mv $d/$l $d/$l.moved; fi; done; done", {},
-                          "mpi.launcher", "command not found"),
+    "launcher-off-path": (
+        "for l in mpirun mpiexec; do for d in $(echo $PATH | tr : ' '); do "
+        "if [ -e $d/$l ]; then mv $d/$l $d/$l.moved; fi; done; done",
+        {},
+        "mpi.launcher",
+        "command not found",
+    ),
     "second-nccl-first-on-library-path": (
         "mkdir -p /opt/shadow && cp \"$(ldconfig -p | awk '/libnccl.so.2 /{print $NF; exit}')\" /opt/shadow/",
-        {"LD_LIBRARY_PATH": "/opt/shadow"}, "nccl.shadow", "/opt/shadow/libnccl.so.2 (LD_LIBRARY_PATH, loaded)"),
+        {"LD_LIBRARY_PATH": "/opt/shadow"},
+        "nccl.shadow",
+        "/opt/shadow/libnccl.so.2 (LD_LIBRARY_PATH, loaded)",
+    ),
     "inconsistent-rank-variables": (
-        "true", {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-                 "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "RANK": "0"},
-        "launch.contract", "RANK=0 (the launcher's RANK is 1)"),
+        "true",
+        {
+            "OMPI_COMM_WORLD_RANK": "1",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "RANK": "0",
+        },
+        "launch.contract",
+        "RANK=0 (the launcher's RANK is 1)",
+    ),
     "nccl-settings-contradict-node": ("true", {"NCCL_SOCKET_IFNAME": "ib9"}, "nccl.env", "matches no interface"),
 }
 
@@ -131,15 +152,18 @@ def test_doctor_cluster_names_the_node_without_the_mount(target, host_caps):
     out = text.stdout
     # every rank exits 1; Open MPI's mpirun passes that on, Intel MPI's Hydra may answer 255
     # once it tears the other ranks down: the launcher's code is non-zero, the JSON's is 1
-    assert text.returncode != 0, \
+    assert text.returncode != 0, (
         f"the job exited {text.returncode} though b lacks the /data a has: {out[-1500:]}{text.stderr[-1500:]}"
+    )
     assert out.count("tb-doctor: 2 node(s), 4 rank(s)") == 1, f"the table must be printed once (rank 0):\n{out}"
     rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (["a"], ["b"])]
     assert [r[:2] for r in rows] == [["a", "0-1"], ["b", "2-3"]], out
-    assert "node.mounts: mounts /data missing on b (present on a)" in out, f"the table does not name b's missing /data:\n{out}"
+    assert "node.mounts: mounts /data missing on b (present on a)" in out, (
+        f"the table does not name b's missing /data:\n{out}"
+    )
     assert "all-reduce (mpi, 4 ranks, 8 MiB): values correct" in out, f"no checked MPI all-reduce of 4 ranks:\n{out}"
     assert js.stdout.count('"mode": "cluster"') == 1, f"one JSON document (rank 0):\n{js.stdout[-2000:]}"
-    report = json.loads(js.stdout[js.stdout.index("{"):])
+    report = json.loads(js.stdout[js.stdout.index("{") :])
     jsonschema.validate(report, DOCTOR_SCHEMA)
     assert report["world_size"] == 4 and len(report["ranks"]) == 4 and report["exit_code"] == 1
     assert [d["nodes"] for d in report["differences"] if d["check"] == "node.mounts"] == [["b"]], report["differences"]
@@ -153,15 +177,20 @@ def test_doctor_cluster_allreduce_through_torch(target, host_caps):
     if "pytorch" not in (target.manifest.get("frameworks") or {}):
         pytest.skip(f"n/a: {target.name} has no PyTorch")
     with start_cluster(target, host_caps) as cluster:
-        r = cluster.launch(2, f"tb-launch --hosts {','.join(cluster.hosts)} tb-doctor --cluster --json "
-                              "--only image,launch --allreduce gloo", timeout=300)
+        r = cluster.launch(
+            2,
+            f"tb-launch --hosts {','.join(cluster.hosts)} tb-doctor --cluster --json "
+            "--only image,launch --allreduce gloo",
+            timeout=300,
+        )
     assert r.stdout.count('"mode": "cluster"') == 1, f"exit {r.returncode}: {r.stdout[-1500:]}{r.stderr[-1500:]}"
-    report = json.loads(r.stdout[r.stdout.index("{"):])
+    report = json.loads(r.stdout[r.stdout.index("{") :])
     jsonschema.validate(report, DOCTOR_SCHEMA)
     coll = report["allreduce"]
     assert coll["backend"] == "gloo" and coll["ranks"] == 4 and coll["ok"], f"the gloo all-reduce of 4 ranks: {coll}"
-    assert coll["busbw_GBps"] > 0 and report["exit_code"] == 0 and r.returncode == 0, \
+    assert coll["busbw_GBps"] > 0 and report["exit_code"] == 0 and r.returncode == 0, (
         f"exit {r.returncode} (report: {report['exit_code']}), busbw {coll['busbw_GBps']} GB/s: {report['differences']}"
+    )
 
 
 @pytest.mark.gpu

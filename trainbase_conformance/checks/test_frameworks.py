@@ -1,6 +1,7 @@
 """Frameworks: what the manifest claims about PyTorch, TensorFlow, Horovod and DeepSpeed, and
 distributed runs that check their own values, launched per process (mpirun + tb-launch, two
 containers) and per node (torchrun in each container). The scripts are examples/*.py."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -36,12 +37,15 @@ def wheel_machine(target, dist: str) -> tuple[str, str]:
     """(the machine the framework's wheel was built for, per its WHEEL tags; the image's own):
     an arm64 image must carry the aarch64 build of torch/TensorFlow, not an x86_64 one that pip
     could only have installed by mistake (and that would die with "exec format error")."""
-    info = py_json(target, f"""
+    info = py_json(
+        target,
+        f"""
         import importlib.metadata as md, platform
         tags = [l.split(":", 1)[1].strip() for l in md.distribution({dist!r}).read_text("WHEEL").splitlines()
                 if l.startswith("Tag:")]
         print(json.dumps({{"tags": tags, "machine": platform.machine()}}))
-    """)
+    """,
+    )
     machines = {m for t in info["tags"] for m in ("x86_64", "aarch64") if t.endswith(m)}
     return ",".join(sorted(machines)) or "any (" + " ".join(info["tags"]) + ")", info["machine"]
 
@@ -62,8 +66,7 @@ def pinned(target, fw: str) -> dict[str, str]:
 def ok_lines(stdout: str) -> list[dict[str, str]]:
     """The `OK key=value ...` line each rank of an example prints (found anywhere in a line:
     launchers may prefix their children's output)."""
-    return [dict(kv.split("=", 1) for kv in m.group(1).split())
-            for m in re.finditer(r"\bOK ((?:\w+=\S+ ?)+)", stdout)]
+    return [dict(kv.split("=", 1) for kv in m.group(1).split()) for m in re.finditer(r"\bOK ((?:\w+=\S+ ?)+)", stdout)]
 
 
 def trained(lines: list[dict[str, str]], n: int, key: str = "rank") -> None:
@@ -74,25 +77,32 @@ def trained(lines: list[dict[str, str]], n: int, key: str = "rank") -> None:
 
 # ----------------------------------------------------------------------------- PyTorch
 
+
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_pytorch_build_matches_manifest(target):
     version = need(target, "pytorch")
     c = target.components
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import torch, torch.distributed as d
         print(json.dumps({"version": torch.__version__.split("+")[0], "cuda": torch.version.cuda,
                           "cudnn": torch.backends.cudnn.version(), "nccl": list(torch.cuda.nccl.version()),
                           "nccl_ok": d.is_nccl_available(), "gloo_ok": d.is_gloo_available()}))
-    """)
+    """,
+    )
     assert info["version"] == version, f"torch {info['version']} in the image, the manifest says PyTorch {version}"
-    assert info["cuda"].split(".")[:2] == c["cuda"]["version"].split(".")[:2], \
+    assert info["cuda"].split(".")[:2] == c["cuda"]["version"].split(".")[:2], (
         f"torch is built for CUDA {info['cuda']}, the manifest says CUDA {c['cuda']['version']}"
+    )
     major, minor, patch = (int(x) for x in c["cudnn"]["version"].split(".")[:3])
-    assert info["cudnn"] == major * 10000 + minor * 100 + patch, \
+    assert info["cudnn"] == major * 10000 + minor * 100 + patch, (
         f"torch runs cuDNN {info['cudnn']}, the manifest says {c['cudnn']['version']}"
-    assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"], \
+    )
+    assert ".".join(map(str, info["nccl"])) == c["nccl"]["version"], (
         f"torch runs NCCL {'.'.join(map(str, info['nccl']))}, the manifest says {c['nccl']['version']}"
+    )
     assert info["nccl_ok"] and info["gloo_ok"], f"torch.distributed lacks a backend: {info}"
     built, machine = wheel_machine(target, "torch")
     assert built == machine, f"torch's wheel is built for {built}, the image runs {machine}"
@@ -105,12 +115,15 @@ def test_one_nccl_the_framework_really_uses(target):
     need(target, "pytorch")
     found = target.sh("find / -xdev -name 'libnccl.so.2*' -type f 2>/dev/null").stdout.split()
     assert len(found) == 1, f"more than one NCCL in the image: {found}"
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import torch
         torch.cuda.nccl.version()          # loads libnccl
         maps = open("/proc/self/maps").read().splitlines()
         print(json.dumps(sorted({l.split()[-1] for l in maps if "libnccl" in l})))
-    """)
+    """,
+    )
     assert list(info) and all(p.startswith(found[0].rsplit("/", 1)[0]) for p in info), (info, found)
 
 
@@ -120,17 +133,22 @@ def test_one_nccl_the_framework_really_uses(target):
 def test_pytorch_per_process_mpirun_across_two_containers(cluster, target):
     need(target, "pytorch")
     put_examples(*cluster.nodes)
-    r = cluster.launch(2, f"env MASTER_ADDR=a MASTER_PORT=29511 tb-launch {cluster.python} {EX}/pytorch_ddp.py --backend gloo",
-                       timeout=300)
+    r = cluster.launch(
+        2,
+        f"env MASTER_ADDR=a MASTER_PORT=29511 tb-launch {cluster.python} {EX}/pytorch_ddp.py --backend gloo",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ranks = ok_lines(r.stdout)
     trained(ranks, 4)
-    assert {x["world"] for x in ranks} == {"4"} and {x["allreduce"] for x in ranks} == {"10"}, \
+    assert {x["world"] for x in ranks} == {"4"} and {x["allreduce"] for x in ranks} == {"10"}, (
         f"want a world of 4 whose all-reduce of 1..4 gives 10 on every rank: {ranks}"
+    )
     assert len({x["params"] for x in ranks}) == 1, f"the ranks' parameters differ: {ranks}"
     pairs = sorted((x["rank"], x["node_rank"]) for x in ranks)
-    assert pairs == [("0", "0"), ("1", "0"), ("2", "1"), ("3", "1")], \
+    assert pairs == [("0", "0"), ("1", "0"), ("2", "1"), ("3", "1")], (
         f"(rank, NODE_RANK) {pairs}: ranks 0-1 run in container a (node 0), 2-3 in b (node 1)"
+    )
 
 
 @pytest.mark.multinode
@@ -142,7 +160,9 @@ def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
     def node(i):
         return cluster.nodes[i].exec(
             f"timeout 300 {target.components['python']['prefix']}/bin/torchrun --nnodes 2 --nproc-per-node 2 "
-            f"--node-rank {i} --master-addr a --master-port 29512 {EX}/pytorch_ddp.py --backend gloo", timeout=330)
+            f"--node-rank {i} --master-addr a --master-port 29512 {EX}/pytorch_ddp.py --backend gloo",
+            timeout=330,
+        )
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(node, [0, 1]))
@@ -150,8 +170,9 @@ def test_pytorch_per_node_torchrun_in_each_container(cluster, target):
         assert r.returncode == 0, f"node {i}: " + r.stdout[-1500:] + r.stderr[-1500:]
     ranks = [x for r in results for x in ok_lines(r.stdout)]
     trained(ranks, 4)
-    assert len({x["params"] for x in ranks}) == 1 and {x["allreduce"] for x in ranks} == {"10"}, \
+    assert len({x["params"] for x in ranks}) == 1 and {x["allreduce"] for x in ranks} == {"10"}, (
         f"want one set of parameters and the all-reduce of 1..4 (10) on every rank: {ranks}"
+    )
 
 
 @pytest.mark.static
@@ -162,7 +183,9 @@ def test_framework_packages_are_the_pinned_versions(target):
     pins = {name: ver for fw in frameworks(target) for name, ver in pinned(target, fw).items()}
     if not pins:
         pytest.skip(f"{target.name} pins no framework packages")
-    found = py_json(target, f"""
+    found = py_json(
+        target,
+        f"""
         import importlib.metadata as md
         out = {{}}
         for name in {sorted(pins)!r}:
@@ -171,31 +194,38 @@ def test_framework_packages_are_the_pinned_versions(target):
             except md.PackageNotFoundError:
                 out[name] = None
         print(json.dumps(out))
-    """)
+    """,
+    )
     wrong = {n: (found.get(n), v) for n, v in pins.items() if found.get(n) != v}
     assert not wrong, f"installed vs pinned: {wrong}"
 
 
 # ----------------------------------------------------------------------------- TensorFlow
 
+
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_tensorflow_build_matches_manifest(target):
     version = need(target, "tensorflow")
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import tensorflow as tf
         b = tf.sysconfig.get_build_info()
         print(json.dumps({"version": tf.__version__, "cuda": b.get("cuda_version"),
                           "cudnn": b.get("cudnn_version"), "gpu_build": tf.test.is_built_with_cuda()}))
-    """)
+    """,
+    )
     assert info["version"] == version, f"tensorflow {info['version']} in the image, the manifest says {version}"
     assert info["gpu_build"] is True, f"this TensorFlow is built without CUDA (a CPU-only wheel): {info}"
     # TF's wheels are built against an older CUDA 12 and run on the image's newer 12.x runtime
     c = target.components
-    assert str(info["cuda"]).split(".")[0] == c["cuda"]["version"].split(".")[0], \
+    assert str(info["cuda"]).split(".")[0] == c["cuda"]["version"].split(".")[0], (
         f"TensorFlow is built for CUDA {info['cuda']}, the manifest says CUDA {c['cuda']['version']}"
-    assert str(info["cudnn"]).split(".")[0] == c["cudnn"]["version"].split(".")[0], \
+    )
+    assert str(info["cudnn"]).split(".")[0] == c["cudnn"]["version"].split(".")[0], (
         f"TensorFlow is built for cuDNN {info['cudnn']}, the manifest says cuDNN {c['cudnn']['version']}"
+    )
     built, machine = wheel_machine(target, "tensorflow")
     assert built == machine, f"tensorflow's wheel is built for {built}, the image runs {machine}"
 
@@ -206,16 +236,21 @@ def test_tensorflow_build_matches_manifest(target):
 def test_tensorflow_multiworker_across_two_containers(cluster, target):
     need(target, "tensorflow")
     put_examples(*cluster.nodes)
-    r = cluster.launch(1, f"env TRAINBASE_HOSTS=a,b TF_CPP_MIN_LOG_LEVEL=2 tb-launch --tf {cluster.python} "
-                          f"{EX}/tf_multiworker.py", timeout=400)
+    r = cluster.launch(
+        1,
+        f"env TRAINBASE_HOSTS=a,b TF_CPP_MIN_LOG_LEVEL=2 tb-launch --tf {cluster.python} {EX}/tf_multiworker.py",
+        timeout=400,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     workers = ok_lines(r.stdout)
     trained(workers, 2, key="worker")
-    assert {x["allreduce"] for x in workers} == {"3"}, \
+    assert {x["allreduce"] for x in workers} == {"3"}, (
         f"the all-reduce of 1 and 2 over both workers must give 3 on each: {workers}"
+    )
 
 
 # ----------------------------------------------------------------------------- Horovod
+
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
@@ -225,17 +260,22 @@ def test_horovod_check_build_shows_claimed_frameworks_and_controllers(target):
     assert r.rc == 0, f"horovodrun --check-build exited {r.rc}: {r.stderr[-1500:]}"
     assert f"Horovod v{version}" in r.stdout, f"horovodrun --check-build does not say Horovod v{version}: {r.stdout}"
     checked = {m.group(1).strip() for m in re.finditer(r"\[X\]\s+(\S[^\n]*)", r.stdout)}
-    assert {"PyTorch", "MPI", "Gloo"} <= checked, \
+    assert {"PyTorch", "MPI", "Gloo"} <= checked, (
         f"horovodrun --check-build lacks {sorted({'PyTorch', 'MPI', 'Gloo'} - checked)}: {r.stdout}"
+    )
     # what --check-build lists is the build's configuration: the extension must also load and
     # report the same controllers from the library itself
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import horovod
         import horovod.torch as hvd
         print(json.dumps({"version": horovod.__version__, "mpi": hvd.mpi_built(), "gloo": hvd.gloo_built()}))
-    """)
-    assert info == {"version": version, "mpi": True, "gloo": True}, \
+    """,
+    )
+    assert info == {"version": version, "mpi": True, "gloo": True}, (
         f"horovod.torch reports {info}, the build claims {version} with MPI and Gloo"
+    )
 
 
 @pytest.mark.multinode
@@ -247,11 +287,13 @@ def test_horovod_allreduce_four_ranks_across_two_containers(cluster, target):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ranks = ok_lines(r.stdout)
     trained(ranks, 4)
-    assert {x["size"] for x in ranks} == {"4"} and {x["allreduce"] for x in ranks} == {"10"}, \
+    assert {x["size"] for x in ranks} == {"4"} and {x["allreduce"] for x in ranks} == {"10"}, (
         f"want one Horovod world of 4 whose all-reduce of 1..4 gives 10 on every rank: {ranks}"
+    )
 
 
 # ----------------------------------------------------------------------------- DeepSpeed
+
 
 @pytest.mark.static
 @pytest.mark.evidence("load")
@@ -265,7 +307,7 @@ def test_deepspeed_report_lists_the_prebuilt_ops_as_installed(target):
     r = target.sh("DS_ACCELERATOR=cuda ds_report", timeout=240)
     assert r.rc == 0, r.stderr[-1500:]
     assert re.search(rf"deepspeed info \.+ {re.escape(version)}", r.stdout), r.stdout[-1500:]
-    plain = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout)        # ds_report colours its table
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", r.stdout)  # ds_report colours its table
     listed = dict(re.findall(r"^(\w+) \.+ \[(YES|NO)\]", plain, re.M))
     ops = (target.manifest.get("prebuilt_ops") or {}).get("deepspeed") or []
     not_installed = {op: listed.get(op, "not listed") for op in ops if listed.get(op) != "YES"}
@@ -286,6 +328,7 @@ def test_deepspeed_init_distributed_under_mpirun(cluster, target):
 
 # ----------------------------------------------------------------------------- GPU tier
 
+
 @pytest.mark.gpu
 @pytest.mark.evidence("run")
 def test_pytorch_nccl_allreduce_on_all_local_gpus(target):
@@ -297,8 +340,11 @@ def test_pytorch_nccl_allreduce_on_all_local_gpus(target):
     host = target.caps.gpu_count
     seen = target.sh(f"{target.python} -c 'import torch; print(torch.cuda.device_count())'").stdout.strip()
     assert seen == str(host), f"torch sees {seen or 'no'} GPU(s) in the container, the host lists {host}"
-    r = target.sh(f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {host} {EX}/pytorch_ddp.py "
-                  f"--backend nccl", timeout=600)
+    r = target.sh(
+        f"{target.components['python']['prefix']}/bin/torchrun --nproc-per-node {host} {EX}/pytorch_ddp.py "
+        f"--backend nccl",
+        timeout=600,
+    )
     assert r.rc == 0, f"torchrun --nproc-per-node {host} over NCCL exited {r.rc}: {r.stderr[-2000:]}"
     ok = ok_lines(r.stdout)
     assert len(ok) == host, f"{len(ok)} of {host} ranks reported OK: {r.stdout[-1500:]}"

@@ -4,6 +4,7 @@ CUDA libraries, Horovod's NCCL operations, DeepSpeed's prebuilt ops and the arch
 compiled CUDA object carries, nvcc and the torch extension toolchain where the image keeps them --
 otherwise the job fails (or, worse, silently falls back to the CPU) on the GPU node, not here.
 Then run on one (gpu): Horovod's collectives of CUDA tensors, DeepSpeed's fused optimizers."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,9 @@ def test_tensorflow_gpu_libraries_resolve(target):
     (as TF dlopens them). TF without, e.g., cuFFT registers no GPU and runs on the CPU with
     nothing but a log line."""
     need(target, "tensorflow")
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import ctypes, importlib.metadata as md, os, re
         from packaging.requirements import Requirement
         wanted = [Requirement(r) for r in md.requires("tensorflow") or []
@@ -45,18 +48,24 @@ def test_tensorflow_gpu_libraries_resolve(target):
                     except OSError as e:
                         out["unloadable"][name] = str(e)[:200]
         print(json.dumps(out))
-    """)
+    """,
+    )
     assert info["wanted"], "tensorflow's metadata names no and-cuda extra: cannot tell what its GPU devices load"
-    assert not info["missing"], (f"TensorFlow's GPU devices need {', '.join(info['missing'])}, not installed: TF would "
-                                 f"skip registering the GPUs and run on the CPU")
+    assert not info["missing"], (
+        f"TensorFlow's GPU devices need {', '.join(info['missing'])}, not installed: TF would "
+        f"skip registering the GPUs and run on the CPU"
+    )
     assert not info["unloadable"], f"CUDA libraries TensorFlow loads do not resolve by soname: {info['unloadable']}"
     # an older patch release than TF's floor (the NCCL the image shares with PyTorch) is said, not failed:
     # the soname -- the ABI -- is what loading proves
-    print(f"{len(info['loaded'])} CUDA libraries load: {', '.join(sorted(info['loaded']))}"
-          + (f"; below TF's floor: {info['old']}" if info["old"] else ""))
+    print(
+        f"{len(info['loaded'])} CUDA libraries load: {', '.join(sorted(info['loaded']))}"
+        + (f"; below TF's floor: {info['old']}" if info["old"] else "")
+    )
 
 
 # ----------------------------------------------------------------------- compiled CUDA code
+
 
 def compiler(target) -> dict:
     """The manifest's CUDA compiler entry (nvcc, the target architectures), where a framework
@@ -79,7 +88,9 @@ def test_horovod_built_with_nccl_gpu_operations(target):
     without them, Horovod loads, passes every CPU check, and the first gradient all-reduce of a
     GPU job throws "Requested ReadyEvent with GPU device but not compiled with CUDA"."""
     need(target, "horovod")
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import glob, os, subprocess
         import horovod, horovod.torch as hvd
         lib = glob.glob(os.path.join(os.path.dirname(horovod.__file__), "torch", "mpi_lib*.so"))
@@ -87,14 +98,18 @@ def test_horovod_built_with_nccl_gpu_operations(target):
         nccl = [ln.split("=>")[1].split("(")[0].strip() for ln in ldd.splitlines() if "libnccl.so" in ln and "=>" in ln]
         print(json.dumps({"cuda": bool(hvd.cuda_built()), "nccl": int(hvd.nccl_built() or 0),
                           "lib": lib[0] if lib else None, "nccl_linked": nccl}))
-    """)
-    assert info["cuda"] and info["nccl"], (f"Horovod was built without GPU operations (cuda_built={info['cuda']}, "
-                                          f"nccl_built={info['nccl']}): an all-reduce of a CUDA tensor fails")
+    """,
+    )
+    assert info["cuda"] and info["nccl"], (
+        f"Horovod was built without GPU operations (cuda_built={info['cuda']}, "
+        f"nccl_built={info['nccl']}): an all-reduce of a CUDA tensor fails"
+    )
     major, minor, patch = (int(x) for x in target.components["nccl"]["version"].split(".")[:3])
     want = major * 10000 + minor * 100 + patch
     assert info["nccl"] == want, f"Horovod was built against NCCL {info['nccl']}, the image's is {want}"
-    assert info["nccl_linked"] and "not found" not in info["nccl_linked"][0], \
+    assert info["nccl_linked"] and "not found" not in info["nccl_linked"][0], (
         f"Horovod's extension does not link the image's NCCL as a shared library: {info}"
+    )
 
 
 @pytest.mark.static
@@ -106,7 +121,9 @@ def test_compiled_cuda_code_targets_every_declared_gpu(target):
     for the build machine's GPU alone -- or for none -- fails on the GPUs users run."""
     comp = compiler(target)
     want = [sm(a) for a in comp["architectures"]]
-    info = py_json(target, f"""
+    info = py_json(
+        target,
+        f"""
         import glob, importlib.util, os, re, subprocess
         roots = [os.path.dirname(importlib.util.find_spec(p).origin) for p in ("horovod", "deepspeed")
                  if importlib.util.find_spec(p)]
@@ -120,9 +137,13 @@ def test_compiled_cuda_code_targets_every_declared_gpu(target):
                 if sms or ptxs:
                     found[os.path.relpath(so, os.path.dirname(root))] = {{"sm": sms, "ptx": ptxs}}
         print(json.dumps(found))
-    """, timeout=300)
-    assert info, (f"no CUDA code found in the image's compiled framework objects (cuobjdump {comp['cuobjdump']}): "
-                  f"they were built without nvcc, or for no GPU")
+    """,
+        timeout=300,
+    )
+    assert info, (
+        f"no CUDA code found in the image's compiled framework objects (cuobjdump {comp['cuobjdump']}): "
+        f"they were built without nvcc, or for no GPU"
+    )
     bad = {}
     for so, v in info.items():
         problems = [f"lacks {', '.join(sorted(set(want) - set(v['sm'])))}"] if set(want) - set(v["sm"]) else []
@@ -143,7 +164,9 @@ def test_deepspeed_prebuilt_ops_load_without_a_compiler_run(target):
     ops = (target.manifest.get("prebuilt_ops") or {}).get("deepspeed") or []
     if not ops:
         pytest.skip("n/a: the manifest names no prebuilt DeepSpeed ops")
-    info = py_json(target, f"""
+    info = py_json(
+        target,
+        f"""
         import importlib, os, time
         os.environ["DS_ACCELERATOR"] = "cuda"
         from deepspeed.git_version_info import installed_ops
@@ -157,7 +180,9 @@ def test_deepspeed_prebuilt_ops_load_without_a_compiler_run(target):
             except Exception as e:
                 out[op] = {{"installed": bool(installed_ops.get(op)), "error": f"{{type(e).__name__}}: {{e}}"[:300]}}
         print(json.dumps(out))
-    """, timeout=300)
+    """,
+        timeout=300,
+    )
     bad = {op: v for op, v in info.items() if not v["installed"] or "error" in v or not v["file"].endswith(".so")}
     assert not bad, f"DeepSpeed ops the image claims prebuilt that are not: {bad}"
     slow = {op: round(v["s"]) for op, v in info.items() if v["s"] > 10}
@@ -173,7 +198,9 @@ def test_deepspeed_cpu_adam_steps_match_torch_adamw(target):
     need(target, "deepspeed")
     if "cpu_adam" not in ((target.manifest.get("prebuilt_ops") or {}).get("deepspeed") or []):
         pytest.skip("n/a: cpu_adam is not prebuilt in this image")
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import torch
         from deepspeed.ops.adam import DeepSpeedCPUAdam
         torch.manual_seed(0)
@@ -187,7 +214,9 @@ def test_deepspeed_cpu_adam_steps_match_torch_adamw(target):
                 p.grad, q.grad = g.clone(), g.clone()
             a.step(); b.step()
         print(json.dumps({"max_err": max(float((p - q).abs().max()) for p, q in zip(ref, mine))}))
-    """, timeout=300)
+    """,
+        timeout=300,
+    )
     assert info["max_err"] < 1e-5, f"DeepSpeedCPUAdam differs from torch's AdamW by {info['max_err']} after 10 steps"
 
 
@@ -202,11 +231,16 @@ def test_nvcc_compiles_for_every_declared_gpu(target):
         pytest.skip(f"n/a: nvcc was used to build {target.name} and removed (not kept at run time)")
     gencode = " ".join(f"-gencode arch=compute_{a.replace('.', '')},code={sm(a)}" for a in comp["architectures"])
     last = comp["architectures"][-1].replace(".", "")
-    src = r'__global__ void axpy(float a, const float *x, float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i]; }'
-    r = target.sh(f"command -v nvcc && nvcc --version | tail -n 2 && d=$(mktemp -d) && printf '%s\\n' '{src}' > $d/k.cu "
-                  f"&& nvcc -c {gencode} -gencode arch=compute_{last},code=compute_{last} -o $d/k.o $d/k.cu "
-                  f"&& {comp['cuobjdump']} --list-elf $d/k.o && {comp['cuobjdump']} --list-ptx $d/k.o", timeout=300)
-    assert r.rc == 0, f"nvcc could not compile a kernel for {', '.join(comp['architectures'])}: {(r.stderr or r.stdout).strip()[-800:]}"
+    src = r"__global__ void axpy(float a, const float *x, float *y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i]; }"
+    r = target.sh(
+        f"command -v nvcc && nvcc --version | tail -n 2 && d=$(mktemp -d) && printf '%s\\n' '{src}' > $d/k.cu "
+        f"&& nvcc -c {gencode} -gencode arch=compute_{last},code=compute_{last} -o $d/k.o $d/k.cu "
+        f"&& {comp['cuobjdump']} --list-elf $d/k.o && {comp['cuobjdump']} --list-ptx $d/k.o",
+        timeout=300,
+    )
+    assert r.rc == 0, (
+        f"nvcc could not compile a kernel for {', '.join(comp['architectures'])}: {(r.stderr or r.stdout).strip()[-800:]}"
+    )
     major_minor = ".".join(comp["nvcc"].split(".")[:2])
     assert f"release {major_minor}," in r.stdout, f"nvcc on PATH is not CUDA {major_minor}: {r.stdout[:400]}"
     missing = [sm(a) for a in comp["architectures"] if sm(a) not in r.stdout]
@@ -223,7 +257,9 @@ def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
     comp = compiler(target)
     if not comp["kept"]:
         pytest.skip(f"n/a: nvcc was used to build {target.name} and removed (not kept at run time)")
-    info = py_json(target, f"""
+    info = py_json(
+        target,
+        f"""
         import os, tempfile, time
         os.environ["TORCH_CUDA_ARCH_LIST"] = {comp["architectures"][-1]!r}
         from torch.utils.cpp_extension import CUDA_HOME, load_inline
@@ -240,9 +276,12 @@ def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
             print(json.dumps({{"cuda_home": CUDA_HOME, "error": f"{{type(e).__name__}}: {{e}}"[-700:]}}))
             raise SystemExit(0)
         print(json.dumps({{"cuda_home": CUDA_HOME, "module": m.__file__, "seconds": round(time.monotonic() - t)}}))
-    """, timeout=900)
-    assert "error" not in info, (f"torch could not build a CUDA extension with the image's CUDA_HOME "
-                                 f"({info['cuda_home']}): {info['error']}")
+    """,
+        timeout=900,
+    )
+    assert "error" not in info, (
+        f"torch could not build a CUDA extension with the image's CUDA_HOME ({info['cuda_home']}): {info['error']}"
+    )
     assert info["cuda_home"] == comp["home"], f"torch finds CUDA at {info['cuda_home']}, the image's is {comp['home']}"
     assert info["module"].endswith(".so"), info
     print(f"a CUDA extension built with {info['cuda_home']} in {info['seconds']} s")
@@ -250,10 +289,11 @@ def test_torch_cuda_extension_builds_with_the_image_toolchain(target):
 
 # ----------------------------------------------------------------------------- GPU tier
 
+
 def probe_lines(stdout: str, probe: str) -> list[dict]:
     """The JSON lines a GPU probe printed (launchers may prefix a rank tag)."""
     marker = '{"probe": "' + probe + '"'
-    return [json.loads(ln[ln.index(marker):]) for ln in stdout.splitlines() if marker in ln]
+    return [json.loads(ln[ln.index(marker) :]) for ln in stdout.splitlines() if marker in ln]
 
 
 def one_process_probe(target, probe: str, what: str, timeout: int = 900) -> dict:
@@ -281,8 +321,10 @@ def test_horovod_nccl_allreduce_of_cuda_tensors(target):
     bad = [x for x in ranks if not x.get("ok")]
     assert not bad, f"Horovod's GPU collectives gave wrong values or failed: {bad}"
     assert r.rc == 0 and len(ranks) == n, f"{len(ranks)} of {n} ranks reported (exit {r.rc}): {r.stderr[-800:]}"
-    print(f"Horovod NCCL all-reduce on {n} GPU(s): 64 MiB in {ranks[0]['allreduce_64MiB_ms']} ms "
-          f"({ranks[0]['algbw_GBps']} GB/s algorithm bandwidth)")
+    print(
+        f"Horovod NCCL all-reduce on {n} GPU(s): 64 MiB in {ranks[0]['allreduce_64MiB_ms']} ms "
+        f"({ranks[0]['algbw_GBps']} GB/s algorithm bandwidth)"
+    )
 
 
 @pytest.mark.gpu
@@ -293,8 +335,10 @@ def test_deepspeed_fused_adam_steps_on_the_gpu(target):
     (trainbase_conformance/probes/deepspeed_gpu.py). No JIT build is allowed."""
     need(target, "deepspeed")
     out = one_process_probe(target, "deepspeed_gpu", "DeepSpeed's fused optimizers on the GPU")
-    print(f"FusedAdam vs AdamW max error {out['fused_adam_vs_torch_adamw_max_err']:.1e}; "
-          f"engine ({out['engine_optimizer']}) {out['engine_steps_per_s']} steps/s")
+    print(
+        f"FusedAdam vs AdamW max error {out['fused_adam_vs_torch_adamw_max_err']:.1e}; "
+        f"engine ({out['engine_optimizer']}) {out['engine_steps_per_s']} steps/s"
+    )
 
 
 @pytest.mark.gpu
@@ -305,7 +349,9 @@ def test_tensorflow_registers_the_gpus_and_reduces_across_them(target):
     all-reduce over every GPU (NCCL) gives the right sum; matmul throughput printed."""
     need(target, "tensorflow")
     n = max(target.caps.gpu_count, 1)
-    info = py_json(target, """
+    info = py_json(
+        target,
+        """
         import time
         import numpy as np, tensorflow as tf
         gpus = tf.config.list_physical_devices("GPU")
@@ -323,8 +369,12 @@ def test_tensorflow_registers_the_gpus_and_reduces_across_them(target):
         total = float(strategy.reduce(tf.distribute.ReduceOp.SUM, per, axis=None))
         print(json.dumps({"gpus": len(gpus), "device": c.device, "max_err": err, "tflops": round(tflops, 1),
                           "replicas": strategy.num_replicas_in_sync, "sum": total}))
-    """, timeout=600)
-    assert info["gpus"] == n, f"TensorFlow registered {info['gpus']} GPU(s), the host has {n}: a CUDA library it loads is missing?"
+    """,
+        timeout=600,
+    )
+    assert info["gpus"] == n, (
+        f"TensorFlow registered {info['gpus']} GPU(s), the host has {n}: a CUDA library it loads is missing?"
+    )
     assert "GPU:0" in info["device"], f"the matmul ran on {info['device']}, not the GPU"
     assert info["max_err"] < 1e-2, f"the GPU matmul differs from NumPy by {info['max_err']}"
     r = info["replicas"]

@@ -2,6 +2,7 @@
 between GPU memory and the HCA, not through host memory. The verdict is the image's own doctor's
 (`tb-doctor --only gpudirect`: the kernel side, and NCCL's INFO log of a communicator whose ranks
 connect through the HCA), so the same words reach an operator who runs the doctor on a node."""
+
 import pytest
 
 

@@ -3,6 +3,7 @@ engine's layer folders, or `docker save`: trainbase_common.layers), not just the
 ships in the earlier one; and for private keys the content of every small file of the final
 filesystem too, whatever its name or folder. Also: labels equal the manifest, size within its
 budget."""
+
 import posixpath
 import re
 from pathlib import Path
@@ -21,10 +22,22 @@ from trainbase_conformance.layers import (
     wheel_digest,
 )
 
-CONTENT_DIRS = ("etc/ssl/", "etc/pki/", "etc/ssh/", "root/", "home/", "tmp/", "run/", "var/tmp/",
-                "usr/local/share/ca-certificates/", "usr/share/ca-certificates/")
-CONTENT_NAMES = re.compile(r"(\.(pem|crt|cer|key)$|cacert|ca-bundle|ca-certificates|(^|/)id_\w+$|ssh_host_|"
-                           r"\.dist-info/RECORD$|(^|/)conda-meta/[^/]+\.json$)")
+CONTENT_DIRS = (
+    "etc/ssl/",
+    "etc/pki/",
+    "etc/ssh/",
+    "root/",
+    "home/",
+    "tmp/",
+    "run/",
+    "var/tmp/",
+    "usr/local/share/ca-certificates/",
+    "usr/share/ca-certificates/",
+)
+CONTENT_NAMES = re.compile(
+    r"(\.(pem|crt|cer|key)$|cacert|ca-bundle|ca-certificates|(^|/)id_\w+$|ssh_host_|"
+    r"\.dist-info/RECORD$|(^|/)conda-meta/[^/]+\.json$)"
+)
 LOCAL_ANCHORS = ("usr/local/share/ca-certificates/", "etc/pki/ca-trust/source/anchors/")
 PRIVATE_KEY_NAME = re.compile(r"(^|/)(ssh_host_\w+_key|id_(rsa|dsa|ecdsa|ed25519)(_sk)?)$")
 PIP_CACHE = re.compile(r"^(root|home/[^/]+)/\.cache/pip/.|(^|/)pkgs/[^/]+\.(conda|tar\.bz2)$")
@@ -40,9 +53,11 @@ APT_LISTS = re.compile(r"^var/lib/apt/lists/(?!(lock|partial/?|auxfiles/?)$).+|^
 # constant). "scanned N exit R" per grep batch proves the scan read the filesystem (R: grep's
 # status, 0 or 1 = read, 2 = some file unreadable or gone meanwhile, more = grep did not run).
 KEY_HEADER = "-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"  # PEM (RSA, EC, DSA, PKCS#8, ENCRYPTED) and OpenSSH
-KEY_SCAN = ("find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -1025k -print0 "
-            "| xargs -0 -r sh -c 'LC_ALL=C grep -lIsZE -e \"$0\" -- \"$@\"; echo \"scanned $# exit $?\" >&2' "
-            f"'{KEY_HEADER}' | xargs -0 -r sha256sum")
+KEY_SCAN = (
+    "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o -type f -size -1025k -print0 "
+    '| xargs -0 -r sh -c \'LC_ALL=C grep -lIsZE -e "$0" -- "$@"; echo "scanned $# exit $?" >&2\' '
+    f"'{KEY_HEADER}' | xargs -0 -r sha256sum"
+)
 SCANNED = re.compile(r"scanned (\d+) exit (\d+)")
 
 
@@ -104,8 +119,10 @@ def test_no_foreign_ca_certificates(target, layers):
             continue
         certs = pem_certificates(f.content)
         if certs & host_cas:
-            problems.append(f"{layers.where(f)}: {len(certs & host_cas)} certificate(s) of this build host's "
-                            "local CAs (the build's CA bundle leaked)")
+            problems.append(
+                f"{layers.where(f)}: {len(certs & host_cas)} certificate(s) of this build host's "
+                "local CAs (the build's CA bundle leaked)"
+            )
             continue
         extra = certs - own
         if extra and records.get(posixpath.normpath(f.path)) != wheel_digest(f.content):
@@ -129,20 +146,33 @@ def test_no_private_keys(target, layers):
     in the content of any small file of the final filesystem (KEY_SCAN) but a file exactly as an
     installed wheel or conda package shipped it."""
     files = _real(layers.files)
-    bad = [f for f in files if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
-           or (f.content and has_private_key(f.content))]
+    bad = [
+        f
+        for f in files
+        if (PRIVATE_KEY_NAME.search(f.path) and f.kind in ("file", "link"))
+        or (f.content and has_private_key(f.content))
+    ]
     r = target.sh(KEY_SCAN, timeout=900)
     batches = [(int(m[1]), int(m[2])) for m in SCANNED.finditer(r.stderr)]
     scanned = sum(n for n, rc in batches if rc <= 2)
     assert scanned > 1000 and all(rc <= 2 for _, rc in batches), (
         f"the key scan read {scanned} files of the filesystem (exit {r.rc}; files and grep's exit per batch: "
-        f"{batches}): {r.stderr.strip()[-600:]}")
+        f"{batches}): {r.stderr.strip()[-600:]}"
+    )
     shipped = shipped_sha256(files)
-    loose = sorted(p for p, digest in key_scan_matches(r.stdout).items()
-                   if digest not in shipped.get(posixpath.normpath(p.lstrip("/")), ()))
+    loose = sorted(
+        p
+        for p, digest in key_scan_matches(r.stdout).items()
+        if digest not in shipped.get(posixpath.normpath(p.lstrip("/")), ())
+    )
     problems = ([_report(layers, bad, "private keys")] if bad else []) + (
-        [f"{len(loose)} file(s) in the image's filesystem hold a private key (a PEM or OpenSSH header) that no "
-         "installed wheel or conda package shipped:\n" + "\n".join(loose[:15])] if loose else [])
+        [
+            f"{len(loose)} file(s) in the image's filesystem hold a private key (a PEM or OpenSSH header) that no "
+            "installed wheel or conda package shipped:\n" + "\n".join(loose[:15])
+        ]
+        if loose
+        else []
+    )
     assert not problems, "\n".join(problems)
 
 
@@ -188,10 +218,14 @@ def test_labels_match_manifest(target):
     want = labels_from_manifest(target.manifest)
     have = target.labels
     wrong = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
-    assert not wrong, "labels (image, manifest) that disagree: " + \
-        ", ".join(f"{k}: {h!r} != {w!r}" for k, (h, w) in wrong.items())
-    extra = {k: v for k, v in have.items()
-             if k.startswith("io.trainbase.") and k not in want and not k.startswith(PROVENANCE_LABELS)}
+    assert not wrong, "labels (image, manifest) that disagree: " + ", ".join(
+        f"{k}: {h!r} != {w!r}" for k, (h, w) in wrong.items()
+    )
+    extra = {
+        k: v
+        for k, v in have.items()
+        if k.startswith("io.trainbase.") and k not in want and not k.startswith(PROVENANCE_LABELS)
+    }
     assert not extra, f"labels the manifest does not account for: {extra}"
 
 

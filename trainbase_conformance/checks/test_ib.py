@@ -2,6 +2,7 @@
 there, UCX carries IB, and without a device everything says so cleanly.
 
 Expectations come from the manifest's components.ib (kind, providers) and components.ucx."""
+
 import re
 import shlex
 
@@ -10,10 +11,11 @@ import pytest
 from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.transport_settings import defects, parse_config_file, parse_env
 
-TOOLS = ("ibv_devinfo", "ibv_devices", "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ibstat",
-         "rdma")
-NO_DEVICE = re.compile(r"(?i)(no (ib|rdma|infiniband)[ /\w]* devices? found|failed to get ib devices list|"
-                       r"unable to find the infiniband/roce device|did not detect devices|no such device)")
+TOOLS = ("ibv_devinfo", "ibv_devices", "ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ibstat", "rdma")
+NO_DEVICE = re.compile(
+    r"(?i)(no (ib|rdma|infiniband)[ /\w]* devices? found|failed to get ib devices list|"
+    r"unable to find the infiniband/roce device|did not detect devices|no such device)"
+)
 
 
 def _verbs(target) -> dict:
@@ -59,18 +61,29 @@ def test_mlx5_direct_verbs(target):
     through the linker cache and exports mlx5dv_query_device."""
     if "mlx5" not in (target.components["ib"].get("providers") or []):
         pytest.skip("n/a: the manifest claims no mlx5 provider")
-    r = target.sh(f"{target.python} -c " + shlex.quote(
-        "import ctypes; l = ctypes.CDLL('libmlx5.so.1', mode=ctypes.RTLD_GLOBAL); l.mlx5dv_query_device; print('ok')"))
-    assert r.rc == 0 and r.stdout.strip() == "ok", \
+    r = target.sh(
+        f"{target.python} -c "
+        + shlex.quote(
+            "import ctypes; l = ctypes.CDLL('libmlx5.so.1', mode=ctypes.RTLD_GLOBAL); l.mlx5dv_query_device; print('ok')"
+        )
+    )
+    assert r.rc == 0 and r.stdout.strip() == "ok", (
         f"libmlx5.so.1 does not load: {(r.stderr or r.stdout).strip()[-600:]}"
+    )
 
 
 # Each tool runs: its usage/version output, and no loader error. (`--help`/`-V` exit codes
 # vary by tool; a missing library is exit 127 with "error while loading shared libraries".)
-TOOL_RUNS = {"ibv_devinfo": "ibv_devinfo --help", "ibv_devices": "ibv_devices --help",
-             "ib_write_bw": "ib_write_bw --version", "ib_read_bw": "ib_read_bw --version",
-             "ib_send_bw": "ib_send_bw --version", "ib_write_lat": "ib_write_lat --version",
-             "ibstat": "ibstat -V", "rdma": "rdma -V"}
+TOOL_RUNS = {
+    "ibv_devinfo": "ibv_devinfo --help",
+    "ibv_devices": "ibv_devices --help",
+    "ib_write_bw": "ib_write_bw --version",
+    "ib_read_bw": "ib_read_bw --version",
+    "ib_send_bw": "ib_send_bw --version",
+    "ib_write_lat": "ib_write_lat --version",
+    "ibstat": "ibstat -V",
+    "rdma": "rdma -V",
+}
 LOADER_ERROR = re.compile(r"error while loading shared libraries|cannot open shared object|symbol lookup error")
 
 
@@ -106,8 +119,11 @@ def ucx_build_modules(target, ucx_info: str = "ucx_info") -> dict[str, list[str]
     r = target.sh(f"{ucx_info} -b")
     assert r.rc == 0, f"{ucx_info} -b exited {r.rc}: {r.stderr.strip()}"
     defines = dict(re.findall(r"(?m)^#define\s+(\w+)\s+(.*?)\s*$", r.stdout))
-    return {k[:-len("_MODULES")]: [m for m in v.strip('"').split(":") if m]
-            for k, v in defines.items() if k.endswith("_MODULES")}
+    return {
+        k[: -len("_MODULES")]: [m for m in v.strip('"').split(":") if m]
+        for k, v in defines.items()
+        if k.endswith("_MODULES")
+    }
 
 
 def expected_ucx_modules(target, built: dict[str, list[str]] | None = None) -> set[str]:
@@ -155,9 +171,11 @@ def test_ucx_ib_transports_load(target):
     r = target.sh(f"{UCX_MODULE_LOG} ucx_info -d", timeout=60)
     loaded, failures, libucs = parse_ucx_module_log(r.stdout + r.stderr)
     missing = sorted(want - set(loaded))
-    assert not missing, (f"UCX ({libucs or 'ucx_info'}) did not load transport modules {missing} "
-                         f"(build declares {built.get('uct')}, loaded {sorted(loaded)}); "
-                         f"loader said: {failures[:5] or (r.stdout + r.stderr).strip()[-400:]}")
+    assert not missing, (
+        f"UCX ({libucs or 'ucx_info'}) did not load transport modules {missing} "
+        f"(build declares {built.get('uct')}, loaded {sorted(loaded)}); "
+        f"loader said: {failures[:5] or (r.stdout + r.stderr).strip()[-400:]}"
+    )
     assert not failures, f"UCX module loads that failed: {failures[:5]}"
 
 
@@ -180,8 +198,10 @@ def test_intel_mpi_libfabric_loads_its_rdma_providers(target):
         assert r.rc == 0, f"fi_info -l {how} exited {r.rc}: {(r.stderr or r.stdout).strip()[-600:]}"
         listed = {ln[:-1] for ln in r.stdout.splitlines() if ln.endswith(":") and not ln.startswith(" ")}
         missing = LIBFABRIC_RDMA_PROVIDERS - listed
-        assert not missing, (f"libfabric {how} does not load {sorted(missing)} (it lists {sorted(listed)}): Intel "
-                             f"MPI would run across nodes over TCP (FI_PROVIDER_PATH, /usr/local/lib/libfabric)")
+        assert not missing, (
+            f"libfabric {how} does not load {sorted(missing)} (it lists {sorted(listed)}): Intel "
+            f"MPI would run across nodes over TCP (FI_PROVIDER_PATH, /usr/local/lib/libfabric)"
+        )
 
 
 @pytest.mark.cpu
@@ -196,8 +216,9 @@ def test_no_device_fails_cleanly(target):
         r = target.sh(cmd, timeout=30)
         out = r.stdout + r.stderr
         # 0 = claims success, 124 = hung until timeout, 129-192 = killed by a signal (a crash)
-        assert r.rc != 0 and r.rc != 124 and not 128 < r.rc <= 192, \
+        assert r.rc != 0 and r.rc != 124 and not 128 < r.rc <= 192, (
             f"{cmd} exited {r.rc} without a device: {out.strip()[:300]}"
+        )
         assert NO_DEVICE.search(out), f"{cmd} did not say 'no device': {out.strip()[:300]}"
 
 
@@ -210,8 +231,9 @@ def test_port_active(target):
     the device nodes or a provider that loads, so a job could still find no usable device."""
     r = target.sh("ibv_devinfo", timeout=60)
     hcas = re.findall(r"(?m)^hca_id:\s*(\S+)", r.stdout)
-    assert r.rc == 0 and hcas, \
+    assert r.rc == 0 and hcas, (
         f"the image's ibv_devinfo opened no device (exit {r.rc}): {(r.stderr or r.stdout).strip()[-600:]}"
+    )
     ports = re.findall(r"(?m)^\s*port:\s*(\d+)\s*\n\s*state:\s*(\S+)", r.stdout)
     assert any(state == "PORT_ACTIVE" for _, state in ports), f"no ACTIVE port on {hcas}: ports {ports}"
 
@@ -220,9 +242,12 @@ def test_port_active(target):
 @pytest.mark.evidence("run")
 def test_ib_write_bw_moves_data(target):
     """ib_write_bw loopback (server + client in the container) reports a bandwidth > 0."""
-    r = target.sh("dev=$(ls /sys/class/infiniband | head -1); "
-                  "ib_write_bw -d $dev -F -D 2 >/tmp/ibsrv.log 2>&1 & sleep 1; "
-                  "ib_write_bw -d $dev -F -D 2 localhost; rc=$?; wait; exit $rc", timeout=120)
+    r = target.sh(
+        "dev=$(ls /sys/class/infiniband | head -1); "
+        "ib_write_bw -d $dev -F -D 2 >/tmp/ibsrv.log 2>&1 & sleep 1; "
+        "ib_write_bw -d $dev -F -D 2 localhost; rc=$?; wait; exit $rc",
+        timeout=120,
+    )
     assert r.rc == 0, f"ib_write_bw loopback exited {r.rc}: {(r.stderr or r.stdout).strip()[-800:]}"
     rows = re.findall(r"(?m)^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", r.stdout)
     assert rows and float(rows[-1][3]) > 0, f"no bandwidth row: {r.stdout.strip()[-800:]}"
@@ -230,9 +255,11 @@ def test_ib_write_bw_moves_data(target):
 
 # Where NCCL, Open MPI and UCX read settings from, besides the environment: NCCL's files, the MCA
 # parameter files of any Open MPI (source prefix, wheel, HPC-X) and UCX's config file.
-SETTINGS_FILES = ("for f in /etc/nccl.conf /root/.nccl.conf $(find /etc /opt /usr/local /root -xdev "
-                  "\\( -name openmpi-mca-params.conf -o -name mca-params.conf -o -name ucx.conf \\) 2>/dev/null); "
-                  "do [ -f \"$f\" ] && printf '\\n==> %s\\n' \"$f\" && cat \"$f\"; done; true")
+SETTINGS_FILES = (
+    "for f in /etc/nccl.conf /root/.nccl.conf $(find /etc /opt /usr/local /root -xdev "
+    "\\( -name openmpi-mca-params.conf -o -name mca-params.conf -o -name ucx.conf \\) 2>/dev/null); "
+    'do [ -f "$f" ] && printf \'\\n==> %s\\n\' "$f" && cat "$f"; done; true'
+)
 
 
 @pytest.mark.static
@@ -246,8 +273,11 @@ def test_no_baked_setting_switches_the_fabric_off(target):
     env = (target.inspect.get("Config") or {}).get("Env") or []
     settings = parse_env("\n".join(env), "image ENV")
     plain = {s.name: s.value for s in parse_env(target.sh("env -0").stdout, "")}
-    settings += [s for s in parse_env(target.login("env -0").stdout, "login shell (/etc/profile.d)")
-                 if plain.get(s.name) != s.value]
+    settings += [
+        s
+        for s in parse_env(target.login("env -0").stdout, "login shell (/etc/profile.d)")
+        if plain.get(s.name) != s.value
+    ]
     files = target.sh(SETTINGS_FILES).stdout
     for chunk in files.split("\n==> ")[1:]:
         path, _, text = chunk.partition("\n")

@@ -6,6 +6,7 @@ These catch what a check written for one component cannot: a slimming step that 
 library only some plugin or tool needs, a package removed or replaced under another that
 depends on it. Nothing here is allowed to be "mostly" whole: the exceptions are listed in
 trainbase_conformance/linkage.py, each pinned to the file, the missing library and the reason."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,10 @@ from trainbase_conformance.linkage import unexplained_gaps
 # Where the image's own software lives: trainbase's prefixes (MPI, venv, tools), the CUDA
 # toolkit, the distro programs, and the verbs providers and UCX modules (found by name, so the
 # multiarch directory of any distro works).
-ROOTS = "/opt /usr/local /usr/bin /usr/sbin " \
-        "$(find /usr/lib /usr/lib64 -maxdepth 2 -type d \\( -name libibverbs -o -name ucx \\) 2>/dev/null)"
+ROOTS = (
+    "/opt /usr/local /usr/bin /usr/sbin "
+    "$(find /usr/lib /usr/lib64 -maxdepth 2 -type d \\( -name libibverbs -o -name ucx \\) 2>/dev/null)"
+)
 
 
 @pytest.mark.static
@@ -33,8 +36,10 @@ def test_every_program_and_library_resolves_its_libraries(target):
     assert scan["scanned"] > 50, f"the scan found only {scan['scanned']} ELF files under {ROOTS}"
     gaps = unexplained_gaps(scan["unresolved"], scan["shipped"])
     lines = [f"{p}: {', '.join(libs)}" for p, libs in sorted(gaps.items())]
-    assert not gaps, f"{len(gaps)} of {scan['scanned']} programs/libraries link a library that is not in the " \
-                     "image:\n" + "\n".join(lines[:40]) + ("\n..." if len(lines) > 40 else "")
+    assert not gaps, (
+        f"{len(gaps)} of {scan['scanned']} programs/libraries link a library that is not in the "
+        "image:\n" + "\n".join(lines[:40]) + ("\n..." if len(lines) > 40 else "")
+    )
 
 
 @pytest.mark.static
@@ -60,12 +65,16 @@ def test_every_binary_is_built_for_the_image_platform(target):
     arch = image_arch(target.inspect)
     declared = target.manifest.get("platform")
     assert declared in (None, f"linux/{arch}"), f"the manifest says {declared}, the image config says linux/{arch}"
-    scan = target.json_probe(f"{target.python} {PROBE_DIR}/elf_machines.py /opt /usr/local /usr/bin /usr/lib",
-                             timeout=600)
+    scan = target.json_probe(
+        f"{target.python} {PROBE_DIR}/elf_machines.py /opt /usr/local /usr/bin /usr/lib", timeout=600
+    )
     assert scan["uname"] == MACHINE[arch], f"uname -m in the image is {scan['uname']}, the image is {arch}"
     want = str(ELF_MACHINE[arch])
-    assert scan["counts"].get(want, 0) > 50, f"only {scan['counts'].get(want, 0)} {arch} ELF files found: {scan['counts']}"
+    assert scan["counts"].get(want, 0) > 50, (
+        f"only {scan['counts'].get(want, 0)} {arch} ELF files found: {scan['counts']}"
+    )
     other = {m: n for m, n in scan["counts"].items() if m != want}
-    assert not other, (f"{sum(other.values())} programs/libraries are built for another machine than {arch} "
-                       f"(ELF e_machine {', '.join(other)}), e.g. "
-                       + ", ".join(p for m in other for p in scan["samples"][m][:3]))
+    assert not other, (
+        f"{sum(other.values())} programs/libraries are built for another machine than {arch} "
+        f"(ELF e_machine {', '.join(other)}), e.g. " + ", ".join(p for m in other for p in scan["samples"][m][:3])
+    )

@@ -3,6 +3,7 @@
 PMI_*/MPI_LOCAL* for Intel MPI). NODE_RANK is the node index, derived as
 rank // local_size when ranks are placed by node -- not OMPI_COMM_WORLD_NODE_RANK, which is
 the rank within a node."""
+
 import pytest
 
 from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
@@ -53,15 +54,17 @@ def test_node_rank_is_node_index(target, rank_env):
         v = _ints(cluster, env)
         node_index = cluster.hosts.index(env["host"])
         derived = v["rank"] // v["local_size"]
-        assert derived == node_index, \
+        assert derived == node_index, (
             f"rank {v['rank']} runs on {env['host']} (node {node_index}) but rank // local_size = {derived}"
+        )
         assert v["local_rank"] == v["rank"] % v["local_size"], f"local rank {v['local_rank']} of rank {v['rank']}"
         # The launcher here (mpirun/mpiexec, no contract) sets no NODE_RANK: one that a rank sees
         # came from the image (ENV, a profile script) and is the same on every node, so wrong
         # on all but one; the contract (tb-launch, next test) is where NODE_RANK is set.
         assert "NODE_RANK" not in env, (
             f"rank {v['rank']} on {env['host']} (node {node_index}) sees NODE_RANK={env['NODE_RANK']} that no "
-            "launcher set: the image sets it for every node")
+            "launcher set: the image sets it for every node"
+        )
 
 
 @pytest.mark.multinode
@@ -84,7 +87,12 @@ def test_launch_contract_node_rank(target, cluster):
     assert len(ranks) == n, f"{len(ranks)} ranks reported, {n} launched: {r.stdout.strip()[-800:]}"
     for env in ranks:
         v = _ints(cluster, env)
-        want = {"RANK": v["rank"], "WORLD_SIZE": n, "LOCAL_RANK": v["local_rank"], "LOCAL_WORLD_SIZE": PER_HOST,
-                "NODE_RANK": cluster.hosts.index(env["host"])}
+        want = {
+            "RANK": v["rank"],
+            "WORLD_SIZE": n,
+            "LOCAL_RANK": v["local_rank"],
+            "LOCAL_WORLD_SIZE": PER_HOST,
+            "NODE_RANK": cluster.hosts.index(env["host"]),
+        }
         got = {k: int(env[k]) if k in env else None for k in want}
         assert got == want, f"rank on {env['host']}: {tool} set {got}, expected {want}"

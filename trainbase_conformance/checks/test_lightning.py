@@ -3,6 +3,7 @@ world of 1), mpirun + tb-launch (the contract's variables), and Azure ML's walkt
 without tb-launch (MPI's world, patched in the image to be devices x num_nodes) -- and that a
 mismatch between `devices` and the launch stops every rank, fast, naming the fix. The scripts
 are examples/lightning_ddp.py and examples/lightning_azureml.py."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,9 @@ from trainbase_conformance.checks.test_frameworks import EX, need, ok_lines, pin
 def one_world(ranks: list[dict[str, str]], n: int, what: str = "") -> None:
     """Ranks 0..n-1 trained, each in the same world of n, with one set of parameters."""
     trained(ranks, n)
-    assert {x["world"] for x in ranks} == {str(n)} and len({x["params"] for x in ranks}) == 1, \
+    assert {x["world"] for x in ranks} == {str(n)} and len({x["params"] for x in ranks}) == 1, (
         f"want one world of {n} {what}with one set of parameters: {ranks}"
+    )
 
 
 def took_the_world_from(ranks: list[dict[str, str]], env: str, why: str) -> None:
@@ -43,8 +45,9 @@ def test_lightning_example_runs_as_one_process_without_a_launcher(target):
     assert r.rc == 0, (r.stdout + r.stderr)[-2000:]
     lines = ok_lines(r.stdout)
     assert len(lines) == 1, f"one process, one OK line; got {lines}: {r.stdout[-1500:]}"
-    assert lines[0]["world"] == "1" and lines[0]["env"] == "LightningEnvironment", \
+    assert lines[0]["world"] == "1" and lines[0]["env"] == "LightningEnvironment", (
         f"without a launcher Lightning must train a world of 1 in its own LightningEnvironment: {lines[0]}"
+    )
 
 
 @pytest.mark.multinode
@@ -55,13 +58,15 @@ def test_lightning_ddp_per_process_mpirun_with_the_contract(cluster, target):
     launcher's world through the contract (not 2 independent jobs) and the parameters agree."""
     need_lightning(target)
     put_examples(*cluster.nodes)
-    r = cluster.launch(1, f"env MASTER_ADDR=a MASTER_PORT=29514 tb-launch {cluster.python} {EX}/lightning_ddp.py",
-                       timeout=300)
+    r = cluster.launch(
+        1, f"env MASTER_ADDR=a MASTER_PORT=29514 tb-launch {cluster.python} {EX}/lightning_ddp.py", timeout=300
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     ranks = ok_lines(r.stdout)
     one_world(ranks, 2)
-    assert {(x["rank"], x["node_rank"]) for x in ranks} == {("0", "0"), ("1", "1")}, \
+    assert {(x["rank"], x["node_rank"]) for x in ranks} == {("0", "0"), ("1", "1")}, (
         f"want rank 0 on node 0 and rank 1 on node 1: {ranks}"
+    )
     took_the_world_from(ranks, "TorchElasticEnvironment", "Lightning must take the world from the contract's variables")
 
 
@@ -73,8 +78,11 @@ def test_lightning_devices_mismatch_fails_loudly_on_every_rank(cluster, target):
     hanging. Under the contract every rank must stop, fast, with Lightning's reason."""
     need_lightning(target)
     put_examples(*cluster.nodes)
-    r = cluster.launch(1, f"env MASTER_ADDR=a MASTER_PORT=29515 tb-launch {cluster.python} {EX}/lightning_ddp.py "
-                          f"--devices 2", timeout=150)
+    r = cluster.launch(
+        1,
+        f"env MASTER_ADDR=a MASTER_PORT=29515 tb-launch {cluster.python} {EX}/lightning_ddp.py --devices 2",
+        timeout=150,
+    )
     assert r.returncode not in (0, 124), f"exit {r.returncode} (124: hung until killed)\n" + r.stdout[-1500:]
     out = r.stdout + r.stderr
     assert "does not match the world size" in out, out[-2000:]
@@ -85,8 +93,11 @@ def _azureml_recipe(cluster, per_host: int, args: str, port: int):
     """examples/lightning_azureml.py across the 2 containers, as the Azure ML walkthrough runs
     it: plain mpirun, no tb-launch; AZ_BATCHAI_MPI_MASTER_NODE as Azure ML sets it."""
     put_examples(*cluster.nodes)
-    r = cluster.launch(per_host, f"env AZ_BATCHAI_MPI_MASTER_NODE=a {cluster.python} {EX}/lightning_azureml.py "
-                                 f"{args} --master-port {port}", timeout=300)
+    r = cluster.launch(
+        per_host,
+        f"env AZ_BATCHAI_MPI_MASTER_NODE=a {cluster.python} {EX}/lightning_azureml.py {args} --master-port {port}",
+        timeout=300,
+    )
     fails = [m.group(1) for m in re.finditer(r"\bFAIL rank=\S+ reason=(.*)", r.stdout)]
     return r, ok_lines(r.stdout), fails
 
@@ -103,8 +114,9 @@ def test_lightning_azureml_per_node_recipe_trains_the_full_world(cluster, target
     assert r.returncode == 0 and not fails, f"exit {r.returncode}, {fails}\n" + r.stdout[-2000:] + r.stderr[-1500:]
     one_world(ranks, 4, "(devices x num_nodes) ")
     places = sorted((x["node_rank"], x["local_rank"]) for x in ranks)
-    assert places == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")], \
+    assert places == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")], (
         f"(node rank, local rank) {places}: want 2 processes on each of the 2 nodes"
+    )
 
 
 @pytest.mark.multinode
@@ -131,5 +143,6 @@ def test_lightning_azureml_per_process_mismatch_stops_with_the_fix(cluster, targ
     r, ranks, fails = _azureml_recipe(cluster, 1, "per-process --devices 2 --num-nodes 2", 29518)
     assert r.returncode not in (0, 124), f"exit {r.returncode} (124: hung until killed)\n" + r.stdout[-1500:]
     assert not ranks, f"processes trained on a world that is not devices x num_nodes: {ranks}"
-    assert fails and all("process_count_per_node=2" in f and "NODE_RANK" in f for f in fails), \
+    assert fails and all("process_count_per_node=2" in f and "NODE_RANK" in f for f in fails), (
         f"no rank named the fix: {fails or (r.stdout + r.stderr)[-2000:]}"
+    )

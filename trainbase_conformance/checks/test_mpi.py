@@ -1,6 +1,7 @@
 """MPI: the launcher a user types works, is the MPI the manifest names, and computes.
 
 Expectations come from the manifest's components.mpi (kind, version, prefix)."""
+
 import re
 from collections.abc import Iterable
 
@@ -47,7 +48,7 @@ def test_launcher_runs_from_path(target, shell):
 # What each launcher prints for --version, by MPI kind (group 1: the version). The suite's own
 # reading, independent of the image's tb-doctor: an old image is not judged by its old doctor.
 LAUNCHER_VERSION = {
-    "openmpi": r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)",          # mpirun (Open MPI) 4.1.4
+    "openmpi": r"\((?:Open MPI|OpenRTE)\)\s+(\d[\w.]*)",  # mpirun (Open MPI) 4.1.4
     "intelmpi": r"Intel\(R\) MPI Library.*?Version\s+(\d[\w.]*)",  # ..., Version 2021.18 Build 2025...
 }
 
@@ -67,13 +68,16 @@ def test_launchers_on_path_are_the_manifests_mpi(target, shell):
         out = (r.stdout + r.stderr).strip()
         assert r.rc == 0, f"in a {shell} shell, `{name}` does not resolve or run (exit {r.rc}): {out[-500:]}"
         real, _, said = out.partition("\n")
-        assert not mpi.prefix or real.startswith(mpi.prefix.rstrip("/") + "/"), \
+        assert not mpi.prefix or real.startswith(mpi.prefix.rstrip("/") + "/"), (
             f"in a {shell} shell, `{name}` is {real}, not under the manifest's MPI prefix {mpi.prefix}"
+        )
         m = re.search(LAUNCHER_VERSION[mpi.kind], said, re.S)
         assert m, f"in a {shell} shell, `{name} --version` names no version: {said[-500:]}"
         version = m.group(1)
         same = version == mpi.version or (mpi.kind == "intelmpi" and mpi.version.startswith(version + "."))
-        assert same, f"in a {shell} shell, `{name}` ({real}) reports {version}, the manifest says {mpi.kind} {mpi.version}"
+        assert same, (
+            f"in a {shell} shell, `{name}` ({real}) reports {version}, the manifest says {mpi.kind} {mpi.version}"
+        )
 
 
 @pytest.mark.static
@@ -84,8 +88,9 @@ def test_ompi_info_version(target):
     if mpi.kind != "openmpi":
         pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
     r = target.sh("ompi_info --parsable --version ompi full 2>/dev/null || ompi_info --parsable")
-    versions = dict(ln.split(":", 3)[2:4] for ln in r.stdout.splitlines()
-                    if ln.startswith("ompi:version:") and ln.count(":") >= 3)
+    versions = dict(
+        ln.split(":", 3)[2:4] for ln in r.stdout.splitlines() if ln.startswith("ompi:version:") and ln.count(":") >= 3
+    )
     assert versions.get("full") == mpi.version, f"ompi_info says {versions or r.stdout[:200]}, manifest {mpi.version}"
 
 
@@ -107,8 +112,11 @@ def test_ompi_ucx_and_verbs_components_load(target):
             comps.setdefault(parts[1], set()).add(parts[2])
     want = {("pml", "ucx"), ("osc", "ucx")} | ({("btl", "openib")} if mpi.major < 5 else set())
     missing = sorted(f"{f} {c}" for f, c in want if c not in comps.get(f, set()))
-    errors = [ln.strip() for ln in (r.stderr + r.stdout).splitlines()
-              if re.search(r"(?i)unable to open|cannot open shared object|undefined symbol|component was not found", ln)]
+    errors = [
+        ln.strip()
+        for ln in (r.stderr + r.stdout).splitlines()
+        if re.search(r"(?i)unable to open|cannot open shared object|undefined symbol|component was not found", ln)
+    ]
     assert not missing, f"Open MPI components that did not open: {missing}; load errors: {errors[:6]}"
     assert not errors, "component load errors: " + " | ".join(errors[:6])
 
@@ -120,16 +128,19 @@ def _ompi_ucx(target) -> dict:
     if "ompi_ucx" not in target.cache:
         r = target.sh(
             "set -e; libmpi=$(ldd \"$(command -v ompi_info)\" | sed -n 's/^[[:space:]]*libmpi\\.so[^ ]* => \\([^ ]*\\) .*/\\1/p'); "
-            "test -n \"$libmpi\"; pml=$(dirname \"$(readlink -f \"$libmpi\")\")/openmpi/mca_pml_ucx.so; "
-            "[ -e \"$pml\" ] || pml=$libmpi; "
-            "ldd \"$pml\" | sed -n 's/^[[:space:]]*\\(libu[ct][pt]\\.so[^ ]*\\) => \\([^ ]*\\) .*/\\1 \\2/p'")
+            'test -n "$libmpi"; pml=$(dirname "$(readlink -f "$libmpi")")/openmpi/mca_pml_ucx.so; '
+            '[ -e "$pml" ] || pml=$libmpi; '
+            "ldd \"$pml\" | sed -n 's/^[[:space:]]*\\(libu[ct][pt]\\.so[^ ]*\\) => \\([^ ]*\\) .*/\\1 \\2/p'"
+        )
         assert r.rc == 0, f"could not find the libmpi/pml_ucx of this Open MPI: {r.stderr.strip()}"
         libs = dict(ln.split() for ln in r.stdout.splitlines() if ln.strip())
         ucp = next((v for k, v in libs.items() if k.startswith("libucp")), None)
         uct = next((v for k, v in libs.items() if k.startswith("libuct")), None)
         assert ucp and uct, f"this Open MPI's pml ucx links no libucp/libuct: {libs}"
-        v = target.sh(f"{target.python} -c 'import ctypes; l = ctypes.CDLL(\"{ucp}\"); "
-                      "l.ucp_get_version_string.restype = ctypes.c_char_p; print(l.ucp_get_version_string().decode())'")
+        v = target.sh(
+            f'{target.python} -c \'import ctypes; l = ctypes.CDLL("{ucp}"); '
+            "l.ucp_get_version_string.restype = ctypes.c_char_p; print(l.ucp_get_version_string().decode())'"
+        )
         target.cache["ompi_ucx"] = {"libucp": ucp, "version": v.stdout.strip() or v.stderr.strip()}
     return target.cache["ompi_ucx"]
 
@@ -144,8 +155,9 @@ def test_ompi_ucx_is_manifest_ucx(target):
         pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
     want = (target.components["mpi"].get("ucx") or target.components["ucx"])["version"]
     ucx = _ompi_ucx(target)
-    assert ucx["version"] == want, \
+    assert ucx["version"] == want, (
         f"Open MPI runs on UCX {ucx['version']} ({ucx['libucp']}), the manifest says UCX {want}"
+    )
 
 
 @pytest.mark.static
@@ -213,8 +225,10 @@ def test_shared_memory_without_warnings(target):
 # generic timer (cntfrq_el0); under qemu 10 (what runs PyTorch's aarch64 wheel on this host's
 # kernel) UCX 1.13 and 1.20 then refuse to start: "UCX_KEEPALIVE_INTERVAL value must be greater
 # than 0" (measured; qemu 7.2 passed, but cannot import torch). A native arm64 runner runs them.
-UCX_UNDER_QEMU = ("UCX derives its clock from the aarch64 generic timer, which qemu 10 emulates so that UCX "
-                  "refuses to start (UCX_KEEPALIVE_INTERVAL value must be greater than 0)")
+UCX_UNDER_QEMU = (
+    "UCX derives its clock from the aarch64 generic timer, which qemu 10 emulates so that UCX "
+    "refuses to start (UCX_KEEPALIVE_INTERVAL value must be greater than 0)"
+)
 
 
 def _pml_ucx_job(target):
@@ -230,8 +244,9 @@ def _pml_ucx_job(target):
         # Open MPI's UCX PML selects itself only on RDMA devices (its default pml_ucx_tls/devices),
         # which this host lacks: the job lets UCX use any transport, to prove the PML computes
         any_transport = "--mca pml_ucx_tls any --mca pml_ucx_devices any"
-        target.cache["pml_ucx_job"] = target.sh(f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {any_transport} {exe}",
-                                                timeout=120)
+        target.cache["pml_ucx_job"] = target.sh(
+            f"{UCX_MODULE_LOG} {mpi.local(2)} --mca pml ucx {any_transport} {exe}", timeout=120
+        )
     r = target.cache["pml_ucx_job"]
     assert r.rc == 0, f"--mca pml ucx exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
     return r
@@ -260,11 +275,13 @@ def test_ompi_ucx_loads_ib_transports(target):
     r = _pml_ucx_job(target)
     loaded, failures, libucs = parse_ucx_module_log(r.stdout + r.stderr)
     assert libucs, f"UCX printed no module log (is pml ucx really used?): {(r.stdout + r.stderr)[-600:]}"
-    shipped = target.sh(f"ls \"$(dirname \"$(readlink -f {libucs})\")/ucx\"").stdout.split()
+    shipped = target.sh(f'ls "$(dirname "$(readlink -f {libucs})")/ucx"').stdout.split()
     want = expected_ucx_modules(target) | {m.group(1) for f in shipped if (m := re.match(r"libuct_(\w+?)\.so", f))}
     missing = sorted(want - set(loaded))
-    assert not missing, (f"the UCX Open MPI runs on ({libucs}) did not load {missing} (loaded {sorted(loaded)}); "
-                         f"loader said: {failures[:5]}")
+    assert not missing, (
+        f"the UCX Open MPI runs on ({libucs}) did not load {missing} (loaded {sorted(loaded)}); "
+        f"loader said: {failures[:5]}"
+    )
     assert not failures, f"UCX module loads that failed under Open MPI: {failures[:5]}"
 
 
@@ -274,7 +291,7 @@ def test_ompi_ucx_loads_ib_transports(target):
 # manifest declares both (components.mpi.cuda_aware, components.{mpi.ucx,ucx}.cuda_transports); an
 # image that claims CUDA buffers and cannot take them crashes the first job that sends one, and one
 # that can but says not makes users stage through host memory for nothing.
-OMPI_CUDA_PARAMS = ("mpi_built_with_cuda_support", "opal_built_with_cuda_support")   # 4.1, 5.0 (+ synonym)
+OMPI_CUDA_PARAMS = ("mpi_built_with_cuda_support", "opal_built_with_cuda_support")  # 4.1, 5.0 (+ synonym)
 UCX_CUDA_MODULE_TRANSPORTS = {"cuda": ("cuda_copy", "cuda_ipc"), "cuda_gdrcopy": ("gdr_copy",)}
 UCX_CUDA_TRANSPORTS = ("cuda_copy", "cuda_ipc", "gdr_copy")
 
@@ -285,8 +302,13 @@ def ompi_built_with_cuda(parsable: str) -> bool | None:
     ``mca:opal:base:param:opal_built_with_cuda_support:value:false``; None when neither is there."""
     for ln in parsable.splitlines():
         parts = ln.strip().split(":")
-        if len(parts) >= 7 and parts[0] == "mca" and parts[3] == "param" and parts[4] in OMPI_CUDA_PARAMS \
-                and parts[5] == "value":
+        if (
+            len(parts) >= 7
+            and parts[0] == "mca"
+            and parts[3] == "param"
+            and parts[4] in OMPI_CUDA_PARAMS
+            and parts[5] == "value"
+        ):
             return parts[6] == "true"
     return None
 
@@ -324,8 +346,10 @@ def cuda_aware_problems(what: str, claimed: bool, built: bool) -> list[str]:
     """The manifest's CUDA-aware claim against the MPI's build flag, both named."""
     if claimed == built:
         return []
-    return [f"{what}: the manifest says CUDA-aware {str(claimed).lower()}, the image's MPI is built "
-            f"{'with' if built else 'without'} CUDA support"]
+    return [
+        f"{what}: the manifest says CUDA-aware {str(claimed).lower()}, the image's MPI is built "
+        f"{'with' if built else 'without'} CUDA support"
+    ]
 
 
 def cuda_transport_problems(what: str, claimed: Iterable[str], found: set[str]) -> list[str]:
@@ -333,10 +357,14 @@ def cuda_transport_problems(what: str, claimed: Iterable[str], found: set[str]) 
     want = set(claimed)
     problems = []
     if want - found:
-        problems.append(f"{what}: the manifest claims {sorted(want - found)}, the image has only {sorted(found) or 'none'}")
+        problems.append(
+            f"{what}: the manifest claims {sorted(want - found)}, the image has only {sorted(found) or 'none'}"
+        )
     if found - want:
-        problems.append(f"{what}: the image has {sorted(found - want)}, which the manifest does not claim "
-                        f"(it says {sorted(want) or 'none'})")
+        problems.append(
+            f"{what}: the image has {sorted(found - want)}, which the manifest does not claim "
+            f"(it says {sorted(want) or 'none'})"
+        )
     return problems
 
 
@@ -393,7 +421,7 @@ def test_ompi_ucx_cuda_transports_are_the_manifests(target):
         pytest.skip(f"n/a: {mpi.kind} (Open MPI only)")
     claimed = _declared(target, "mpi", "ucx", "cuda_transports")
     ucp = _ompi_ucx(target)["libucp"]
-    r = target.sh(f"ls \"$(dirname \"$(readlink -f {ucp})\")/ucx\"")
+    r = target.sh(f'ls "$(dirname "$(readlink -f {ucp})")/ucx"')
     assert r.rc == 0, f"no UCX module folder beside {ucp}: {r.stderr.strip()}"
     found = ucx_cuda_transports_in_modules(r.stdout.split())
     problems = cuda_transport_problems(f"the UCX Open MPI loads ({ucp})", claimed, found)
@@ -408,8 +436,10 @@ def test_cuda_buffers_through_mpi4py(target):
     tensors hand it), every element checked on the host afterwards."""
     mpi = target.need_mpi()
     if not _declared(target, "mpi", "cuda_aware"):
-        pytest.skip(f"n/a: the manifest says {mpi.kind} {mpi.version} is not CUDA-aware "
-                    f"({target.components['mpi'].get('cuda_why', 'no reason given')})")
+        pytest.skip(
+            f"n/a: the manifest says {mpi.kind} {mpi.version} is not CUDA-aware "
+            f"({target.components['mpi'].get('cuda_why', 'no reason given')})"
+        )
     cudart = f"libcudart.so.{target.components['cuda']['version'].split('.')[0]}"
     r = target.sh(f"{mpi.local(2)} {target.python} {PROBE_DIR}/cuda_buffer_mpi4py.py {cudart}", timeout=180)
     ranks = tbconf_lines(r.stdout)

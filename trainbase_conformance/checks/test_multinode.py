@@ -3,6 +3,7 @@ host keys and a client key made for this test (no key comes from the image); the
 launcher runs the value-checked allreduce across both, 2 ranks each. On an RDMA runner (the fabric
 tier) the same allreduce must cross between the containers over InfiniBand/RoCE, with TCP taken
 away from the MPI."""
+
 import pytest
 
 from trainbase_conformance.fixtures import PROBE_DIR, tbconf_lines
@@ -11,8 +12,9 @@ PER_HOST = 2
 
 
 def _check(cluster, r, what: str) -> None:
-    assert r.returncode == 0, f"{what} across {cluster.hosts} exited {r.returncode}: " \
-                              f"{(r.stderr or r.stdout).strip()[-1500:]}"
+    assert r.returncode == 0, (
+        f"{what} across {cluster.hosts} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-1500:]}"
+    )
     ranks = tbconf_lines(r.stdout)
     n = PER_HOST * len(cluster.hosts)
     assert sorted(x["rank"] for x in ranks) == list(range(n)), f"{what}: ranks seen {ranks}"
@@ -35,8 +37,7 @@ def test_multinode_mpicc_allreduce(target, cluster):
 @pytest.mark.evidence("run")
 def test_multinode_mpi4py_allreduce(target, cluster):
     """The image's mpi4py allreduce across 2 containers x 2 ranks."""
-    _check(cluster, cluster.launch(PER_HOST, f"{cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"),
-           "mpi4py allreduce")
+    _check(cluster, cluster.launch(PER_HOST, f"{cluster.python} {PROBE_DIR}/allreduce_mpi4py.py"), "mpi4py allreduce")
 
 
 @pytest.mark.multinode
@@ -63,11 +64,12 @@ def test_bare_python_on_every_rank_is_the_images_python(target, cluster, python)
     the local PATH is not found, and the job fails on node 2 only."""
     prefix = target.components["python"]["prefix"]
     code = "import socket, sys, mpi4py; print('TBPY', socket.gethostname(), sys.prefix, flush=True)"
-    r = cluster.launch(PER_HOST, f"{python} -c \"{code}\"", timeout=120)
+    r = cluster.launch(PER_HOST, f'{python} -c "{code}"', timeout=120)
     seen = [ln.split()[1:3] for ln in r.stdout.splitlines() if ln.startswith("TBPY ")]
-    assert r.returncode == 0 and len(seen) == PER_HOST * len(cluster.hosts), \
-        f"`{python}` across {cluster.hosts} exited {r.returncode}, {len(seen)} ranks answered: " \
+    assert r.returncode == 0 and len(seen) == PER_HOST * len(cluster.hosts), (
+        f"`{python}` across {cluster.hosts} exited {r.returncode}, {len(seen)} ranks answered: "
         f"{(r.stderr or r.stdout).strip()[-1500:]}"
+    )
     wrong = sorted({f"{host}: {pfx}" for host, pfx in seen if pfx != prefix})
     assert not wrong, f"bare `{python}` is not the image's Python ({prefix}) on: {', '.join(wrong)}"
 
@@ -95,5 +97,6 @@ def test_multinode_mpi_crosses_nodes_over_the_fabric(target, cluster):
     _check(cluster, r, f"mpi4py allreduce without TCP ({OFF_TCP[mpi.kind]})")
     if mpi.kind == "intelmpi":
         said = [ln.strip() for ln in (r.stdout + r.stderr).splitlines() if "libfabric provider:" in ln]
-        assert said and all("verbs" in ln for ln in said), \
+        assert said and all("verbs" in ln for ln in said), (
             f"Intel MPI does not name verbs as its libfabric provider: {said or (r.stdout + r.stderr).strip()[-800:]}"
+        )

@@ -1,6 +1,7 @@
 """NCCL: one library, loadable, the version the manifest names; gpu tier: an all-reduce.
 
 Expectations come from the manifest's components.nccl."""
+
 import json
 import re
 import shlex
@@ -78,8 +79,8 @@ def test_nccl_version_from_the_library(target):
     info = _nccl(target)
     assert "error" not in info, f"{SONAME} does not load: {info['error']}"
     assert info["version"] == nccl_version_code(declared), (
-        f"{info['path']} reports NCCL {info['version']}, the image declares {declared} "
-        f"({nccl_version_code(declared)})")
+        f"{info['path']} reports NCCL {info['version']}, the image declares {declared} ({nccl_version_code(declared)})"
+    )
 
 
 # NCCL dlopens plugins by name from the library path at init: libnccl-net.so (or
@@ -108,10 +109,14 @@ def test_nccl_plugins_declared_and_load(target):
     """Every NCCL plugin in the image (net, tuner, profiler: any file NCCL would dlopen by name)
     is one the manifest declares, and it loads and exports a plugin symbol; every plugin the
     manifest declares is there. No image may carry a stray plugin NCCL picks up by itself."""
-    declared = [p if isinstance(p, str) else (p.get("path") or p.get("lib") or "")
-                for p in target.components["nccl"].get("plugins") or []]
-    r = target.sh("find / -xdev \\( -path /proc -o -path /sys \\) -prune -o \\( -type f -o -type l \\) "
-                  "-name 'libnccl-*.so*' -print")
+    declared = [
+        p if isinstance(p, str) else (p.get("path") or p.get("lib") or "")
+        for p in target.components["nccl"].get("plugins") or []
+    ]
+    r = target.sh(
+        "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o \\( -type f -o -type l \\) "
+        "-name 'libnccl-*.so*' -print"
+    )
     found = sorted(f for f in r.stdout.split() if re.search(PLUGIN_FILES, f))
     undeclared = [f for f in found if not any(f == d or f.endswith("/" + d) for d in declared)]
     absent = [d for d in declared if not any(f == d or f.endswith("/" + d) for f in found)]
@@ -133,8 +138,11 @@ def test_nccl_allreduce_gpu(target):
     out = json.loads(r.stdout.strip().splitlines()[-1]) if r.stdout.strip() else {}
     assert r.rc == 0 and out.get("ok"), f"NCCL all-reduce failed: {out or r.stderr.strip()[-800:]}"
     assert out["gpus"] == target.caps.gpu_count, (
-        f"the all-reduce ran on {out['gpus']} GPU(s), the host lists {target.caps.gpu_count}: every GPU must take part")
-    if out["gpus"] >= 2:      # one GPU moves no bytes over a bus: with two or more, some must
+        f"the all-reduce ran on {out['gpus']} GPU(s), the host lists {target.caps.gpu_count}: every GPU must take part"
+    )
+    if out["gpus"] >= 2:  # one GPU moves no bytes over a bus: with two or more, some must
         assert out["busbw_GBps"] > 0, f"{out['gpus']} GPUs but no bus bandwidth: {out}"
-    print(f"NCCL all-reduce on {out['gpus']} GPU(s), {out['bytes']} B: algbw {out['algbw_GBps']} GB/s, "
-          f"busbw {out['busbw_GBps']} GB/s")
+    print(
+        f"NCCL all-reduce on {out['gpus']} GPU(s), {out['bytes']} B: algbw {out['algbw_GBps']} GB/s, "
+        f"busbw {out['busbw_GBps']} GB/s"
+    )

@@ -16,6 +16,7 @@ and the image's own tb-doctor:
 
 Host packages (charliecloud, podman, uidmap, slurmctld, slurmd, slurm-client, munge, libpmix-dev) come from
 scripts/setup.sh; a host without them skips the runtime it lacks, saying which package."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,9 +32,13 @@ from trainbase_conformance import runtimes, slurm
 from trainbase_conformance.containers import Container
 from trainbase_conformance.resources import PROBES
 
-pytestmark = [pytest.mark.runtime, pytest.mark.evidence("run"), pytest.mark.trainbase_contract("tb-doctor and tb-launch")]
+pytestmark = [
+    pytest.mark.runtime,
+    pytest.mark.evidence("run"),
+    pytest.mark.trainbase_contract("tb-doctor and tb-launch"),
+]
 
-NOBODY = "54321:54321"      # a uid and gid no image has in /etc/passwd (HPC sites map the user's own)
+NOBODY = "54321:54321"  # a uid and gid no image has in /etc/passwd (HPC sites map the user's own)
 PROBE = (PROBES / "runtime_world.py").read_text()
 RANKS = 2
 # What each MPI kind can use from `srun --mpi=...` in these images: Open MPI (4 with its PMIx,
@@ -51,14 +56,16 @@ def check_world(out: str, err: str, rc: int, what: str, n: int = RANKS, torch: b
     launch contract agrees with MPI on each rank's place."""
     assert rc == 0, f"{what}: exit {rc}: {(err or out).strip()[-1500:]}"
     ranks = worlds(out)
-    assert sorted(r["rank"] for r in ranks) == list(range(n)) and {r["size"] for r in ranks} == {n}, \
+    assert sorted(r["rank"] for r in ranks) == list(range(n)) and {r["size"] for r in ranks} == {n}, (
         f"{what}: MPI ranks {[(r['rank'], r['size']) for r in ranks]}, want 0..{n - 1} of {n}: {out.strip()[-1500:]}"
+    )
     for r in ranks:
         assert r["allreduce_ok"], f"{what}: rank {r['rank']}: Allreduce gave {r['allreduce']}"
         launch = r["launch"]
         assert "error" not in launch, f"{what}: rank {r['rank']}: tb-launch refused: {launch['error']}"
-        assert (launch["rank"], launch["world_size"]) == (r["rank"], n), \
+        assert (launch["rank"], launch["world_size"]) == (r["rank"], n), (
             f"{what}: rank {r['rank']}: the launch contract says {launch}, MPI says rank {r['rank']} of {n}"
+        )
         if torch:
             assert r.get("torch_allreduce") == n * (n + 1) / 2, f"{what}: rank {r['rank']}: gloo all-reduce {r}"
     return ranks
@@ -97,8 +104,9 @@ def test_docker_mpi_launch_and_framework(target, docker_way):
     torch = has_torch(target)
     r = c.exec(f"cd /tmp && {mpi.local(RANKS)} {probe_cmd(target.python, torch)}", timeout=300)
     check_world(r.stdout, r.stderr, r.returncode, f"docker {way}", torch=torch)
-    assert "cannot find name for user ID" not in r.stdout + r.stderr, \
+    assert "cannot find name for user ID" not in r.stdout + r.stderr, (
         f"docker {way}: the launcher complains about the uid without a passwd entry: {r.stderr.strip()[-800:]}"
+    )
 
 
 def test_docker_doctor_passes(target, docker_way):
@@ -118,16 +126,21 @@ def test_docker_read_only_without_writable_tmp(target):
     try:
         r = c.exec("tb-doctor --json --only node.tmpdir", timeout=120)
         check = next(x for x in json.loads(r.stdout)["checks"] if x["id"] == "node.tmpdir")
-        assert check["status"] == "fail" and "TMPDIR=/dev/shm" in json.dumps(check), \
+        assert check["status"] == "fail" and "TMPDIR=/dev/shm" in json.dumps(check), (
             f"tb-doctor's node.tmpdir on a read-only root without /tmp: {check}"
-        r = c.exec(f"cd /dev/shm && {mpi.local(RANKS)} {probe_cmd(target.python, False)}", timeout=300,
-                   env={"TMPDIR": "/dev/shm"})
+        )
+        r = c.exec(
+            f"cd /dev/shm && {mpi.local(RANKS)} {probe_cmd(target.python, False)}",
+            timeout=300,
+            env={"TMPDIR": "/dev/shm"},
+        )
         check_world(r.stdout, r.stderr, r.returncode, "docker read-only, TMPDIR=/dev/shm")
     finally:
         c.remove()
 
 
 # ----------------------------------------------------------------------------- Charliecloud
+
 
 @pytest.fixture(scope="module")
 def runtime_user():
@@ -167,12 +180,25 @@ def test_charliecloud_as_user(target, unpacked, runtime_user, set_env):
     torch = has_torch(target)
     flags = ["--set-env"] if set_env else []
     what = f"ch-run {'--set-env' if set_env else '(bare)'} as {runtime_user}"
-    r = runtimes.as_user(runtime_user, ["ch-run", *flags, "-b", f"{probes}:/mnt", str(path), "--", "sh", "-c",
-                                        f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
-                                        + (" --torch" if torch else "")], timeout=300)
+    r = runtimes.as_user(
+        runtime_user,
+        [
+            "ch-run",
+            *flags,
+            "-b",
+            f"{probes}:/mnt",
+            str(path),
+            "--",
+            "sh",
+            "-c",
+            f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py" + (" --torch" if torch else ""),
+        ],
+        timeout=300,
+    )
     ranks = check_world(r.stdout, r.stderr, r.returncode, what, torch=torch)
-    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), \
+    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), (
         f"{what}: python3 is not the image's ({target.components['python']['prefix']}): {[x['python'] for x in ranks]}"
+    )
     for tool in ("tb-launch --json", "tb-doctor --list"):
         t = runtimes.as_user(runtime_user, ["ch-run", *flags, str(path), "--", "sh", "-c", tool], timeout=120)
         assert t.returncode == 0, f"{what}: `{tool}` exited {t.returncode}: {(t.stderr or t.stdout).strip()[-600:]}"
@@ -201,11 +227,16 @@ def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir,
     mpi = target.need_mpi()
     torch = has_torch(target)
     args = [*PODMAN_WAYS[way], "-v", f"{probes_dir}:/mnt:ro"]
-    r = runtimes.podman_run(runtime_user, podman_image, args, f"cd /tmp && {mpi.local(RANKS)} python3 "
-                            f"/mnt/runtime_world.py" + (" --torch" if torch else ""))
+    r = runtimes.podman_run(
+        runtime_user,
+        podman_image,
+        args,
+        f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py" + (" --torch" if torch else ""),
+    )
     ranks = check_world(r.stdout, r.stderr, r.returncode, f"{way} as {runtime_user}", torch=torch)
-    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), \
+    assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), (
         f"{way}: python3 is not the image's: {[x['python'] for x in ranks]}"
+    )
     r = runtimes.podman_run(runtime_user, podman_image, PODMAN_WAYS[way], "cd /tmp && tb-doctor --json", timeout=180)
     assert r.returncode in (0, 1), f"{way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
     failed = [f"{x['id']}: {x['summary']}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
@@ -214,11 +245,14 @@ def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir,
 
 # ----------------------------------------------------------------------------- Slurm
 
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     if missing := slurm.missing():
-        pytest.skip(f"no Slurm here ({', '.join(missing)} missing; Debian: munge slurmctld slurmd slurm-client "
-                    "libpmix-dev, which scripts/setup.sh installs)")
+        pytest.skip(
+            f"no Slurm here ({', '.join(missing)} missing; Debian: munge slurmctld slurmd slurm-client "
+            "libpmix-dev, which scripts/setup.sh installs)"
+        )
     with tempfile.TemporaryDirectory(prefix="tbconf-slurm-") as root:
         s = slurm.start(Path(root))
         try:
@@ -241,23 +275,36 @@ def test_srun_ch_run(target, unpacked, runtime_user, slurm_cluster, pmi, join):
     works = pmi in SLURM_PMI[mpi.kind]
     torch = works and has_torch(target)
     if works:
-        r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "python3", "/mnt/runtime_world.py",
-                                *(["--torch"] if torch else [])], user=runtime_user)
+        r = slurm_cluster.srun(
+            [
+                "-n",
+                str(RANKS),
+                f"--mpi={pmi}",
+                *ch,
+                "python3",
+                "/mnt/runtime_world.py",
+                *(["--torch"] if torch else []),
+            ],
+            user=runtime_user,
+        )
         check_world(r.stdout, r.stderr, r.returncode, what, torch=torch)
     # a step of its own: Slurm's PMI-2 hands each task one PMI connection, for one MPI_Init
-    r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", *ch, "tb-doctor", "--cluster"], user=runtime_user,
-                           timeout=300)
+    r = slurm_cluster.srun(
+        ["-n", str(RANKS), f"--mpi={pmi}", *ch, "tb-doctor", "--cluster"], user=runtime_user, timeout=300
+    )
     text = r.stdout + r.stderr
     if works:
         assert r.returncode == 0, f"{what}: tb-doctor --cluster failed where the job works: {text[-1500:]}"
         assert f"{RANKS} rank(s)" in text, f"{what}: tb-doctor --cluster saw another world: {text[-800:]}"
     else:
-        assert r.returncode != 0, f"{what}: {mpi.kind} cannot use --mpi={pmi}, yet tb-doctor --cluster passed: " \
-                                  f"{text[-1500:]}"
+        assert r.returncode != 0, (
+            f"{what}: {mpi.kind} cannot use --mpi={pmi}, yet tb-doctor --cluster passed: {text[-1500:]}"
+        )
         # tb-doctor's cluster.world names the flag; Open MPI 4 stops in MPI_Init before it can,
         # with its own words for the same fix ("use SLURM's PMIx support")
-        assert ("cluster.world" in text and "--mpi=pmix" in text) or "SLURM's PMIx support" in text, \
+        assert ("cluster.world" in text and "--mpi=pmix" in text) or "SLURM's PMIx support" in text, (
             f"{what}: the job failed without naming the --mpi to use: {text[-1500:]}"
+        )
 
 
 def _pmi_in_common(target, slurm_cluster) -> list[str]:
@@ -272,6 +319,7 @@ def _pmi_in_common(target, slurm_cluster) -> list[str]:
 # ----------------------------------------------------------------------------- Apptainer, enroot
 # Not packaged in Debian 12: these run on runners that have them (`-m apptainer`, `-m enroot`;
 # both are also in the runtime tier) and skip elsewhere, naming what is missing.
+
 
 @pytest.fixture(scope="module")
 def apptainer_image(target, tmp_path_factory):
@@ -289,9 +337,21 @@ def test_apptainer_as_user(target, apptainer_image, runtime_user, probes_dir, cl
     mpi = target.need_mpi()
     torch = has_torch(target)
     flags = ["--cleanenv"] if clean else []
-    r = runtimes.as_user(runtime_user, ["apptainer", "exec", *flags, "-B", f"{probes_dir}:/mnt", str(apptainer_image),
-                                        "sh", "-c", f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
-                                        + (" --torch" if torch else "")], timeout=300)
+    r = runtimes.as_user(
+        runtime_user,
+        [
+            "apptainer",
+            "exec",
+            *flags,
+            "-B",
+            f"{probes_dir}:/mnt",
+            str(apptainer_image),
+            "sh",
+            "-c",
+            f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py" + (" --torch" if torch else ""),
+        ],
+        timeout=300,
+    )
     check_world(r.stdout, r.stderr, r.returncode, f"apptainer exec {' '.join(flags)}", torch=torch)
 
 
@@ -301,10 +361,23 @@ def test_srun_apptainer(target, apptainer_image, runtime_user, probes_dir, slurm
     """`srun -n 2 --mpi=PMI apptainer exec [--sharens] SIF ...` for each PMI both the image and
     this Slurm speak (none: skipped, saying which side speaks what)."""
     for pmi in _pmi_in_common(target, slurm_cluster):
-        cmd = ["-n", str(RANKS), f"--mpi={pmi}", "apptainer", "exec", *(["--sharens"] if sharens else []),
-               "-B", f"{probes_dir}:/mnt", str(apptainer_image), "python3", "/mnt/runtime_world.py"]
+        cmd = [
+            "-n",
+            str(RANKS),
+            f"--mpi={pmi}",
+            "apptainer",
+            "exec",
+            *(["--sharens"] if sharens else []),
+            "-B",
+            f"{probes_dir}:/mnt",
+            str(apptainer_image),
+            "python3",
+            "/mnt/runtime_world.py",
+        ]
         r = slurm_cluster.srun(cmd, user=runtime_user)
-        check_world(r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} apptainer exec{' --sharens' if sharens else ''}")
+        check_world(
+            r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} apptainer exec{' --sharens' if sharens else ''}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -330,9 +403,21 @@ def test_enroot_as_user(target, enroot_container, runtime_user, probes_dir):
     mpi = target.need_mpi()
     name, env = enroot_container
     torch = has_torch(target)
-    r = runtimes.as_user(runtime_user, ["enroot", "start", "--mount", f"{probes_dir}:/mnt", name, "sh", "-c",
-                                        f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py"
-                                        + (" --torch" if torch else "")], env=env, timeout=300)
+    r = runtimes.as_user(
+        runtime_user,
+        [
+            "enroot",
+            "start",
+            "--mount",
+            f"{probes_dir}:/mnt",
+            name,
+            "sh",
+            "-c",
+            f"cd /tmp && {mpi.local(RANKS)} python3 /mnt/runtime_world.py" + (" --torch" if torch else ""),
+        ],
+        env=env,
+        timeout=300,
+    )
     check_world(r.stdout, r.stderr, r.returncode, "enroot start", torch=torch)
 
 
@@ -342,6 +427,20 @@ def test_srun_enroot(target, enroot_container, runtime_user, probes_dir, slurm_c
     each PMI both the image and this Slurm speak (none: skipped, saying which side speaks what)."""
     name, env = enroot_container
     for pmi in _pmi_in_common(target, slurm_cluster):
-        r = slurm_cluster.srun(["-n", str(RANKS), f"--mpi={pmi}", "enroot", "start", "--mount", f"{probes_dir}:/mnt",
-                                name, "python3", "/mnt/runtime_world.py"], user=runtime_user, env=env)
+        r = slurm_cluster.srun(
+            [
+                "-n",
+                str(RANKS),
+                f"--mpi={pmi}",
+                "enroot",
+                "start",
+                "--mount",
+                f"{probes_dir}:/mnt",
+                name,
+                "python3",
+                "/mnt/runtime_world.py",
+            ],
+            user=runtime_user,
+            env=env,
+        )
         check_world(r.stdout, r.stderr, r.returncode, f"srun --mpi={pmi} enroot start")

@@ -5,6 +5,7 @@ capability), moved 4 MiB messages at 0.43x the host's speed, and every functiona
 passed. This check runs the same mpi4py ping-pong on the host's own MPI and in the image, in
 the same run, and fails an image below FLOOR_4MIB of the host, naming the transport it used.
 Ratios only, never an absolute time (trainbase_conformance/speed.py)."""
+
 import re
 
 import pytest
@@ -13,7 +14,7 @@ from trainbase_conformance import speed
 from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.resources import PROBES
 
-ROUNDS = 2      # host and image alternate at least this many times; each keeps its best figures
+ROUNDS = 2  # host and image alternate at least this many times; each keeps its best figures
 # ... and up to this many while the image is below the floor: a loaded machine (a CI runner
 # building next door) slowed one side by 3x in a round here and failed two good images; a
 # transport that really falls back stays below in every round (0.43x), so it still fails.
@@ -40,9 +41,11 @@ def _transport(target) -> str:
 
 @pytest.mark.cpu
 @pytest.mark.evidence("run")
-@pytest.mark.native_only("a ratio to the host's MPI speed: under emulation every instruction of the image's "
-                         "MPI is translated and the host's is not (measured: 0.64x for an arm64 image whose "
-                         "transport settings pass natively)")
+@pytest.mark.native_only(
+    "a ratio to the host's MPI speed: under emulation every instruction of the image's "
+    "MPI is translated and the host's is not (measured: 0.64x for an arm64 image whose "
+    "transport settings pass natively)"
+)
 def test_intra_node_bandwidth_is_near_the_hosts(target):
     mpi = target.need_mpi()
     try:
@@ -62,13 +65,15 @@ def test_intra_node_bandwidth_is_near_the_hosts(target):
             break
     print(f"host {host}\nimage {image}\nratios {ratios.as_dict()} after {n} rounds")
     if ratios.bw_4MiB < speed.FLOOR_4MIB:
-        pytest.fail(f"4 MiB ping-pong at {image['bw_4MiB_GBs']} GB/s is {ratios.bw_4MiB}x the host's "
-                    f"{host['bw_4MiB_GBs']} GB/s ({host['library']}; best of {n} alternating rounds each: image "
-                    f"{[x['bw_4MiB_GBs'] for x in images]}, host {[x['bw_4MiB_GBs'] for x in hosts]}), "
-                    f"below {speed.FLOOR_4MIB}x; the image's MPI "
-                    f"used: {_transport(target)}. Cross-memory attach is refused in this container (Docker's "
-                    f"default seccomp profile without SYS_PTRACE): a transport that falls back to TCP "
-                    f"for large intra-node messages is the usual cause (docs/performance.md)")
+        pytest.fail(
+            f"4 MiB ping-pong at {image['bw_4MiB_GBs']} GB/s is {ratios.bw_4MiB}x the host's "
+            f"{host['bw_4MiB_GBs']} GB/s ({host['library']}; best of {n} alternating rounds each: image "
+            f"{[x['bw_4MiB_GBs'] for x in images]}, host {[x['bw_4MiB_GBs'] for x in hosts]}), "
+            f"below {speed.FLOOR_4MIB}x; the image's MPI "
+            f"used: {_transport(target)}. Cross-memory attach is refused in this container (Docker's "
+            f"default seccomp profile without SYS_PTRACE): a transport that falls back to TCP "
+            f"for large intra-node messages is the usual cause (docs/performance.md)"
+        )
 
 
 @pytest.mark.cpu
@@ -79,17 +84,22 @@ def test_intra_node_messages_stay_off_the_network_stack(target):
     TCP loopback reached 0.57x (the floor is 0.7x) and a noisy round can lift it further, so this
     check counts the bytes the run sent through the container's loopback device instead."""
     mpi = target.need_mpi()
-    r = target.sh(f"cat /proc/net/dev; echo TBMARK; {mpi.local(2)} {target.python} {PROBE_DIR}/pingpong_mpi4py.py 1 0.25;"
-                  " rc=$?; echo TBMARK; cat /proc/net/dev; exit $rc", timeout=300)
+    r = target.sh(
+        f"cat /proc/net/dev; echo TBMARK; {mpi.local(2)} {target.python} {PROBE_DIR}/pingpong_mpi4py.py 1 0.25;"
+        " rc=$?; echo TBMARK; cat /proc/net/dev; exit $rc",
+        timeout=300,
+    )
     assert r.rc == 0, f"the ping-pong probe exited {r.rc}: {(r.stderr or r.stdout).strip()[-1500:]}"
     before, run, after = r.stdout.split("TBMARK\n")
     payload = speed.parse(run)["pingpong_bytes"]
     on_lo = speed.loopback_bytes(after) - speed.loopback_bytes(before)
     print(f"ping-pong payload {payload} B, loopback device {on_lo} B ({on_lo / payload:.3f})")
     if on_lo > MAX_SHARE_ON_LOOPBACK * payload:
-        pytest.fail(f"{on_lo / 2**20:.0f} MiB crossed the container's loopback device while two ranks exchanged "
-                    f"{payload / 2**20:.0f} MiB of ping-pong messages ({on_lo / payload:.0%}; at most "
-                    f"{MAX_SHARE_ON_LOOPBACK:.0%} may): ranks on one node talk over TCP instead of shared memory. "
-                    f"The image's MPI used: {_transport(target)}. Where cross-memory attach is refused (Docker's "
-                    f"default seccomp profile without SYS_PTRACE, per-rank user namespaces) a transport forced onto "
-                    f"UCX falls back to TCP for large messages (docs/performance.md)")
+        pytest.fail(
+            f"{on_lo / 2**20:.0f} MiB crossed the container's loopback device while two ranks exchanged "
+            f"{payload / 2**20:.0f} MiB of ping-pong messages ({on_lo / payload:.0%}; at most "
+            f"{MAX_SHARE_ON_LOOPBACK:.0%} may): ranks on one node talk over TCP instead of shared memory. "
+            f"The image's MPI used: {_transport(target)}. Where cross-memory attach is refused (Docker's "
+            f"default seccomp profile without SYS_PTRACE, per-rank user namespaces) a transport forced onto "
+            f"UCX falls back to TCP for large messages (docs/performance.md)"
+        )

@@ -1,14 +1,17 @@
 """The image says exactly what is in it: it carries a CycloneDX SBOM named by its labels, and
 that SBOM lists exactly the Debian packages dpkg has and the Python distributions the image's
 own Python sees (a stale or borrowed SBOM fails), with the manifest's NCCL and MPI in it."""
+
 import hashlib
 import json
 import re
 
 import pytest
 
-PYPI_LIST = ("import importlib.metadata as m, json; print(json.dumps(sorted({(d.metadata['Name'], d.version) "
-             "for d in m.distributions() if d.metadata['Name']})))")
+PYPI_LIST = (
+    "import importlib.metadata as m, json; print(json.dumps(sorted({(d.metadata['Name'], d.version) "
+    "for d in m.distributions() if d.metadata['Name']})))"
+)
 
 pytestmark = pytest.mark.trainbase_contract("the SBOM its labels name")
 
@@ -33,6 +36,7 @@ def _purls(doc: dict, kind: str) -> dict[str, str]:
         m = re.match(rf"pkg:{kind}/(?:[^/]+/)?([^@]+)@([^?#]+)", c.get("purl", ""))
         if m:
             from urllib.parse import unquote
+
             out[_norm(unquote(m.group(1))) if kind == "pypi" else unquote(m.group(1))] = unquote(m.group(2))
     return out
 
@@ -43,8 +47,9 @@ def test_image_carries_its_cyclonedx_sbom(target):
     """The labels name an SBOM file in the image, its digest matches, and it is a CycloneDX
     document about this image (metadata component = the manifest's name)."""
     doc = _sbom(target)
-    assert doc.get("bomFormat") == "CycloneDX" and doc.get("specVersion", "").startswith("1."), \
+    assert doc.get("bomFormat") == "CycloneDX" and doc.get("specVersion", "").startswith("1."), (
         f"not a CycloneDX 1.x document: bomFormat {doc.get('bomFormat')!r}, specVersion {doc.get('specVersion')!r}"
+    )
     about = ((doc.get("metadata") or {}).get("component") or {}).get("name")
     assert about == target.name, f"the SBOM describes {about!r}, not this image ({target.name!r})"
 
@@ -76,11 +81,13 @@ def test_sbom_lists_exactly_what_dpkg_and_python_have(target):
     assert r.rc == 0, r.stderr
     dpkg = dict(line.split("\t", 1) for line in r.stdout.splitlines() if "\t" in line)
     assert _purls(doc, "deb") == dpkg, "SBOM and dpkg disagree: " + str(
-        sorted(set(_purls(doc, "deb").items()) ^ set(dpkg.items()))[:10])
-    py = target.json_probe(f"{target.python} -c \"{PYPI_LIST}\"")
+        sorted(set(_purls(doc, "deb").items()) ^ set(dpkg.items()))[:10]
+    )
+    py = target.json_probe(f'{target.python} -c "{PYPI_LIST}"')
     have = {_norm(n): v for n, v in py}
     assert _purls(doc, "pypi") == have, "SBOM and the image's Python disagree: " + str(
-        sorted(set(_purls(doc, "pypi").items()) ^ set(have.items()))[:10])
+        sorted(set(_purls(doc, "pypi").items()) ^ set(have.items()))[:10]
+    )
 
 
 @pytest.mark.static

@@ -2,6 +2,7 @@
 tool chain -- C++ and the C compiler on the CPU, Triton (and its launcher, built with the C
 compiler) on the GPU. A PyTorch image missing either compiles nothing, and the user finds out
 at the first compiled step."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,10 +49,14 @@ def test_torch_compile_runs_on_cpu(target):
         # vectors) would otherwise be loaded on the second and crash, and nothing would compile.
         env = {"TORCHINDUCTOR_CACHE_DIR": f"/tmp/tbconf-inductor-{model or 'host'}"}
         info = py_json(target, code, timeout=600, env=env | ({"QEMU_CPU": model} if model else {}))
-        assert info["cxx"], "no C++ compiler on PATH for inductor (g++, c++ or $CXX): torch.compile cannot build its kernels"
+        assert info["cxx"], (
+            "no C++ compiler on PATH for inductor (g++, c++ or $CXX): torch.compile cannot build its kernels"
+        )
         assert info["close"], f"torch.compile's result on {cpu} differs from eager by {info['max_err']}: {info}"
-        print(f"torch.compile (inductor, CPU) on {cpu}, {info['isa']}: compiled and ran in {info['seconds']} s, "
-              f"max error {info['max_err']:.2e}")
+        print(
+            f"torch.compile (inductor, CPU) on {cpu}, {info['isa']}: compiled and ran in {info['seconds']} s, "
+            f"max error {info['max_err']:.2e}"
+        )
 
 
 @pytest.mark.gpu
@@ -62,5 +67,4 @@ def test_torch_compile_step_on_the_gpu(target):
     (trainbase_conformance/probes/torch_compile_gpu.py)."""
     need(target, "pytorch")
     out = one_process_probe(target, "torch_compile_gpu", "torch.compile on the GPU")
-    print(f"torch.compile on the GPU: first step {out['first_step_s']} s (compile), "
-          f"then {out['steps_per_s']} steps/s")
+    print(f"torch.compile on the GPU: first step {out['first_step_s']} s (compile), then {out['steps_per_s']} steps/s")

@@ -4,6 +4,7 @@ Sendrecv ring of the same buffer (the single-copy path).
 
 Prints one line per rank: TBCONF {"rank":..,"size":..,"library":..,"ok":..} and exits 1 on
 any wrong value."""
+
 import json
 import socket
 import sys
@@ -30,9 +31,20 @@ comm.Sendrecv(send, dest=nxt, sendtag=7, recvbuf=recv, source=prev, recvtag=7)
 if recv != array("d", (prev + 1 + pattern[i % 1000] for i in range(N))):
     bad += 1
 allbad = comm.allreduce(bad, op=MPI.SUM)
-print("TBCONF " + json.dumps({
-    "probe": "mpi4py", "rank": rank, "size": size, "host": socket.gethostname(), "bad": bad,
-    "ok": allbad == 0, "library": MPI.Get_library_version().strip(),
-    "mpi4py": __import__("mpi4py").__version__,
-}), flush=True)
+print(
+    "TBCONF "
+    + json.dumps(
+        {
+            "probe": "mpi4py",
+            "rank": rank,
+            "size": size,
+            "host": socket.gethostname(),
+            "bad": bad,
+            "ok": allbad == 0,
+            "library": MPI.Get_library_version().strip(),
+            "mpi4py": __import__("mpi4py").__version__,
+        }
+    ),
+    flush=True,
+)
 sys.exit(0 if allbad == 0 else 1)

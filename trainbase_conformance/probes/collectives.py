@@ -25,6 +25,7 @@ with the backend's own words, never emulated by another.
 
 Stdlib and torch only, Python 3.8+: it runs in any image with PyTorch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,14 @@ import sys
 import time
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv")
-ITEM_BYTES = 4          # int32: sums are exact, so a check is equality
-WRAP, STRIDE = 8191, 1024   # fill's period and rank spacing: sums stay below 2**31 up to 255 ranks
+ITEM_BYTES = 4  # int32: sums are exact, so a check is equality
+WRAP, STRIDE = 8191, 1024  # fill's period and rank spacing: sums stay below 2**31 up to 255 ranks
 MAX_RANKS = 255
 LINE = "TBCOLL "
 
 
 # --------------------------------------------------------------------------- pure: what must come out
+
 
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw / algbw for ``n`` ranks (doc/PERFORMANCE.md there)."""
@@ -150,12 +152,21 @@ def merge(rank_docs: list) -> dict:
     seen = sorted(d["rank"] for d in docs if "rank" in d)
     if seen != list(range(world)):
         errors.append(f"ranks that reported: {seen}, want 0..{world - 1}")
-    out = {"probe": "collectives", "backend": docs[0].get("backend", "?") if docs else "?", "world": world,
-           "devices": [d.get("device", "?") for d in docs], "torch": docs[0].get("torch", "?") if docs else "?",
-           "collectives": {}, "errors": errors}
+    out = {
+        "probe": "collectives",
+        "backend": docs[0].get("backend", "?") if docs else "?",
+        "world": world,
+        "devices": [d.get("device", "?") for d in docs],
+        "torch": docs[0].get("torch", "?") if docs else "?",
+        "collectives": {},
+        "errors": errors,
+    }
     for coll in [c for c in COLLECTIVES if any(c in d.get("collectives", {}) for d in docs)]:
-        measured = [(d.get("rank"), d["collectives"][coll]) for d in docs
-                    if not d.get("error") and coll in d.get("collectives", {})]
+        measured = [
+            (d.get("rank"), d["collectives"][coll])
+            for d in docs
+            if not d.get("error") and coll in d.get("collectives", {})
+        ]
         entries = [e for _, e in measured]
         if not entries:
             out["collectives"][coll] = {"missing": "no rank measured it"}
@@ -171,21 +182,28 @@ def merge(rank_docs: list) -> dict:
             t = max(r["time_s"] for _, r in per_rank)
             bad = [(rank, r["mismatch"]) for rank, r in per_rank if r["mismatch"]]
             algbw = first["bytes"] / t / 1e9 if t > 0 else 0.0
-            row = {"bytes": first["bytes"], "time_us": round(t * 1e6, 2), "algbw_GBps": round(algbw, 3),
-                   "busbw_GBps": round(algbw * bus_factor(coll, world), 3), "ok": not bad,
-                   "first_mismatch": dict(bad[0][1], rank=bad[0][0]) if bad else None}
+            row = {
+                "bytes": first["bytes"],
+                "time_us": round(t * 1e6, 2),
+                "algbw_GBps": round(algbw, 3),
+                "busbw_GBps": round(algbw * bus_factor(coll, world), 3),
+                "ok": not bad,
+                "first_mismatch": dict(bad[0][1], rank=bad[0][0]) if bad else None,
+            }
             rows.append(row)
         out["collectives"][coll] = {"api": entries[0].get("api", coll), "rows": rows}
-    out["ok"] = not errors and all(("rows" in c and all(r["ok"] for r in c["rows"]))
-                                   or "unsupported" in c or "skipped" in c
-                                   for c in out["collectives"].values())
+    out["ok"] = not errors and all(
+        ("rows" in c and all(r["ok"] for r in c["rows"])) or "unsupported" in c or "skipped" in c
+        for c in out["collectives"].values()
+    )
     return out
 
 
 def describe_mismatch(m: dict) -> str:
     where = "".join(f", {k} {m[k]}" for k in ("root", "pair") if k in m)
-    return (f"WRONG: rank {m.get('rank')} element {m['index']} = {m['got']}, want {m['want']} "
-            f"({m['wrong']} wrong{where})")
+    return (
+        f"WRONG: rank {m.get('rank')} element {m['index']} = {m['got']}, want {m['want']} ({m['wrong']} wrong{where})"
+    )
 
 
 def human_bytes(n: int) -> str:
@@ -197,8 +215,10 @@ def human_bytes(n: int) -> str:
 
 def table(doc: dict) -> str:
     """nccl-tests' columns, one line per collective and size (Markdown)."""
-    lines = ["| collective | bytes | time (us) | algbw (GB/s) | busbw (GB/s) | values |",
-             "|---|---:|---:|---:|---:|---|"]
+    lines = [
+        "| collective | bytes | time (us) | algbw (GB/s) | busbw (GB/s) | values |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
     for coll, c in doc["collectives"].items():
         if "rows" not in c:
             why = next((f"{k}: {v}" for k, v in c.items()), "")
@@ -207,8 +227,10 @@ def table(doc: dict) -> str:
         for r in c["rows"]:
             m = r["first_mismatch"]
             verdict = "ok" if r["ok"] else describe_mismatch(m)
-            lines.append(f"| {coll} | {human_bytes(r['bytes'])} | {r['time_us']:.1f} | {r['algbw_GBps']:.3f} | "
-                         f"{r['busbw_GBps']:.3f} | {verdict} |")
+            lines.append(
+                f"| {coll} | {human_bytes(r['bytes'])} | {r['time_us']:.1f} | {r['algbw_GBps']:.3f} | "
+                f"{r['busbw_GBps']:.3f} | {verdict} |"
+            )
     return "\n".join(lines)
 
 
@@ -236,8 +258,13 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
     else:
         dev = torch.device("cpu")
         device_name = "cpu"
-    dist.init_process_group(a.backend, init_method=f"tcp://{a.master}:{a.port}", rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=a.timeout))
+    dist.init_process_group(
+        a.backend,
+        init_method=f"tcp://{a.master}:{a.port}",
+        rank=rank,
+        world_size=n,
+        timeout=datetime.timedelta(seconds=a.timeout),
+    )
 
     def sync() -> None:
         if dev.type == "cuda":
@@ -266,38 +293,48 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
         out = torch.empty(recv_n, dtype=torch.int32, device=dev)
 
         if coll == "all_reduce":
+
             def op() -> None:
                 dist.all_reduce(out)
+
             out.copy_(inp)
         elif coll == "all_gather":
             if api.get(coll) == "all_gather (list)":
+
                 def op() -> None:
                     dist.all_gather(list(out.chunk(n)), inp)
             else:
+
                 def op() -> None:
                     dist.all_gather_into_tensor(out, inp)
         elif coll == "reduce_scatter":
             if api.get(coll) == "reduce_scatter (list)":
+
                 def op() -> None:
                     dist.reduce_scatter(out, list(inp.chunk(n)))
             else:
+
                 def op() -> None:
                     dist.reduce_scatter_tensor(out, inp)
         elif coll == "all_to_all":
+
             def op() -> None:
                 dist.all_to_all_single(out, inp)
         elif coll == "broadcast":
+
             def op() -> None:
                 dist.broadcast(out, src=0)
         else:
+
             def op() -> None:
-                reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, (rank + 1) % n),
-                                               dist.P2POp(dist.irecv, out, (rank - 1) % n)])
+                reqs = dist.batch_isend_irecv(
+                    [dist.P2POp(dist.isend, inp, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
+                )
                 for q in reqs:
                     q.wait()
 
         idx = arange(recv_n)
-        if coll == "broadcast":            # the checked pass: every rank in turn the root
+        if coll == "broadcast":  # the checked pass: every rank in turn the root
             for root in range(n):
                 out.copy_(inp)
                 dist.broadcast(out, src=root)
@@ -306,7 +343,7 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
                 mismatch = mismatch or first_mismatch(out, expected(coll, rank, n, idx, peer=root))
                 if mismatch:
                     mismatch.setdefault("root", root)
-        elif coll == "sendrecv":           # every ordered pair: in round s, r sends to r+s
+        elif coll == "sendrecv":  # every ordered pair: in round s, r sends to r+s
             for s in range(1, n):
                 dst, src = (rank + s) % n, (rank - s) % n
                 reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, dst), dist.P2POp(dist.irecv, out, src)])
@@ -337,8 +374,10 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
 
     def probe_api(coll: str, api: dict) -> str | None:
         """The backend's own name for the collective, or why it has none (on a tiny call)."""
-        tries = {"all_gather": ("all_gather_into_tensor", "all_gather (list)"),
-                 "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter (list)")}.get(coll, (coll,))
+        tries = {
+            "all_gather": ("all_gather_into_tensor", "all_gather (list)"),
+            "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter (list)"),
+        }.get(coll, (coll,))
         last = ""
         for name in tries:
             api[coll] = name
@@ -351,8 +390,14 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
                 last = f"unsupported by backend {a.backend} ({name}): {str(e).splitlines()[0][:200]}"
         return last
 
-    doc = {"rank": rank, "world": n, "backend": a.backend, "device": device_name, "torch": torch.__version__,
-           "collectives": {}}
+    doc = {
+        "rank": rank,
+        "world": n,
+        "backend": a.backend,
+        "device": device_name,
+        "torch": torch.__version__,
+        "collectives": {},
+    }
     api: dict = {}
     for coll in a.collectives:
         if coll == "sendrecv" and n < 2:
@@ -362,14 +407,17 @@ def run_rank(a: argparse.Namespace, rank: int, local_rank: int) -> dict:
         if why:
             doc["collectives"][coll] = {"unsupported": why}
             continue
-        doc["collectives"][coll] = {"api": api[coll],
-                                    "rows": [one_size(coll, b, api) for b in plan(coll, a.min_bytes, a.max_bytes, n)]}
+        doc["collectives"][coll] = {
+            "api": api[coll],
+            "rows": [one_size(coll, b, api) for b in plan(coll, a.min_bytes, a.max_bytes, n)],
+        }
     dist.barrier()
     dist.destroy_process_group()
     return doc
 
 
 # --------------------------------------------------------------------------- launch
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -391,7 +439,7 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--collectives", default=",".join(COLLECTIVES))
     ap.add_argument("--inject-wrong", default="", metavar="COLLECTIVE")
-    ap.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)   # the local rank, in a child
+    ap.add_argument("--worker", type=int, default=-1, help=argparse.SUPPRESS)  # the local rank, in a child
     a = ap.parse_args(argv)
     a.collectives = [c for c in a.collectives.split(",") if c]
     a.world = a.ranks * a.nodes
@@ -410,6 +458,7 @@ def main(argv: list | None = None) -> int:
 
     if a.backend == "auto" or (a.backend == "nccl" and not a.ranks):
         import torch  # here only to count GPUs: each rank imports its own
+
         if a.backend == "auto":
             a.backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
         if not a.ranks:
@@ -426,13 +475,38 @@ def main(argv: list | None = None) -> int:
     if a.nodes > 1 and not a.port:
         ap.error("--nodes > 1 needs --port (and --master) that every node names alike")
     port = a.port or free_port()
-    base = [sys.executable, os.path.abspath(__file__), "--backend", a.backend, "--ranks", str(a.ranks),
-            "--nodes", str(a.nodes), "--node-rank", str(a.node_rank), "--master", a.master, "--port", str(port),
-            "--min-bytes", str(a.min_bytes), "--max-bytes", str(a.max_bytes), "--iters", str(a.iters),
-            "--timeout", str(a.timeout), "--collectives", ",".join(a.collectives),
-            "--inject-wrong", a.inject_wrong]
-    procs = [subprocess.Popen(base + ["--worker", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for i in range(a.ranks)]
+    base = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--backend",
+        a.backend,
+        "--ranks",
+        str(a.ranks),
+        "--nodes",
+        str(a.nodes),
+        "--node-rank",
+        str(a.node_rank),
+        "--master",
+        a.master,
+        "--port",
+        str(port),
+        "--min-bytes",
+        str(a.min_bytes),
+        "--max-bytes",
+        str(a.max_bytes),
+        "--iters",
+        str(a.iters),
+        "--timeout",
+        str(a.timeout),
+        "--collectives",
+        ",".join(a.collectives),
+        "--inject-wrong",
+        a.inject_wrong,
+    ]
+    procs = [
+        subprocess.Popen(base + ["--worker", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(a.ranks)
+    ]
     docs, failed = [], False
     for i, p in enumerate(procs):
         try:
@@ -440,12 +514,18 @@ def main(argv: list | None = None) -> int:
         except subprocess.TimeoutExpired:
             p.kill()
             stdout, stderr = p.communicate()
-        lines = [ln[len(LINE):] for ln in stdout.splitlines() if ln.startswith(LINE)]
+        lines = [ln[len(LINE) :] for ln in stdout.splitlines() if ln.startswith(LINE)]
         if lines:
             docs.append(json.loads(lines[-1]))
         else:
-            docs.append({"rank": a.node_rank * a.ranks + i, "world": world, "backend": a.backend,
-                         "error": f"exit {p.returncode}, no result: {stderr.strip()[-600:]}"})
+            docs.append(
+                {
+                    "rank": a.node_rank * a.ranks + i,
+                    "world": world,
+                    "backend": a.backend,
+                    "error": f"exit {p.returncode}, no result: {stderr.strip()[-600:]}",
+                }
+            )
         failed = failed or p.returncode != 0
     if a.nodes > 1:
         for d in docs:

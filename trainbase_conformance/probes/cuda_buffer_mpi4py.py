@@ -15,6 +15,7 @@ Ranks choose GPU local_rank % device count (one GPU serves every rank on a one-G
 
 usage: mpirun -np N python cuda_buffer_mpi4py.py CUDART_SONAME [ELEMENTS]
 Prints one ``TBCONF {json}`` line per rank; exits 1 on a wrong value or a CUDA error."""
+
 import ctypes
 import json
 import os
@@ -24,11 +25,11 @@ from array import array
 from mpi4py import MPI
 
 cudart = ctypes.CDLL(sys.argv[1])
-elements = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20   # 8 MiB of float64: past eager limits
+elements = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 20  # 8 MiB of float64: past eager limits
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 out: dict = {"rank": rank, "size": size, "elements": elements, "library": MPI.Get_library_version().splitlines()[0]}
-H2D, D2H = 1, 2     # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
+H2D, D2H = 1, 2  # cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost
 
 
 cudart.cudaGetErrorString.restype = ctypes.c_char_p
@@ -50,8 +51,14 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": (self.n,), "typestr": "<f8", "data": (self.ptr.value, False), "version": 3,
-                "strides": None, "stream": None}
+        return {
+            "shape": (self.n,),
+            "typestr": "<f8",
+            "data": (self.ptr.value, False),
+            "version": 3,
+            "strides": None,
+            "stream": None,
+        }
 
     def fill(self, value: float) -> None:
         host = array("d", [value]) * self.n

@@ -4,6 +4,7 @@ engine with `"optimizer": {"type": "AdamW"}` -- which DeepSpeed maps to FusedAda
 small model for a few steps. One process; prints one JSON line, exits 1 on a wrong value.
 
 With PROBE_ALLOW_JIT unset, an op that is not prebuilt fails the probe instead of compiling."""
+
 import json
 import os
 import sys
@@ -61,8 +62,12 @@ os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
 os.environ.setdefault("MASTER_PORT", "29531")
 deepspeed.init_distributed(dist_backend="nccl")
 model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 10))
-config = {"train_micro_batch_size_per_gpu": 64, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-          "zero_optimization": {"stage": 1}, "bf16": {"enabled": True}}
+config = {
+    "train_micro_batch_size_per_gpu": 64,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "zero_optimization": {"stage": 1},
+    "bf16": {"enabled": True},
+}
 engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
 inner = getattr(optimizer, "optimizer", optimizer)
 out["engine_optimizer"] = type(inner).__name__

@@ -6,6 +6,7 @@ usage: python elf_machines.py ROOT ...   (standard library only; runs in the ima
 
 CUDA device code is ELF too (cubins, e_machine 190, EM_CUDA), and firmware blobs may be any
 machine: only executables and shared objects (e_type 2 or 3) count, and EM_CUDA is skipped."""
+
 import json
 import os
 import platform

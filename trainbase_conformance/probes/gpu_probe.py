@@ -8,6 +8,7 @@ whose CUDA comes from wheels, and devel images):
 
 usage: python gpu_probe.py devices|kernel|nccl CUDART_SONAME [NCCL_SONAME]
 Prints one JSON object; exits 1 when a check fails."""
+
 import ctypes
 import json
 import sys
@@ -86,15 +87,19 @@ DONE:
     check(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"fill"), "cuModuleGetFunction")
     check(cuda.cuMemAlloc_v2(ctypes.byref(dptr), ctypes.c_size_t(4 * n)), "cuMemAlloc")
     arg_out, arg_n = ctypes.c_uint64(dptr.value), ctypes.c_uint32(n)
-    params = (ctypes.c_void_p * 2)(ctypes.cast(ctypes.byref(arg_out), ctypes.c_void_p),
-                                   ctypes.cast(ctypes.byref(arg_n), ctypes.c_void_p))
+    params = (ctypes.c_void_p * 2)(
+        ctypes.cast(ctypes.byref(arg_out), ctypes.c_void_p), ctypes.cast(ctypes.byref(arg_n), ctypes.c_void_p)
+    )
     block = 256
-    check(cuda.cuLaunchKernel(fn, (n + block - 1) // block, 1, 1, block, 1, 1, 0, None, params, None),
-          "cuLaunchKernel")
+    check(cuda.cuLaunchKernel(fn, (n + block - 1) // block, 1, 1, block, 1, 1, 0, None, params, None), "cuLaunchKernel")
     check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
     host = array("I", bytes(4 * n))
-    check(cuda.cuMemcpyDtoH_v2((ctypes.c_uint32 * n).from_buffer(host), ctypes.c_uint64(dptr.value),
-                               ctypes.c_size_t(4 * n)), "cuMemcpyDtoH")
+    check(
+        cuda.cuMemcpyDtoH_v2(
+            (ctypes.c_uint32 * n).from_buffer(host), ctypes.c_uint64(dptr.value), ctypes.c_size_t(4 * n)
+        ),
+        "cuMemcpyDtoH",
+    )
     want = array("I", range(1, 3 * n + 1, 3))
     bad = 0 if host == want else sum(1 for a, b in zip(host, want) if a != b)
     out.update({"elements": n, "wrong": bad, "ok": bad == 0})
@@ -115,8 +120,10 @@ elif what == "nccl":
         b, s = ctypes.c_void_p(), ctypes.c_void_p()
         check(cudart.cudaMalloc(ctypes.byref(b), ctypes.c_size_t(4 * count)), "cudaMalloc")
         src = array("f", [float(i + 1)]) * count
-        check(cudart.cudaMemcpy(b, (ctypes.c_float * count).from_buffer(src), ctypes.c_size_t(4 * count), 1),
-              "cudaMemcpy H2D")
+        check(
+            cudart.cudaMemcpy(b, (ctypes.c_float * count).from_buffer(src), ctypes.c_size_t(4 * count), 1),
+            "cudaMemcpy H2D",
+        )
         check(cudart.cudaStreamCreate(ctypes.byref(s)), "cudaStreamCreate")
         bufs.append(b)
         streams.append(s)
@@ -124,8 +131,12 @@ elif what == "nccl":
     def allreduce():
         check(nccl.ncclGroupStart(), "ncclGroupStart")
         for i in range(n):  # in place, ncclFloat32 = 7, ncclSum = 0
-            check(nccl.ncclAllReduce(bufs[i], bufs[i], ctypes.c_size_t(count), 7, 0, ctypes.c_void_p(comms[i]), streams[i]),
-                  "ncclAllReduce")
+            check(
+                nccl.ncclAllReduce(
+                    bufs[i], bufs[i], ctypes.c_size_t(count), 7, 0, ctypes.c_void_p(comms[i]), streams[i]
+                ),
+                "ncclAllReduce",
+            )
         check(nccl.ncclGroupEnd(), "ncclGroupEnd")
         for i in range(n):
             check(cudart.cudaSetDevice(i), "cudaSetDevice")
@@ -137,8 +148,10 @@ elif what == "nccl":
     for i in range(n):
         check(cudart.cudaSetDevice(i), "cudaSetDevice")
         dst = array("f", bytes(4 * count))
-        check(cudart.cudaMemcpy((ctypes.c_float * count).from_buffer(dst), bufs[i], ctypes.c_size_t(4 * count), 2),
-              "cudaMemcpy D2H")
+        check(
+            cudart.cudaMemcpy((ctypes.c_float * count).from_buffer(dst), bufs[i], ctypes.c_size_t(4 * count), 2),
+            "cudaMemcpy D2H",
+        )
         bad += count - dst.count(want)
     iters = 10
     t0 = time.perf_counter()
@@ -146,8 +159,17 @@ elif what == "nccl":
         allreduce()
     dt = (time.perf_counter() - t0) / iters
     algbw = 4 * count / dt / 1e9
-    out.update({"gpus": n, "bytes": 4 * count, "wrong": bad, "ok": bad == 0, "time_us": round(dt * 1e6, 1),
-                "algbw_GBps": round(algbw, 2), "busbw_GBps": round(algbw * 2 * (n - 1) / n, 2) if n > 1 else 0.0})
+    out.update(
+        {
+            "gpus": n,
+            "bytes": 4 * count,
+            "wrong": bad,
+            "ok": bad == 0,
+            "time_us": round(dt * 1e6, 1),
+            "algbw_GBps": round(algbw, 2),
+            "busbw_GBps": round(algbw * 2 * (n - 1) / n, 2) if n > 1 else 0.0,
+        }
+    )
     for c in comms:
         nccl.ncclCommDestroy(ctypes.c_void_p(c))
 

@@ -4,6 +4,7 @@ NCCL operations, each value-checked, then the all-reduce's throughput. Run one p
 
 A Horovod built without GPU operations fails at the first all-reduce of a CUDA tensor ("Requested
 ReadyEvent with GPU device but not compiled with CUDA"): this says so before trying."""
+
 import json
 import os
 import sys
@@ -14,8 +15,14 @@ import torch
 
 hvd.init()
 rank, size, local = hvd.rank(), hvd.size(), hvd.local_rank()
-out = {"probe": "horovod_gpu", "rank": rank, "size": size, "local_rank": local,
-       "cuda_built": bool(hvd.cuda_built()), "nccl_built": int(hvd.nccl_built() or 0)}
+out = {
+    "probe": "horovod_gpu",
+    "rank": rank,
+    "size": size,
+    "local_rank": local,
+    "cuda_built": bool(hvd.cuda_built()),
+    "nccl_built": int(hvd.nccl_built() or 0),
+}
 if not (out["cuda_built"] and out["nccl_built"]):
     out["error"] = "Horovod was built without CUDA/NCCL operations: it cannot all-reduce a CUDA tensor"
     print(json.dumps(out), flush=True)
@@ -30,7 +37,7 @@ want = size * (size + 1) / 2
 out["allreduce_ok"] = bool(r.is_cuda and torch.all(r == want))
 # all-gather: each rank contributes its rank in a row
 g = hvd.allgather(torch.full((2, 3), float(rank), device=dev), name="probe.allgather")
-out["allgather_ok"] = bool(g.shape == (2 * size, 3) and all(torch.all(g[2 * i:2 * i + 2] == i) for i in range(size)))
+out["allgather_ok"] = bool(g.shape == (2 * size, 3) and all(torch.all(g[2 * i : 2 * i + 2] == i) for i in range(size)))
 # broadcast from the last rank
 b = hvd.broadcast(torch.full((1024,), float(rank), device=dev), root_rank=size - 1, name="probe.broadcast")
 out["broadcast_ok"] = bool(torch.all(b == size - 1))

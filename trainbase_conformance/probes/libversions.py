@@ -2,6 +2,7 @@
 versions and the file each one was really loaded from, as one JSON object.
 
 usage: python libversions.py NAME=SONAME ...   NAME in cudart, cublas, cudnn, nccl"""
+
 import ctypes
 import json
 import sys

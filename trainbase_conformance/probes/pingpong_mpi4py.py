@@ -7,6 +7,7 @@ Rank 0 prints one line: TBSPEED {"library":..,"size":..,"lat_8B_us":..,"bw_64KiB
 "bw_4MiB_GBs":..,"allreduce_4MiB_ms":..,"pingpong_bytes":..}: pingpong_bytes is the payload every
 ping-pong moved, for the check that intra-node payload stays off the network stack. Best of --reps timed rounds (noise on a shared
 machine only ever makes a round slower). Exit 1 on a wrong value."""
+
 import json
 import sys
 import time
@@ -20,7 +21,7 @@ REPS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 SCALE = float(sys.argv[2]) if len(sys.argv) > 2 else 1.0
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
-moved = 0   # payload bytes of every ping-pong message, both directions
+moved = 0  # payload bytes of every ping-pong message, both directions
 
 
 def pingpong(nbytes: int, iters: int) -> float:
@@ -30,7 +31,7 @@ def pingpong(nbytes: int, iters: int) -> float:
     moved += 2 * nbytes * (iters * (REPS + 1) + 1)
     buf = bytearray(nbytes)
     best = float("inf")
-    for _ in range(REPS + 1):          # the first round warms up (registration, page faults)
+    for _ in range(REPS + 1):  # the first round warms up (registration, page faults)
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
@@ -79,8 +80,18 @@ bw64 = 64 * 1024 / (pingpong(64 * 1024, 400) / 2)
 bw4m = 4 * 1024 * 1024 / (pingpong(4 * 1024 * 1024, 40) / 2)
 ar = allreduce(4 * 1024 * 1024 // 8)
 if rank == 0:
-    print("TBSPEED " + json.dumps({
-        "library": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(), "size": size,
-        "lat_8B_us": round(lat * 1e6, 3), "bw_64KiB_GBs": round(bw64 / 1e9, 3),
-        "bw_4MiB_GBs": round(bw4m / 1e9, 3), "allreduce_4MiB_ms": round(ar * 1e3, 3),
-        "pingpong_bytes": moved}), flush=True)
+    print(
+        "TBSPEED "
+        + json.dumps(
+            {
+                "library": MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip(),
+                "size": size,
+                "lat_8B_us": round(lat * 1e6, 3),
+                "bw_64KiB_GBs": round(bw64 / 1e9, 3),
+                "bw_4MiB_GBs": round(bw4m / 1e9, 3),
+                "allreduce_4MiB_ms": round(ar * 1e3, 3),
+                "pingpong_bytes": moved,
+            }
+        ),
+        flush=True,
+    )

@@ -8,6 +8,7 @@ variable with the real topology (which container each rank ran in). Stdlib only:
 base images that carry no framework. A world that does not add up (two rank 0s, a missing
 rank, a world of 1 inside a bigger job) ends in a timeout or a refused table, exit 1.
 """
+
 import json
 import os
 import socket
@@ -45,10 +46,15 @@ def read_line(conn: socket.socket) -> str:
 
 
 def main() -> int:
-    me = {"host": socket.gethostname(), "rank": env_int("RANK"), "world_size": env_int("WORLD_SIZE"),
-          "local_rank": env_int("LOCAL_RANK"), "node_rank": env_int("NODE_RANK", required=False),
-          "local_world_size": env_int("LOCAL_WORLD_SIZE", required=False),
-          "master": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}"}
+    me = {
+        "host": socket.gethostname(),
+        "rank": env_int("RANK"),
+        "world_size": env_int("WORLD_SIZE"),
+        "local_rank": env_int("LOCAL_RANK"),
+        "node_rank": env_int("NODE_RANK", required=False),
+        "local_world_size": env_int("LOCAL_WORLD_SIZE", required=False),
+        "master": f"{os.environ.get('MASTER_ADDR', '')}:{os.environ.get('MASTER_PORT', '')}",
+    }
     addr, port = os.environ.get("MASTER_ADDR"), env_int("MASTER_PORT")
     if not addr:
         fail("MASTER_ADDR is not set")
@@ -63,8 +69,10 @@ def main() -> int:
                     conns.append(conn)
                     peers.append(json.loads(read_line(conn)))
             except TimeoutError:
-                fail(f"rank 0 saw {len(peers)} of WORLD_SIZE={me['world_size']} ranks within {DEADLINE_S} s: "
-                     f"{sorted(p['rank'] for p in peers)}")
+                fail(
+                    f"rank 0 saw {len(peers)} of WORLD_SIZE={me['world_size']} ranks within {DEADLINE_S} s: "
+                    f"{sorted(p['rank'] for p in peers)}"
+                )
             table = sorted(peers, key=lambda p: p["rank"])
             for conn in conns:
                 conn.sendall((json.dumps(table) + "\n").encode())

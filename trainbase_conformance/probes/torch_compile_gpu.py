@@ -4,6 +4,7 @@ compiled steps are timed. One process, one GPU; prints one JSON line, exits 1 on
 
 An image without a C compiler, or whose Triton does not match its torch, fails at the first
 compiled step -- which is where a user's job would."""
+
 import json
 import shutil
 import sys
@@ -14,6 +15,7 @@ import torch
 out = {"probe": "torch_compile_gpu", "torch": torch.__version__, "cc": shutil.which("cc") or shutil.which("gcc")}
 try:
     import triton
+
     out["triton"] = triton.__version__
 except ImportError as e:  # inductor's GPU backend is Triton: without it nothing compiles for CUDA
     out["error"] = f"no Triton: {e}"

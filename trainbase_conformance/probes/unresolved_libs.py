@@ -11,6 +11,7 @@ objects) are asked; CUDA device code and other foreign ELF (cubins are ELF too) 
 are the libraries auditwheel vendors into a wheel's `<name>.libs/` folder: they are found at
 run time through the RPATH of the extension module that loads them, not their own, so they are
 asked through that module (ldd lists its whole tree, a missing vendored library included)."""
+
 import json
 import os
 import re

@@ -2,6 +2,7 @@
 libibverbs for its devices. One JSON object; never crashes on a host without RDMA.
 
 usage: python verbs.py PROVIDER ..."""
+
 import ctypes
 import glob
 import json

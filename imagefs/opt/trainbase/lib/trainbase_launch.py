@@ -25,6 +25,7 @@ Use:  mpirun ... tb-launch python train.py  |  eval "$(tb-launch --export)"  |  
 When it cannot decide, or two launchers' variables disagree, it stops naming the variables:
 never a silent wrong rank. Standard library only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,9 +37,9 @@ import socket
 import sys
 from dataclasses import asdict, dataclass
 
-from trainbase_slurm import expand_hostlist, slurm_tasks_per_node  # noqa: F401 (expand_hostlist: API)
+from trainbase_slurm import expand_hostlist, slurm_tasks_per_node
 
-DEFAULT_MASTER_PORT = 29500    # torch.distributed's default
+DEFAULT_MASTER_PORT = 29500  # torch.distributed's default
 DEFAULT_TF_PORT = 12345
 # Commands that start the node's worker processes themselves and set their RANK/LOCAL_*.
 TORCHRUN = {"torchrun", "torch.distributed.run", "torch.distributed.launch"}
@@ -58,27 +59,39 @@ class World:
     rank: int
     world_size: int
     local_rank: int
-    local_world_size: int      # 0: the launcher's variables do not say (see resolve)
+    local_world_size: int  # 0: the launcher's variables do not say (see resolve)
     node_rank: int
-    nnodes: int                # 0 with local_world_size 0
+    nnodes: int  # 0 with local_world_size 0
     master_addr: str
     master_port: int
     hosts: tuple[str, ...] = ()
     run_id: str = "trainbase"
-    hosts_from: str = ""       # the variable `hosts` came from, for messages and the order check
+    hosts_from: str = ""  # the variable `hosts` came from, for messages and the order check
     given_tf_config: str = ""  # the launcher's own TF_CONFIG, kept byte for byte
 
     def env(self, tf: bool = False, tf_port: int = DEFAULT_TF_PORT) -> dict[str, str]:
-        out = {"RANK": self.rank, "WORLD_SIZE": self.world_size, "LOCAL_RANK": self.local_rank,
-               "NODE_RANK": self.node_rank, "GROUP_RANK": self.node_rank,
-               "MASTER_ADDR": self.master_addr, "MASTER_PORT": self.master_port}
+        out = {
+            "RANK": self.rank,
+            "WORLD_SIZE": self.world_size,
+            "LOCAL_RANK": self.local_rank,
+            "NODE_RANK": self.node_rank,
+            "GROUP_RANK": self.node_rank,
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": self.master_port,
+        }
         # A size the launcher did not give is not exported: a guessed LOCAL_WORLD_SIZE (or the
         # Lightning defaults from it) differing between nodes would split the job.
         if self.local_world_size:
             # Lightning reads Trainer defaults from PL_TRAINER_*: devices == ranks per node, so a
             # mismatched `devices` cannot silently hang rank 0.
-            out.update({"LOCAL_WORLD_SIZE": self.local_world_size, "NNODES": self.nnodes,
-                        "PL_TRAINER_NUM_NODES": self.nnodes, "PL_TRAINER_DEVICES": self.local_world_size})
+            out.update(
+                {
+                    "LOCAL_WORLD_SIZE": self.local_world_size,
+                    "NNODES": self.nnodes,
+                    "PL_TRAINER_NUM_NODES": self.nnodes,
+                    "PL_TRAINER_DEVICES": self.local_world_size,
+                }
+            )
         out["TRAINBASE_LAUNCHER"] = self.launcher
         if self.launcher != "single" and self.local_world_size:
             # Lightning (like accelerate) takes the world from RANK/GROUP_RANK/LOCAL_WORLD_SIZE only
@@ -96,29 +109,37 @@ class World:
         if self.given_tf_config:
             return json.loads(self.given_tf_config)
         if not self.local_world_size:
-            raise LaunchError("TF_CONFIG needs the ranks per node: set LOCAL_WORLD_SIZE (or give the node count, "
-                              "e.g. AZ_BATCH_HOST_LIST)")
+            raise LaunchError(
+                "TF_CONFIG needs the ranks per node: set LOCAL_WORLD_SIZE (or give the node count, "
+                "e.g. AZ_BATCH_HOST_LIST)"
+            )
         if self.nnodes > 1 and len(self.hosts) != self.nnodes:
             found = f"; {self.hosts_from} lists {len(self.hosts)}" if self.hosts else ""
             raise LaunchError(
                 f"TF_CONFIG needs every node's address ({self.nnodes} nodes{found}): set TRAINBASE_HOSTS="
                 "host0,host1,... in node order (Slurm jobs derive it from SLURM_JOB_NODELIST, Azure ML jobs "
-                "from AZ_BATCH_HOST_LIST)")
+                "from AZ_BATCH_HOST_LIST)"
+            )
         # The worker list is written node by node: right only where ranks are placed that way
         # (a cyclic srun would give every worker another one's address).
         if divmod(self.rank, self.local_world_size) != (self.node_rank, self.local_rank):
-            raise LaunchError(f"TF_CONFIG: rank {self.rank} is local rank {self.local_rank} of node {self.node_rank}, "
-                              "so ranks are not placed by node in blocks: launch them in blocks (srun -m block)")
+            raise LaunchError(
+                f"TF_CONFIG: rank {self.rank} is local rank {self.local_rank} of node {self.node_rank}, "
+                "so ranks are not placed by node in blocks: launch them in blocks (srun -m block)"
+            )
         # Batch documents AZ_BATCH_HOST_LIST as the task's nodes, not in the order mpirun placed the
         # ranks: where this node finds itself elsewhere in it, the list cannot be the node order.
         local = _local_addresses(list(self.hosts)) if self.hosts_from.startswith("AZ_BATCH") else set()
         mine = [i for i, h in enumerate(self.hosts) if h in local]
         if mine and self.node_rank not in mine:
-            raise LaunchError(f"{self.hosts_from} lists this node ({self.hosts[mine[0]]}) as node {mine[0]}, but its "
-                              f"ranks say NODE_RANK={self.node_rank}: set TRAINBASE_HOSTS in node order")
+            raise LaunchError(
+                f"{self.hosts_from} lists this node ({self.hosts[mine[0]]}) as node {mine[0]}, but its "
+                f"ranks say NODE_RANK={self.node_rank}: set TRAINBASE_HOSTS in node order"
+            )
         hosts = self.hosts or ("localhost",)
-        workers = [f"{hosts[r // self.local_world_size]}:{port + r % self.local_world_size}"
-                   for r in range(self.world_size)]
+        workers = [
+            f"{hosts[r // self.local_world_size]}:{port + r % self.local_world_size}" for r in range(self.world_size)
+        ]
         return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": self.rank}}
 
 
@@ -136,12 +157,16 @@ def _node_index(launcher: str, rank: int, size: int, local_rank: int, local_size
     """Node index from a rank when the launcher does not give one. Valid only when ranks are
     placed by node in blocks of equal size; anything else is refused, loudly."""
     if local_size <= 0 or size % local_size:
-        raise LaunchError(f"{launcher}: {size} ranks do not split into nodes of {local_size}: cannot derive "
-                          f"NODE_RANK (set NODE_RANK yourself, or launch the same number of ranks per node)")
+        raise LaunchError(
+            f"{launcher}: {size} ranks do not split into nodes of {local_size}: cannot derive "
+            f"NODE_RANK (set NODE_RANK yourself, or launch the same number of ranks per node)"
+        )
     if rank % local_size != local_rank:
-        raise LaunchError(f"{launcher}: {rank_var}={rank} has local rank {local_rank}, so ranks are not placed "
-                          f"by node in blocks (e.g. mpirun --map-by node): cannot derive NODE_RANK (use "
-                          f"--map-by slot/ppr:N:node, or set NODE_RANK yourself)")
+        raise LaunchError(
+            f"{launcher}: {rank_var}={rank} has local rank {local_rank}, so ranks are not placed "
+            f"by node in blocks (e.g. mpirun --map-by node): cannot derive NODE_RANK (use "
+            f"--map-by slot/ppr:N:node, or set NODE_RANK yourself)"
+        )
     return rank // local_size
 
 
@@ -156,8 +181,14 @@ def _hosts(env: dict, slurm: bool) -> tuple[list[str], str]:
     """Node addresses in node order, and the variable they came from."""
     if slurm and env.get("SLURM_JOB_NODELIST") and not env.get("TRAINBASE_HOSTS"):
         return expand_hostlist(env["SLURM_JOB_NODELIST"]), "SLURM_JOB_NODELIST"
-    var, sep = next(((v, s) for v, s in (("TRAINBASE_HOSTS", ","), ("AZ_BATCH_HOST_LIST", ","),
-                                          ("AZ_BATCH_NODE_LIST", ";")) if env.get(v)), ("", ","))
+    var, sep = next(
+        (
+            (v, s)
+            for v, s in (("TRAINBASE_HOSTS", ","), ("AZ_BATCH_HOST_LIST", ","), ("AZ_BATCH_NODE_LIST", ";"))
+            if env.get(v)
+        ),
+        ("", ","),
+    )
     return [h for h in env.get(var, "").split(sep) if h], var
 
 
@@ -165,9 +196,12 @@ def _node_count(env: dict) -> tuple[str, int]:
     """(variable, nodes in the job) from AmlCompute's Batch variables (documented for `type: mpi`, not
     for `type: pytorch`) or the AZUREML_NODE_COUNT launch scripts use; ("", 0) when none is set."""
     seen: dict[str, int] = {}
-    for var, count in (("AZ_BATCH_HOST_LIST", lambda v: len([h for h in v.split(",") if h])),
-                       ("AZ_BATCH_NODE_LIST", lambda v: len([h for h in v.split(";") if h])),
-                       ("AZUREML_NODE_COUNT", int), ("CCP_NODES", lambda v: int(v.split()[0]))):  # "N ip n ip n"
+    for var, count in (
+        ("AZ_BATCH_HOST_LIST", lambda v: len([h for h in v.split(",") if h])),
+        ("AZ_BATCH_NODE_LIST", lambda v: len([h for h in v.split(";") if h])),
+        ("AZUREML_NODE_COUNT", int),
+        ("CCP_NODES", lambda v: int(v.split()[0])),
+    ):  # "N ip n ip n"
         try:
             seen.update({var: count(env[var])} if env.get(var) else {})
         except (ValueError, IndexError):
@@ -182,7 +216,8 @@ def _local_addresses(hosts: list[str]) -> set[str]:
     nothing and looks no name up, so this cannot stall on a slow resolver."""
     for host in hosts:
         with contextlib.suppress(OSError, ValueError), socket.socket(
-                socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET, socket.SOCK_DGRAM) as s:
+            socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET, socket.SOCK_DGRAM
+        ) as s:
             s.connect((host, 9))
             return {socket.gethostname(), s.getsockname()[0]}
     return {socket.gethostname()}
@@ -201,7 +236,7 @@ def _tf_world(env: dict) -> tuple[int, int, int, int, int, list[str]] | None:
     if not isinstance(cluster, dict) or not isinstance(task, dict):
         raise LaunchError(f"TF_CONFIG has no cluster or no task: {text[:80]}")
     chief, workers = list(cluster.get("chief") or []), list(cluster.get("worker") or [])
-    everyone = chief + workers   # TF numbers the chief first (multi_worker_util.id_in_cluster)
+    everyone = chief + workers  # TF numbers the chief first (multi_worker_util.id_in_cluster)
     if not everyone or not all(isinstance(w, str) for w in everyone):
         raise LaunchError("TF_CONFIG has no cluster worker list of host:port entries")
     kind, index = task.get("type"), task.get("index", 0)
@@ -223,11 +258,17 @@ def _master(env: dict, nnodes: int, hosts: list[str], size: int, rank0_host: str
     # AZ_BATCH_MASTER_NODE's port goes with its address only; TF_CONFIG's worker 0 is rank 0
     if not (addr := env.get("MASTER_ADDR") or rank0_host) and az_host:
         addr, port = az_host, port or (az_port if az_port.isdigit() else "")
-    if not (addr := addr or env.get("AZ_BATCHAI_MPI_MASTER_NODE") or (hosts[0] if hosts else "")
-            or ("127.0.0.1" if nnodes == 1 else "")):
+    if not (
+        addr := addr
+        or env.get("AZ_BATCHAI_MPI_MASTER_NODE")
+        or (hosts[0] if hosts else "")
+        or ("127.0.0.1" if nnodes == 1 else "")
+    ):
         what = f"multi-node job ({nnodes} nodes)" if nnodes else f"a world of {size} ranks on nodes not known here"
-        raise LaunchError(f"{what} but no master address: set MASTER_ADDR (Azure ML sets "
-                          "AZ_BATCH_MASTER_NODE or AZ_BATCHAI_MPI_MASTER_NODE; Slurm sets SLURM_JOB_NODELIST)")
+        raise LaunchError(
+            f"{what} but no master address: set MASTER_ADDR (Azure ML sets "
+            "AZ_BATCH_MASTER_NODE or AZ_BATCHAI_MPI_MASTER_NODE; Slurm sets SLURM_JOB_NODELIST)"
+        )
     return addr, int(port) if port else DEFAULT_MASTER_PORT
 
 
@@ -249,8 +290,10 @@ def resolve(env: dict | None = None) -> World:
         rank, size = _int(env, rank_var), _int(env, size_var)
         if "MPI_LOCALRANKID" not in env or "MPI_LOCALNRANKS" not in env:
             missing = "MPI_LOCALRANKID" if "MPI_LOCALRANKID" not in env else "MPI_LOCALNRANKS"
-            raise LaunchError(f"pmi: {missing} is not set (Hydra's mpiexec sets it; under srun --mpi=pmi2 "
-                              "Slurm's SLURM_* variables give the world instead)")
+            raise LaunchError(
+                f"pmi: {missing} is not set (Hydra's mpiexec sets it; under srun --mpi=pmi2 "
+                "Slurm's SLURM_* variables give the world instead)"
+            )
         local_rank, local_size = _int(env, "MPI_LOCALRANKID"), _int(env, "MPI_LOCALNRANKS")
         node = _node_index(launcher, rank, size, local_rank, local_size, rank_var)
     elif "SLURM_PROCID" in env:
@@ -262,8 +305,10 @@ def resolve(env: dict | None = None) -> World:
         # below; a PMI that belongs to another step or launcher would pair them wrongly.
         for var, svar in (("PMI_RANK", rank_var), ("PMI_SIZE", size_var), ("PMIX_RANK", rank_var)):
             if var in env and _int(env, var) != _int(env, svar):
-                raise LaunchError(f"slurm: {var}={env[var]} but {svar}={env[svar]}: the MPI library and "
-                                  "Slurm disagree about this task")
+                raise LaunchError(
+                    f"slurm: {var}={env[var]} but {svar}={env[svar]}: the MPI library and "
+                    "Slurm disagree about this task"
+                )
     elif tf:
         launcher, rank_var, size_var = "tf_config", "RANK", "WORLD_SIZE"
         rank, size, local_rank, local_size, node, hosts = tf
@@ -281,7 +326,7 @@ def resolve(env: dict | None = None) -> World:
         node = _int(env, node_var) if node_var else None
         if "LOCAL_WORLD_SIZE" in env:
             local_size = _int(env, "LOCAL_WORLD_SIZE")
-        elif (count := _node_count(env)[1]):
+        elif count := _node_count(env)[1]:
             # Azure ML's `type: pytorch` sets no LOCAL_WORLD_SIZE: taking the whole world as one
             # node put node 1 outside it (and left node 0 waiting)
             if size % count:
@@ -294,46 +339,76 @@ def resolve(env: dict | None = None) -> World:
         if node is None and local_size:
             node = _node_index(launcher, rank, size, local_rank, local_size, "RANK")
         elif node is not None and not any(  # ranks in blocks of n a node, as torchrun and Azure ML place them
-                n > local_rank and size % n == 0 and rank == node * n + local_rank < size
-                for n in ([local_size] if local_size else range(1, size + 1))):
-            raise LaunchError(f"{launcher}: RANK={rank}, LOCAL_RANK={local_rank} and {node_var}={node} do not fit "
-                              f"{size} ranks in nodes of {local_size or 'any one size'}: one of them belongs to "
-                              "another process")
+            n > local_rank and size % n == 0 and rank == node * n + local_rank < size
+            for n in ([local_size] if local_size else range(1, size + 1))
+        ):
+            raise LaunchError(
+                f"{launcher}: RANK={rank}, LOCAL_RANK={local_rank} and {node_var}={node} do not fit "
+                f"{size} ranks in nodes of {local_size or 'any one size'}: one of them belongs to "
+                "another process"
+            )
     else:
         launcher, rank_var, size_var = "single", "", ""
         rank, size, local_rank, local_size, node = 0, 1, 0, 1, 0
     if launcher != "tf_config":
         hosts, hosts_from = _hosts(env, slurm=launcher == "slurm")
     if tf and launcher != "tf_config" and (tf[1], tf[0]) != (size, rank):
-        raise LaunchError(f"TF_CONFIG lists {tf[1]} worker(s) and makes this task rank {tf[0]}, but "
-                          f"{size_var}={size} and {rank_var}={rank}")
+        raise LaunchError(
+            f"TF_CONFIG lists {tf[1]} worker(s) and makes this task rank {tf[0]}, but "
+            f"{size_var}={size} and {rank_var}={rank}"
+        )
     if not (0 <= rank < size and 0 <= local_rank < (local_size or size)):
-        raise LaunchError(f"{launcher}: inconsistent values: rank {rank} of {size}, local rank {local_rank} of {local_size}")
+        raise LaunchError(
+            f"{launcher}: inconsistent values: rank {rank} of {size}, local rank {local_rank} of {local_size}"
+        )
     if node is None:
-        raise LaunchError("env: RANK/WORLD_SIZE without LOCAL_WORLD_SIZE, NODE_RANK or a node count: set "
-                          "LOCAL_WORLD_SIZE (WORLD_SIZE on one node) or NODE_RANK")
+        raise LaunchError(
+            "env: RANK/WORLD_SIZE without LOCAL_WORLD_SIZE, NODE_RANK or a node count: set "
+            "LOCAL_WORLD_SIZE (WORLD_SIZE on one node) or NODE_RANK"
+        )
     if nnodes is None:
         nnodes = (size // local_size if size % local_size == 0 else -1) if local_size else 0
     if local_size and (nnodes < 1 or not 0 <= node < nnodes):
         raise LaunchError(f"{launcher}: node {node} is outside the {size}/{local_size}-node world")
     addr, master_port = _master(env, nnodes, hosts, size, rank0_host)
-    return World(launcher, rank, size, local_rank, local_size, node, nnodes, addr, master_port, tuple(hosts),
-                 run_id=env.get("TORCHELASTIC_RUN_ID") or "trainbase", hosts_from=hosts_from,
-                 given_tf_config=env["TF_CONFIG"] if tf else "")
+    return World(
+        launcher,
+        rank,
+        size,
+        local_rank,
+        local_size,
+        node,
+        nnodes,
+        addr,
+        master_port,
+        tuple(hosts),
+        run_id=env.get("TORCHELASTIC_RUN_ID") or "trainbase",
+        hosts_from=hosts_from,
+        given_tf_config=env["TF_CONFIG"] if tf else "",
+    )
 
 
-def torchrun_options(world: "World | None", env: dict) -> dict[str, str]:
+def torchrun_options(world: World | None, env: dict) -> dict[str, str]:
     """torchrun's options as the PET_* variables it reads them from (its command line wins).
     torchrun is started once a node, so the launch's world is the nodes and its rank the node
     index; without these (it reads no NNODES/NODE_RANK) every node ran a world of its own."""
     if world is None or world.world_size == 1:
         return {}
     if world.local_world_size > 1 or world.node_rank != world.rank:
-        raise LaunchError(f"torchrun starts the node's processes itself: start it once a node (here rank "
-                          f"{world.rank} on node {world.node_rank}, LOCAL_WORLD_SIZE={world.local_world_size or 'unset'})")
-    return {k: str(v) for k, v in (("PET_NNODES", world.world_size), ("PET_NODE_RANK", world.rank),
-                                   ("PET_MASTER_ADDR", world.master_addr), ("PET_MASTER_PORT", world.master_port))
-            if k not in env}
+        raise LaunchError(
+            f"torchrun starts the node's processes itself: start it once a node (here rank "
+            f"{world.rank} on node {world.node_rank}, LOCAL_WORLD_SIZE={world.local_world_size or 'unset'})"
+        )
+    return {
+        k: str(v)
+        for k, v in (
+            ("PET_NNODES", world.world_size),
+            ("PET_NODE_RANK", world.rank),
+            ("PET_MASTER_ADDR", world.master_addr),
+            ("PET_MASTER_PORT", world.master_port),
+        )
+        if k not in env
+    }
 
 
 def apply(tf: bool = False, env: dict | None = None) -> World:
@@ -346,11 +421,16 @@ def apply(tf: bool = False, env: dict | None = None) -> World:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="tb-launch", description=__doc__.split("\n\n")[0],
-                                 usage="tb-launch [--tf] [--hosts H0,H1] (--export | --json | [--] CMD ...)")
+    ap = argparse.ArgumentParser(
+        prog="tb-launch",
+        description=__doc__.split("\n\n")[0],
+        usage="tb-launch [--tf] [--hosts H0,H1] (--export | --json | [--] CMD ...)",
+    )
     ap.add_argument("--export", action="store_true", help="print `export NAME=value` lines for eval")
     ap.add_argument("--json", action="store_true", help="print the resolved world as JSON")
-    ap.add_argument("--tf", action="store_true", help="also set TF_CONFIG (one worker per rank; an existing one is kept)")
+    ap.add_argument(
+        "--tf", action="store_true", help="also set TF_CONFIG (one worker per rank; an existing one is kept)"
+    )
     ap.add_argument("--tf-port", type=int, default=DEFAULT_TF_PORT)
     ap.add_argument("--hosts", help="node addresses in node order (default: $TRAINBASE_HOSTS, Slurm's, Azure's)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)

@@ -1,6 +1,7 @@
 """InfiniBand/RoCE from inside the container: the devices the host has (sysfs) against the
 ones handed to the container (/dev/infiniband), port states, the verbs provider really
 opening each device, and NCCL_* settings that contradict what is here."""
+
 from __future__ import annotations
 
 import ctypes
@@ -8,8 +9,10 @@ import ctypes
 from .core import FAIL, OK, WARN, Node, Result, check
 from .hardware import absent, nccl_settings, rdma
 
-DEVICE_FLAGS = ("pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
-                "an RDMA device-plugin resource (Kubernetes), or the cluster's container plugin (Slurm)")
+DEVICE_FLAGS = (
+    "pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
+    "an RDMA device-plugin resource (Kubernetes), or the cluster's container plugin (Slurm)"
+)
 
 
 @check("ib.devices", "the host's RDMA devices are handed to the container", "ib.dev", compare=("usable",))
@@ -19,18 +22,35 @@ def ib_devices(node: Node) -> Result:
     facts = {"host": host, "usable": usable, "dev_nodes": r["dev_nodes"]}
     if not host:
         if r["dev_nodes"]:
-            return Result("", WARN, f"/dev/infiniband has {', '.join(r['dev_nodes'])} but sysfs lists no RDMA "
-                          "device", hint="check the host's RDMA drivers (`ibv_devices` on the host)", facts=facts)
+            return Result(
+                "",
+                WARN,
+                f"/dev/infiniband has {', '.join(r['dev_nodes'])} but sysfs lists no RDMA device",
+                hint="check the host's RDMA drivers (`ibv_devices` on the host)",
+                facts=facts,
+            )
         return absent(node, "ib", "no RDMA device on this node (sysfs lists none)", DEVICE_FLAGS, facts)
     missing = [d for d in host if d not in r["uverbs"]]
     if missing and not usable:
-        return Result("", FAIL, f"the host has {', '.join(host)} but no verbs device node is in this container "
-                      "(/dev/infiniband/uverbs*): NCCL and UCX fall back to TCP", hint=DEVICE_FLAGS, facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"the host has {', '.join(host)} but no verbs device node is in this container "
+            "(/dev/infiniband/uverbs*): NCCL and UCX fall back to TCP",
+            hint=DEVICE_FLAGS,
+            facts=facts,
+        )
     if missing:
-        return Result("", WARN, f"{', '.join(missing)} of the host are not in this container (usable: "
-                      f"{', '.join(usable)})", hint=DEVICE_FLAGS, facts=facts)
-    return Result("", OK, "RDMA devices in the container: " + ", ".join(f"{d} ({r['uverbs'][d]})" for d in usable),
-                  facts=facts)
+        return Result(
+            "",
+            WARN,
+            f"{', '.join(missing)} of the host are not in this container (usable: {', '.join(usable)})",
+            hint=DEVICE_FLAGS,
+            facts=facts,
+        )
+    return Result(
+        "", OK, "RDMA devices in the container: " + ", ".join(f"{d} ({r['uverbs'][d]})" for d in usable), facts=facts
+    )
 
 
 @check("ib.ports", "RDMA ports are ACTIVE", "ib.port")
@@ -84,22 +104,39 @@ def ib_provider(node: Node) -> Result:
     try:
         opened = verbs_devices(node)
     except OSError as e:
-        return Result("", FAIL, f"libibverbs.so.1 does not load: {e}",
-                      hint="the image lacks rdma-core's libibverbs (or MOFED's): rebuild it with the ib block")
+        return Result(
+            "",
+            FAIL,
+            f"libibverbs.so.1 does not load: {e}",
+            hint="the image lacks rdma-core's libibverbs (or MOFED's): rebuild it with the ib block",
+        )
     bad = []
     for dev in sorted(r["uverbs"]):
         prov = r["devices"][dev]["provider"]
         if dev not in opened:
-            bad.append(f"{dev}: libibverbs lists no provider for it (kernel driver {r['devices'][dev]['driver'] or '?'}"
-                       f", provider lib{prov}): the provider is missing or does not match the host driver")
+            bad.append(
+                f"{dev}: libibverbs lists no provider for it (kernel driver {r['devices'][dev]['driver'] or '?'}"
+                f", provider lib{prov}): the provider is missing or does not match the host driver"
+            )
         elif opened[dev] != "opened":
             bad.append(f"{dev}: {opened[dev]}")
     facts = {"opened": opened}
     if bad:
-        return Result("", FAIL, "; ".join(bad), hint="install the provider that matches the host's driver "
-                      "(rdma-core's ibverbs-providers, or MOFED/DOCA userspace matching the host's OFED)", facts=facts)
-    return Result("", OK, "opened through their providers: " + ", ".join(
-        f"{d} (lib{r['devices'][d]['provider']})" for d in sorted(r["uverbs"])), facts=facts)
+        return Result(
+            "",
+            FAIL,
+            "; ".join(bad),
+            hint="install the provider that matches the host's driver "
+            "(rdma-core's ibverbs-providers, or MOFED/DOCA userspace matching the host's OFED)",
+            facts=facts,
+        )
+    return Result(
+        "",
+        OK,
+        "opened through their providers: "
+        + ", ".join(f"{d} (lib{r['devices'][d]['provider']})" for d in sorted(r["uverbs"])),
+        facts=facts,
+    )
 
 
 def _matches(spec: str, names: list[str]) -> list[str]:
@@ -119,11 +156,14 @@ def _matches(spec: str, names: list[str]) -> list[str]:
 def nccl_env(node: Node) -> Result:
     s = nccl_settings(node)
     usable = sorted(rdma(node)["uverbs"])
-    ifaces = sorted(p.name for p in node.path("/sys/class/net").iterdir()) if node.path("/sys/class/net").is_dir() else []
+    ifaces = (
+        sorted(p.name for p in node.path("/sys/class/net").iterdir()) if node.path("/sys/class/net").is_dir() else []
+    )
     fails, warns = [], []
 
     def said(k: str) -> str:
         return f"{k}={s[k][0]} (from {s[k][1]})"
+
     if s.get("NCCL_IB_DISABLE", ("0",))[0] == "1" and usable:
         fails.append(f"{said('NCCL_IB_DISABLE')} while {', '.join(usable)} are here: NCCL will use sockets")
     if "NCCL_NET" in s and s["NCCL_NET"][0].lower() == "socket" and usable:
@@ -145,6 +185,9 @@ def nccl_env(node: Node) -> Result:
         return Result("", FAIL, "; ".join(fails + warns), hint=hint, facts=facts)
     if warns:
         return Result("", WARN, "; ".join(warns), hint=hint, facts=facts)
-    return Result("", OK, f"{len(s)} NCCL setting(s), none contradicts this node" +
-                  (f": {', '.join(sorted(s))}" if s else ""), facts=facts)
-
+    return Result(
+        "",
+        OK,
+        f"{len(s)} NCCL setting(s), none contradicts this node" + (f": {', '.join(sorted(s))}" if s else ""),
+        facts=facts,
+    )

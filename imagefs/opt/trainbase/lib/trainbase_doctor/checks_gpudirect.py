@@ -12,6 +12,7 @@ else says so)? Two checks, both "not applicable" without RDMA devices and GPUs:
 The log lines are NCCL's own formats, which changed across releases; each is quoted with the
 source line it comes from in tests/unit/fixtures/nccl_gdr/ (NVIDIA/nccl, tags 2.12 to 2.30); their
 parser is ``nccl_log``."""
+
 from __future__ import annotations
 
 import gzip
@@ -28,7 +29,7 @@ from .nccl_log import parse_nccl_gdr, path_type_names
 
 # --- the kernel side -----------------------------------------------------------------------------
 DMABUF_KERNEL = (5, 12)  # ib_umem_dmabuf / ibv_reg_dmabuf_mr: Linux 5.12
-DMABUF_DRIVER = 515      # the first release of NVIDIA's open kernel modules, which alone export DMA-BUF
+DMABUF_DRIVER = 515  # the first release of NVIDIA's open kernel modules, which alone export DMA-BUF
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124  # cuda.h; what NCCL's init.cc asks before using DMA-BUF
 
 
@@ -92,9 +93,18 @@ def kernel_gdr(node: Node) -> dict[str, Any]:
         missing.append("the NVIDIA driver is not the open kernel modules" + (f" ({driver})" if driver else ""))
     elif gpu_attr is None and driver is not None and driver < DMABUF_DRIVER:
         missing.append(f"driver {driver} < {DMABUF_DRIVER}")
-    facts = {"nvidia_peermem": peermem, "nv_peer_mem": legacy, "kernel": release or None, "driver": driver,
-             "open_kernel_modules": open_modules, "config_dma_shared_buffer": config, "gpu_dmabuf_attribute": gpu_attr,
-             "dmabuf": not missing, "dmabuf_missing": missing, "placement": placement(node)}
+    facts = {
+        "nvidia_peermem": peermem,
+        "nv_peer_mem": legacy,
+        "kernel": release or None,
+        "driver": driver,
+        "open_kernel_modules": open_modules,
+        "config_dma_shared_buffer": config,
+        "gpu_dmabuf_attribute": gpu_attr,
+        "dmabuf": not missing,
+        "dmabuf_missing": missing,
+        "placement": placement(node),
+    }
     node.cache["gdr_kernel"] = facts
     return facts
 
@@ -113,8 +123,8 @@ def _pci(node: Node, link: Path) -> tuple[str, list[str], int | None]:
     except OSError:
         real = link
     parts = list(real.parts)
-    chain = parts[parts.index("devices") + 1:] if "devices" in parts else []
-    chain = chain[next((i for i, p in enumerate(chain) if p.startswith("pci")), len(chain)):]
+    chain = parts[parts.index("devices") + 1 :] if "devices" in parts else []
+    chain = chain[next((i for i, p in enumerate(chain) if p.startswith("pci")), len(chain)) :]
     numa = _text(link / "numa_node")
     return real.name, chain, int(numa) if re.fullmatch(r"-?\d+", numa) and int(numa) >= 0 else None
 
@@ -141,19 +151,27 @@ def placement(node: Node) -> dict[str, Any]:
         vendor, cls = _text(d / "vendor"), _text(d / "class")
         if vendor.lower() == "0x10de" and cls.startswith(("0x0302", "0x0300")):
             gpus.append(_pci(node, d))
-    hcas = {name: _pci(node, node.path(f"/sys/class/infiniband/{name}/device")) for name in sorted(rdma(node)["devices"])}
-    return {"gpus": [{"pci": g[0], "numa": g[2]} for g in gpus],
-            "hcas": {n: {"pci": h[0] if h[1] else None, "numa": h[2]} for n, h in hcas.items()},
-            "pairs": {g[0]: {n: relation(g, h) for n, h in hcas.items()} for g in gpus}}
+    hcas = {
+        name: _pci(node, node.path(f"/sys/class/infiniband/{name}/device")) for name in sorted(rdma(node)["devices"])
+    }
+    return {
+        "gpus": [{"pci": g[0], "numa": g[2]} for g in gpus],
+        "hcas": {n: {"pci": h[0] if h[1] else None, "numa": h[2]} for n, h in hcas.items()},
+        "pairs": {g[0]: {n: relation(g, h) for n, h in hcas.items()} for g in gpus},
+    }
 
 
 # --- why a channel goes through host memory ------------------------------------------------------------
-PEERMEM_FIX = ("load nvidia_peermem on the host (`modprobe nvidia-peermem`; GPU Operator: driver.rdma.enabled=true), "
-               "or use DMA-BUF: Linux >= 5.12 with NVIDIA's open kernel modules")
+PEERMEM_FIX = (
+    "load nvidia_peermem on the host (`modprobe nvidia-peermem`; GPU Operator: driver.rdma.enabled=true), "
+    "or use DMA-BUF: Linux >= 5.12 with NVIDIA's open kernel modules"
+)
 ENV_FIX = "unset the NCCL_* setting (image ENV, the job spec, or /etc/nccl.conf)"
-DISTANCE_FIX = ("run each rank on a GPU that shares a PCIe switch with its HCA (NCCL_IB_HCA per local rank, or the "
-                "cluster's topology file in NCCL_TOPO_FILE); NCCL_NET_GDR_LEVEL=SYS only where PCIe peer-to-peer "
-                "across the CPU is known to be fast")
+DISTANCE_FIX = (
+    "run each rank on a GPU that shares a PCIe switch with its HCA (NCCL_IB_HCA per local rank, or the "
+    "cluster's topology file in NCCL_TOPO_FILE); NCCL_NET_GDR_LEVEL=SYS only where PCIe peer-to-peer "
+    "across the CPU is known to be fast"
+)
 
 
 def _setting(log: dict[str, Any], settings: dict[str, tuple[str, str]], name: str) -> tuple[str, str] | None:
@@ -162,8 +180,15 @@ def _setting(log: dict[str, Any], settings: dict[str, tuple[str, str]], name: st
     return settings.get(name)
 
 
-def staging_reasons(log: dict[str, Any], kernel: dict[str, Any], settings: dict[str, tuple[str, str]],
-                    hca: int, rank: int | None, gpu: str | None, direction: str) -> list[tuple[str, str]]:
+def staging_reasons(
+    log: dict[str, Any],
+    kernel: dict[str, Any],
+    settings: dict[str, tuple[str, str]],
+    hca: int,
+    rank: int | None,
+    gpu: str | None,
+    direction: str,
+) -> list[tuple[str, str]]:
     """Why NCCL keeps GPU ``gpu`` (rank ``rank``) and HCA ``hca`` off GPUDirect RDMA: [(kind, words)],
     kind one of module, env, distance, unknown. The log's own words first, then this node's."""
     why: list[tuple[str, str]] = []
@@ -179,17 +204,30 @@ def staging_reasons(log: dict[str, Any], kernel: dict[str, Any], settings: dict[
     if info and not info["gdr"]:
         dmabuf_off = _setting(log, settings, "NCCL_DMABUF_ENABLE")
         if info["said"] == "no module" or not (kernel["nvidia_peermem"] or kernel["nv_peer_mem"]):
-            no_dmabuf = ("NCCL_DMABUF_ENABLE=0 (from " + dmabuf_off[1] + ")" if dmabuf_off and dmabuf_off[0] == "0"
-                         else "no DMA-BUF (this node: " + "; ".join(kernel["dmabuf_missing"]) + ")"
-                         if kernel["dmabuf_missing"]
-                         else "no DMA-BUF on the GPU in NCCL's log" if log["version"] and not log["dmabuf_gpus"]
-                         else "DMA-BUF not taken")
-            why.append(("env" if no_dmabuf.startswith("NCCL_") else "module",
-                        f"{hca_name}: no nvidia_peermem and {no_dmabuf}: NCCL says GPU Direct RDMA Disabled for the HCA"))
+            no_dmabuf = (
+                "NCCL_DMABUF_ENABLE=0 (from " + dmabuf_off[1] + ")"
+                if dmabuf_off and dmabuf_off[0] == "0"
+                else "no DMA-BUF (this node: " + "; ".join(kernel["dmabuf_missing"]) + ")"
+                if kernel["dmabuf_missing"]
+                else "no DMA-BUF on the GPU in NCCL's log"
+                if log["version"] and not log["dmabuf_gpus"]
+                else "DMA-BUF not taken"
+            )
+            why.append(
+                (
+                    "env" if no_dmabuf.startswith("NCCL_") else "module",
+                    f"{hca_name}: no nvidia_peermem and {no_dmabuf}: NCCL says GPU Direct RDMA Disabled for the HCA",
+                )
+            )
         else:
-            why.append(("module", f"{hca_name}: NCCL says GPU Direct RDMA Disabled for the HCA although nvidia_peermem "
-                        "is loaded (a peermem built before the HCA's driver does not register: rebuild it against the "
-                        "host's OFED)"))
+            why.append(
+                (
+                    "module",
+                    f"{hca_name}: NCCL says GPU Direct RDMA Disabled for the HCA although nvidia_peermem "
+                    "is loaded (a peermem built before the HCA's driver does not register: rebuild it against the "
+                    "host's OFED)",
+                )
+            )
     for p in log["pairs"]:
         if not p["gdr"] and p["hca"] == hca and (rank is None or p["rank"] in (None, rank)):
             d, lv = p["distance"], p["level"]
@@ -197,8 +235,13 @@ def staging_reasons(log: dict[str, Any], kernel: dict[str, Any], settings: dict[
                 words = f"distance {names[d]} > {names[lv]}"
             else:
                 words = f"distance {d} > {lv}"
-            why.append(("distance", f"GPU {gpu if gpu is not None else p['rank']} and {hca_name} are too far apart "
-                        f"({words}, NCCL's log)"))
+            why.append(
+                (
+                    "distance",
+                    f"GPU {gpu if gpu is not None else p['rank']} and {hca_name} are too far apart "
+                    f"({words}, NCCL's log)",
+                )
+            )
     if not any(kind == "distance" for kind, _ in why):
         pairs = kernel["placement"]["pairs"]
         gpus = kernel["placement"]["gpus"]
@@ -206,11 +249,21 @@ def staging_reasons(log: dict[str, Any], kernel: dict[str, Any], settings: dict[
         if index is not None and index < len(gpus):
             rel = pairs.get(gpus[index]["pci"], {}).get(hca_name, "?")
             if rel in ("PHB", "NODE", "SYS") and not any(k == "module" for k, _ in why):
-                why.append(("distance", f"GPU {index} ({gpus[index]['pci']}) and {hca_name} are {rel} apart on this "
-                            "node's PCIe (sysfs): beyond NCCL's default GDR level (PXB)"))
+                why.append(
+                    (
+                        "distance",
+                        f"GPU {index} ({gpus[index]['pci']}) and {hca_name} are {rel} apart on this "
+                        "node's PCIe (sysfs): beyond NCCL's default GDR level (PXB)",
+                    )
+                )
     if not why and level:  # NCCL 2.30 logs no distance line: a level set below the GPU/HCA distance is silent
-        why.append(("env", f"NCCL_NET_GDR_LEVEL={level[0]} (from {level[1]}) allows GPUDirect RDMA only for GPUs "
-                    "that close to the HCA"))
+        why.append(
+            (
+                "env",
+                f"NCCL_NET_GDR_LEVEL={level[0]} (from {level[1]}) allows GPUDirect RDMA only for GPUs "
+                "that close to the HCA",
+            )
+        )
     return why or [("unknown", f"NCCL gives no reason in this log for {hca_name}")]
 
 
@@ -221,8 +274,12 @@ def _applicable(node: Node) -> Result | None:
     if info.get("error") or not info.get("count"):
         return absent(node, "gpu", "not applicable: no GPU in this container, so no GPUDirect RDMA", GPU_FLAGS)
     if not rdma(node)["uverbs"]:
-        return absent(node, "ib", "not applicable: no RDMA device in this container, so no GPUDirect RDMA",
-                      "pass the RDMA devices (`--device=/dev/infiniband`, an RDMA device-plugin resource)")
+        return absent(
+            node,
+            "ib",
+            "not applicable: no RDMA device in this container, so no GPUDirect RDMA",
+            "pass the RDMA devices (`--device=/dev/infiniband`, an RDMA device-plugin resource)",
+        )
     return None
 
 
@@ -235,14 +292,34 @@ def gpudirect_kernel(node: Node) -> Result:
     far = [g for g, hs in k["placement"]["pairs"].items() if hs and all(r in ("NODE", "SYS") for r in hs.values())]
     where = f"; GPU(s) with every HCA on another PCIe root or NUMA node: {', '.join(sorted(far))}" if far else ""
     if k["nvidia_peermem"] or k["nv_peer_mem"]:
-        return Result("", OK, ("nvidia_peermem loaded" if k["nvidia_peermem"] else "nv_peer_mem loaded") +
-                      (", DMA-BUF possible too" if k["dmabuf"] else "") + where, facts=k)
+        return Result(
+            "",
+            OK,
+            ("nvidia_peermem loaded" if k["nvidia_peermem"] else "nv_peer_mem loaded")
+            + (", DMA-BUF possible too" if k["dmabuf"] else "")
+            + where,
+            facts=k,
+        )
     if k["dmabuf"]:
-        return Result("", OK, f"DMA-BUF: kernel {k['kernel']}, " + (
-            "the driver says the GPU supports it" if k["gpu_dmabuf_attribute"] else "NVIDIA open kernel modules") +
-            " (no nvidia_peermem, not needed)" + where, facts=k)
-    return Result("", FAIL, "neither nvidia_peermem nor DMA-BUF: " + "; ".join(k["dmabuf_missing"]) +
-                  ": NCCL stages every transfer between nodes through host memory" + where, hint=PEERMEM_FIX, facts=k)
+        return Result(
+            "",
+            OK,
+            f"DMA-BUF: kernel {k['kernel']}, "
+            + ("the driver says the GPU supports it" if k["gpu_dmabuf_attribute"] else "NVIDIA open kernel modules")
+            + " (no nvidia_peermem, not needed)"
+            + where,
+            facts=k,
+        )
+    return Result(
+        "",
+        FAIL,
+        "neither nvidia_peermem nor DMA-BUF: "
+        + "; ".join(k["dmabuf_missing"])
+        + ": NCCL stages every transfer between nodes through host memory"
+        + where,
+        hint=PEERMEM_FIX,
+        facts=k,
+    )
 
 
 GDR_PROBE = r"""
@@ -286,17 +363,27 @@ def gpudirect_nccl(node: Node) -> Result:
     settings = nccl_settings(node) if not node.nccl_log else {}
     net_channels = log["channels"]
     facts: dict[str, Any] = {
-        "source": source, "nccl_version": ".".join(map(str, log["version"])) if log["version"] else None,
-        "network": log["network"], "hcas": {str(k): v for k, v in log["hcas"].items()},
-        "dmabuf_gpus": log["dmabuf_gpus"], "env": log["env"], "net_channels": len(net_channels),
-        "gdr_channels": sum(1 for c in net_channels if c["gdr"]), "staged": []}
+        "source": source,
+        "nccl_version": ".".join(map(str, log["version"])) if log["version"] else None,
+        "network": log["network"],
+        "hcas": {str(k): v for k, v in log["hcas"].items()},
+        "dmabuf_gpus": log["dmabuf_gpus"],
+        "env": log["env"],
+        "net_channels": len(net_channels),
+        "gdr_channels": sum(1 for c in net_channels if c["gdr"]),
+        "staged": [],
+    }
     staged: dict[tuple[str, tuple[str, ...]], list[str]] = {}  # (GPU -> HCA, reasons) -> directions
     kinds: set[str] = set()
     sockets = [c for c in net_channels if c["net"].lower() == "socket"]
     if (log["network"] or "").lower() == "socket" or sockets:
-        return Result("", FAIL, f"NCCL's network is sockets ({source}): every transfer between nodes goes through "
-                      "host memory over TCP", hint="see nccl.network and nccl.env (NCCL_IB_DISABLE, NCCL_NET, the "
-                      "RDMA devices handed in)", facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"NCCL's network is sockets ({source}): every transfer between nodes goes through host memory over TCP",
+            hint="see nccl.network and nccl.env (NCCL_IB_DISABLE, NCCL_NET, the RDMA devices handed in)",
+            facts=facts,
+        )
     for c in net_channels:
         if c["gdr"]:
             continue
@@ -317,21 +404,50 @@ def gpudirect_nccl(node: Node) -> Result:
                 reasons = staging_reasons(log, kernel, settings, p["hca"], p["rank"], None, "receive")
                 kinds.update(k for k, _ in reasons)
                 staged.setdefault((f"rank {p['rank']} -> HCA {p['hca']}", tuple(w for _, w in reasons)), [])
-    facts["staged"] = [what + (f" [{', '.join(dirs)}]" if dirs else "") + ": " + "; ".join(why)
-                       for (what, why), dirs in staged.items()]
+    facts["staged"] = [
+        what + (f" [{', '.join(dirs)}]" if dirs else "") + ": " + "; ".join(why) for (what, why), dirs in staged.items()
+    ]
     if staged:
         n = len(net_channels) - facts["gdr_channels"]
         count = f"{n} of {len(net_channels)} NET channels" if net_channels else "NCCL's verdict per HCA"
-        hint = " / ".join(fix for kind, fix in (("module", PEERMEM_FIX), ("env", ENV_FIX), ("distance", DISTANCE_FIX))
-                          if kind in kinds) or "run the job with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read why"
-        return Result("", FAIL, f"NCCL moves data between nodes through host memory ({count}, {source}): " +
-                      " | ".join(facts["staged"][:4]), hint=hint, facts=facts)
+        hint = (
+            " / ".join(
+                fix
+                for kind, fix in (("module", PEERMEM_FIX), ("env", ENV_FIX), ("distance", DISTANCE_FIX))
+                if kind in kinds
+            )
+            or "run the job with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV and read why"
+        )
+        return Result(
+            "",
+            FAIL,
+            f"NCCL moves data between nodes through host memory ({count}, {source}): "
+            + " | ".join(facts["staged"][:4]),
+            hint=hint,
+            facts=facts,
+        )
     if net_channels:
-        return Result("", OK, f"every NET channel is GDRDMA ({len(net_channels)} channels over "
-                      f"{', '.join(sorted({c['net'] for c in net_channels}))}, {source})", facts=facts)
+        return Result(
+            "",
+            OK,
+            f"every NET channel is GDRDMA ({len(net_channels)} channels over "
+            f"{', '.join(sorted({c['net'] for c in net_channels}))}, {source})",
+            facts=facts,
+        )
     if log["hcas"]:
-        return Result("", OK, "NCCL enables GPU Direct RDMA for " + ", ".join(
-            i["name"] for i in log["hcas"].values()) + f" ({source}; no channel through the network in this log: "
-            "run a job across nodes with --nccl-log to see every channel)", facts=facts)
-    return Result("", WARN, f"NCCL's log says nothing about GPU Direct RDMA ({source})", facts=facts,
-                  hint="log with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV (NET carries the GDR lines)")
+        return Result(
+            "",
+            OK,
+            "NCCL enables GPU Direct RDMA for "
+            + ", ".join(i["name"] for i in log["hcas"].values())
+            + f" ({source}; no channel through the network in this log: "
+            "run a job across nodes with --nccl-log to see every channel)",
+            facts=facts,
+        )
+    return Result(
+        "",
+        WARN,
+        f"NCCL's log says nothing about GPU Direct RDMA ({source})",
+        facts=facts,
+        hint="log with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV (NET carries the GDR lines)",
+    )

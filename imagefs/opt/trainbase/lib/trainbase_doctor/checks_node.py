@@ -1,4 +1,5 @@
 """The node under the container: the image itself, GPUs and driver, memory limits, mounts."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,12 @@ RUNTIME_MOUNTS = re.compile(r"^/(proc|sys|dev(/pts|/mqueue|/console)?|etc/(hosts
 def image_manifest(node: Node) -> Result:
     m = node.manifest()
     if not m:
-        return Result("", FAIL, "no readable /etc/trainbase/manifest.json: this is not a trainbase image, or it "
-                      "was altered", hint="run the image trainbase built; the checks below compare against it")
+        return Result(
+            "",
+            FAIL,
+            "no readable /etc/trainbase/manifest.json: this is not a trainbase image, or it was altered",
+            hint="run the image trainbase built; the checks below compare against it",
+        )
     facts = {"name": m.get("name"), "fingerprint": node.image_fingerprint()}
     return Result("", OK, f"{m.get('name')} (content fingerprint {facts['fingerprint']})", facts=facts)
 
@@ -30,18 +35,30 @@ def gpu_visible(node: Node) -> Result:
     if info.get("error") == "no-driver":
         return absent(node, "gpu", "no GPU: " + info["detail"], GPU_FLAGS, {"count": 0})
     if info.get("error") == "no-device":
-        return absent(node, "gpu", f"no GPU: the driver is here but {info['detail']} {visible or ''}".rstrip(),
-                      "check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and that the GPUs are handed to "
-                      "the container", {"count": 0})
+        return absent(
+            node,
+            "gpu",
+            f"no GPU: the driver is here but {info['detail']} {visible or ''}".rstrip(),
+            "check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and that the GPUs are handed to the container",
+            {"count": 0},
+        )
     if info.get("error"):
-        return Result("", FAIL, f"the CUDA driver does not initialise: {info['detail']}",
-                      hint="compare the host driver with the image's CUDA (`nvidia-smi`); 803 means the "
-                      "container's libcuda and the kernel module differ: do not ship libcuda in the image",
-                      facts={"count": 0})
+        return Result(
+            "",
+            FAIL,
+            f"the CUDA driver does not initialise: {info['detail']}",
+            hint="compare the host driver with the image's CUDA (`nvidia-smi`); 803 means the "
+            "container's libcuda and the kernel module differ: do not ship libcuda in the image",
+            facts={"count": 0},
+        )
     if info["count"] == 0:
         return absent(node, "gpu", "no GPU: the driver reports 0 devices", GPU_FLAGS, {"count": 0})
-    return Result("", OK, f"{info['count']} GPU(s): " + "; ".join(info["devices"]),
-                  facts={"count": info["count"], "devices": info["devices"], **visible})
+    return Result(
+        "",
+        OK,
+        f"{info['count']} GPU(s): " + "; ".join(info["devices"]),
+        facts={"count": info["count"], "devices": info["devices"], **visible},
+    )
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
@@ -53,32 +70,57 @@ def gpu_driver(node: Node) -> Result:
     info = cuda_driver(node)
     want = str(node.component("cuda", "version") or "")
     if info.get("error") in ("no-driver", "no-device") or (not info.get("error") and not info.get("count")):
-        return absent(node, "gpu", "no GPU, so no driver to compare with the image's CUDA " + want,
-                      GPU_FLAGS, {"driver_version": None})
+        return absent(
+            node,
+            "gpu",
+            "no GPU, so no driver to compare with the image's CUDA " + want,
+            GPU_FLAGS,
+            {"driver_version": None},
+        )
     have, drv = info.get("driver_cuda"), info.get("driver_version")
     facts = {"driver_version": drv, "driver_cuda": have, "image_cuda": want}
     if not want:
-        return Result("", WARN, f"driver {drv} (CUDA {have}); the manifest names no CUDA version",
-                      hint="run an image built by trainbase (its manifest names its CUDA)", facts=facts)
+        return Result(
+            "",
+            WARN,
+            f"driver {drv} (CUDA {have}); the manifest names no CUDA version",
+            hint="run an image built by trainbase (its manifest names its CUDA)",
+            facts=facts,
+        )
     if have and _version_tuple(have) >= _version_tuple(want):
         return Result("", OK, f"driver {drv or '?'} supports CUDA {have}, the image needs {want}", facts=facts)
     major = _version_tuple(want)[0]
     floor = MIN_DRIVER_FOR_MAJOR.get(major)
     if have and drv and floor and _version_tuple(have)[0] == major and _version_tuple(drv) >= _version_tuple(floor):
-        return Result("", WARN, f"driver {drv} supports CUDA {have}, older than the image's {want}: it runs only "
-                      "through minor-version compatibility (no PTX JIT of newer code, some APIs fail)",
-                      hint=f"upgrade the host driver to one for CUDA {want} or newer", facts=facts)
+        return Result(
+            "",
+            WARN,
+            f"driver {drv} supports CUDA {have}, older than the image's {want}: it runs only "
+            "through minor-version compatibility (no PTX JIT of newer code, some APIs fail)",
+            hint=f"upgrade the host driver to one for CUDA {want} or newer",
+            facts=facts,
+        )
     if floor is None:
         # a CUDA major this doctor has no driver floor for (newer than the doctor): say what is
         # known -- the driver's CUDA is older than the image's -- and no invented branch number
-        return Result("", FAIL, f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs a "
-                      f"driver for CUDA {major}.x, and this doctor knows no minimum driver for CUDA {major}",
-                      hint=f"upgrade the host driver to one whose `nvidia-smi` shows CUDA Version {want} or newer "
-                      f"(NVIDIA's CUDA {major} release notes list the minimum branch), or use an image built for "
-                      f"CUDA {have or 'the driver'}", facts=facts)
-    return Result("", FAIL, f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs at "
-                  f"least driver {floor}", hint=f"upgrade the host driver (CUDA {major}.x needs "
-                  f"R{floor.split('.')[0]} or newer) or use an image built for CUDA {have or 'the driver'}", facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs a "
+            f"driver for CUDA {major}.x, and this doctor knows no minimum driver for CUDA {major}",
+            hint=f"upgrade the host driver to one whose `nvidia-smi` shows CUDA Version {want} or newer "
+            f"(NVIDIA's CUDA {major} release notes list the minimum branch), or use an image built for "
+            f"CUDA {have or 'the driver'}",
+            facts=facts,
+        )
+    return Result(
+        "",
+        FAIL,
+        f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs at least driver {floor}",
+        hint=f"upgrade the host driver (CUDA {major}.x needs "
+        f"R{floor.split('.')[0]} or newer) or use an image built for CUDA {have or 'the driver'}",
+        facts=facts,
+    )
 
 
 @check("mem.memlock", "locked-memory limit allows RDMA registration", "memlock", compare=("limit_bytes",))
@@ -89,16 +131,30 @@ def memlock(node: Node) -> Result:
     if limit < 0:
         return Result("", OK, "memlock unlimited", facts=facts)
     if ipc_lock:
-        return Result("", OK, f"memlock {human_bytes(limit)}, but CAP_IPC_LOCK lets RDMA pin memory past it",
-                      facts=facts)
-    hint = (f"memlock limit is {human_bytes(limit)}: RDMA needs unlimited — run the container with "
-            "`--ulimit memlock=-1` (or `--cap-add IPC_LOCK`); under Slurm/ssh launchers the limit of the "
-            "daemon that starts the ranks applies")
+        return Result(
+            "", OK, f"memlock {human_bytes(limit)}, but CAP_IPC_LOCK lets RDMA pin memory past it", facts=facts
+        )
+    hint = (
+        f"memlock limit is {human_bytes(limit)}: RDMA needs unlimited — run the container with "
+        "`--ulimit memlock=-1` (or `--cap-add IPC_LOCK`); under Slurm/ssh launchers the limit of the "
+        "daemon that starts the ranks applies"
+    )
     if rdma(node)["devices"]:
-        return Result("", FAIL, f"memlock {human_bytes(limit)} with RDMA devices here: memory registration "
-                      "(ibv_reg_mr) fails with ENOMEM once NCCL/UCX pin their buffers", hint=hint, facts=facts)
-    return Result("", WARN, f"memlock {human_bytes(limit)}: no RDMA device here, but on an RDMA node "
-                  "registration would fail", hint=hint, facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"memlock {human_bytes(limit)} with RDMA devices here: memory registration "
+            "(ibv_reg_mr) fails with ENOMEM once NCCL/UCX pin their buffers",
+            hint=hint,
+            facts=facts,
+        )
+    return Result(
+        "",
+        WARN,
+        f"memlock {human_bytes(limit)}: no RDMA device here, but on an RDMA node registration would fail",
+        hint=hint,
+        facts=facts,
+    )
 
 
 @check("mem.shm", "/dev/shm is large enough for NCCL and data loaders", "shm", compare=("size_bytes",))
@@ -106,31 +162,58 @@ def shm(node: Node) -> Result:
     size = node.statvfs_bytes("/dev/shm")
     hint = "run the container with `--shm-size=16g` or `--ipc=host` (Kubernetes: an emptyDir with medium: Memory at /dev/shm)"
     if size is None:
-        return Result("", FAIL, "/dev/shm is missing: NCCL's shared-memory transport and torch's DataLoader "
-                      "workers fail", hint=hint, facts={"size_bytes": None})
+        return Result(
+            "",
+            FAIL,
+            "/dev/shm is missing: NCCL's shared-memory transport and torch's DataLoader workers fail",
+            hint=hint,
+            facts={"size_bytes": None},
+        )
     facts = {"size_bytes": size}
-    local = int(node.env.get("LOCAL_WORLD_SIZE") or node.env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-                or node.env.get("MPI_LOCALNRANKS") or 1)
+    local = int(
+        node.env.get("LOCAL_WORLD_SIZE")
+        or node.env.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+        or node.env.get("MPI_LOCALNRANKS")
+        or 1
+    )
     gpus = cuda_driver(node).get("count") or 0
     if size < 256 << 20:
         if local > 1 or gpus > 1:
-            return Result("", FAIL, f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): too small for "
-                          f"NCCL between {max(local, gpus)} local processes/GPUs", hint=hint, facts=facts)
-        return Result("", WARN, f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): enough for one "
-                      "process, too small once several processes or GPUs share this node", hint=hint, facts=facts)
+            return Result(
+                "",
+                FAIL,
+                f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): too small for "
+                f"NCCL between {max(local, gpus)} local processes/GPUs",
+                hint=hint,
+                facts=facts,
+            )
+        return Result(
+            "",
+            WARN,
+            f"/dev/shm is {human_bytes(size)} (Docker's default is 64 MiB): enough for one "
+            "process, too small once several processes or GPUs share this node",
+            hint=hint,
+            facts=facts,
+        )
     if size < 1 << 30:
-        return Result("", WARN, f"/dev/shm is {human_bytes(size)}: multi-GPU NCCL and DataLoader workers want "
-                      "several GiB", hint=hint, facts=facts)
+        return Result(
+            "",
+            WARN,
+            f"/dev/shm is {human_bytes(size)}: multi-GPU NCCL and DataLoader workers want several GiB",
+            hint=hint,
+            facts=facts,
+        )
     return Result("", OK, f"/dev/shm is {human_bytes(size)}", facts=facts)
 
 
-CMA_FIX = ("Docker 20.10: `--cap-add SYS_PTRACE` (Docker >= 23 allows it on kernels >= 4.8); Kubernetes: "
-           "securityContext.capabilities.add [SYS_PTRACE]; Charliecloud: `ch-run --join` (one namespace per node); "
-           "Apptainer: `--sharens`; enroot/pyxis: one container per node, not per task; Yama: ptrace_scope <= 1")
+CMA_FIX = (
+    "Docker 20.10: `--cap-add SYS_PTRACE` (Docker >= 23 allows it on kernels >= 4.8); Kubernetes: "
+    "securityContext.capabilities.add [SYS_PTRACE]; Charliecloud: `ch-run --join` (one namespace per node); "
+    "Apptainer: `--sharens`; enroot/pyxis: one container per node, not per task; Yama: ptrace_scope <= 1"
+)
 
 
-@check("mem.cma", "processes on this node can read each other's memory (MPI single-copy)", "cma",
-       compare=("cma",))
+@check("mem.cma", "processes on this node can read each other's memory (MPI single-copy)", "cma", compare=("cma",))
 def cma(node: Node) -> Result:
     """Which single-copy path the node's MPI can use. Without cross-memory attach, large
     messages between ranks of one node take two copies through shared memory -- or, with a
@@ -138,24 +221,38 @@ def cma(node: Node) -> Result:
     at 0.43x the speed (issue 28)."""
     err = node.cma_probe()
     yama = node.read("/proc/sys/kernel/yama/ptrace_scope")
-    configured = node.env.get("OMPI_MCA_btl_vader_single_copy_mechanism") or \
-        node.env.get("OMPI_MCA_btl_sm_single_copy_mechanism") or node.env.get("OMPI_MCA_smsc")
+    configured = (
+        node.env.get("OMPI_MCA_btl_vader_single_copy_mechanism")
+        or node.env.get("OMPI_MCA_btl_sm_single_copy_mechanism")
+        or node.env.get("OMPI_MCA_smsc")
+    )
     facts = {"cma": err == 0, "errno": err, "yama_ptrace_scope": yama, "single_copy_configured": configured}
     if err == 0:
-        path = ("copy-in/copy-out (the image sets single_copy_mechanism=none; CMA would work here)"
-                if configured == "none" else "CMA (one copy, process_vm_readv)")
+        path = (
+            "copy-in/copy-out (the image sets single_copy_mechanism=none; CMA would work here)"
+            if configured == "none"
+            else "CMA (one copy, process_vm_readv)"
+        )
         facts["single_copy"] = "none (configured)" if configured == "none" else "cma"
         return Result("", OK, f"cross-memory attach works between local processes: MPI uses {path}", facts=facts)
     import errno as errnos
+
     name = errnos.errorcode.get(err, str(err))
     facts["single_copy"] = "none (refused)"
     yama_why = f", or Yama ptrace_scope {yama}" if yama not in (None, "0", "1") else ""
-    why = {"EPERM": f"refused (seccomp without CAP_SYS_PTRACE, or ranks in different user namespaces{yama_why})",
-           "ENOSYS": "not implemented (gVisor or a seccomp ENOSYS rule)"}
-    return Result("", WARN, f"cross-memory attach {why.get(name, name)}: large messages between ranks of this node "
-                  "take two copies through shared memory (about as fast on this image's transports), and any "
-                  "transport that falls back to TCP for them runs at a fraction of the speed",
-                  hint=f"let ranks on a node read each other's memory: {CMA_FIX}", facts=facts)
+    why = {
+        "EPERM": f"refused (seccomp without CAP_SYS_PTRACE, or ranks in different user namespaces{yama_why})",
+        "ENOSYS": "not implemented (gVisor or a seccomp ENOSYS rule)",
+    }
+    return Result(
+        "",
+        WARN,
+        f"cross-memory attach {why.get(name, name)}: large messages between ranks of this node "
+        "take two copies through shared memory (about as fast on this image's transports), and any "
+        "transport that falls back to TCP for them runs at a fraction of the speed",
+        hint=f"let ranks on a node read each other's memory: {CMA_FIX}",
+        facts=facts,
+    )
 
 
 def mount_points(node: Node) -> list[str]:
@@ -174,8 +271,12 @@ def mount_points(node: Node) -> list[str]:
 @check("node.mounts", "the container's mounts (compared across nodes)", "mounts", compare=("mounts",))
 def mounts(node: Node) -> Result:
     points = mount_points(node)
-    return Result("", OK, f"{len(points)} mount(s) beyond the container's own: {', '.join(points) or 'none'}",
-                  facts={"mounts": points})
+    return Result(
+        "",
+        OK,
+        f"{len(points)} mount(s) beyond the container's own: {', '.join(points) or 'none'}",
+        facts={"mounts": points},
+    )
 
 
 @check("node.tmpdir", "the temporary directory is writable (Open MPI's PMIx session directory, tempfile)", "tmpdir")
@@ -191,8 +292,12 @@ def tmpdir(node: Node) -> Result:
     if not err:
         return Result("", OK, f"{said} is writable" + ("" if var else " (no TMPDIR, TEMP or TMP set)"), facts=facts)
     shm = "writable here" if not node.unwritable("/dev/shm") else "not writable here either: mount a tmpfs"
-    return Result("", FAIL, f"{said} is not writable ({err}): Open MPI's PMIx cannot create its session directory "
-                  "(mpirun and MPI_Init stop with a mkdir error) and Python's tempfile fails",
-                  hint=f"start the ranks with TMPDIR=/dev/shm ({shm}), or give the container a writable /tmp "
-                  "(`--tmpfs /tmp` for Docker/Podman, an emptyDir on Kubernetes, a bind mount for ch-run/Apptainer)",
-                  facts=facts)
+    return Result(
+        "",
+        FAIL,
+        f"{said} is not writable ({err}): Open MPI's PMIx cannot create its session directory "
+        "(mpirun and MPI_Init stop with a mkdir error) and Python's tempfile fails",
+        hint=f"start the ranks with TMPDIR=/dev/shm ({shm}), or give the container a writable /tmp "
+        "(`--tmpfs /tmp` for Docker/Podman, an emptyDir on Kubernetes, a bind mount for ch-run/Apptainer)",
+        facts=facts,
+    )

@@ -1,5 +1,6 @@
 """The image's own stack as the job's process sees it: the MPI launcher, NCCL (the one the
 linker loads, no second copy shadowing it, the network it picks), the launch contract."""
+
 from __future__ import annotations
 
 import ctypes
@@ -29,8 +30,11 @@ def nccl_version_code(version: str) -> int:
 
 
 def nccl_version_name(code: int) -> str:
-    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 20900 else \
-        f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+    return (
+        f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+        if code >= 20900
+        else f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+    )
 
 
 def _launcher_problem(node: Node, name: str, regex: str, prefix: str, want: str, facts: dict) -> str:
@@ -65,22 +69,33 @@ def _not_the_images_path(node: Node, prefix: str, problems: list[str], facts: di
     facts["python3"] = python3
     said = list(problems)
     if lacking:
-        said.append(f"PATH lacks the image's {' and '.join(lacking)}: this process did not get the image's "
-                    "environment (Charliecloud and enroot keep the host's PATH)")
+        said.append(
+            f"PATH lacks the image's {' and '.join(lacking)}: this process did not get the image's "
+            "environment (Charliecloud and enroot keep the host's PATH)"
+        )
     if py and (not python3 or not os.path.abspath(python3).startswith(py.rstrip("/") + "/")):
         said.append(f"python3 on this PATH is {python3 or 'missing'}, not the image's {py.rstrip('/')}/bin/python3")
     want = ":".join(bins) or "the image's MPI and Python bin directories"
-    return Result("", FAIL, "; ".join(said), facts=facts,
-                  hint=f"run with the image's environment, PATH={want}:...: Charliecloud `ch-run --set-env DIR -- ...` "
-                  "(applies the image's /ch/environment), enroot/pyxis set it from the image's /etc/environment "
-                  f"(check that it names {want}; `enroot start --env PATH` or pyxis `--container-env=PATH` bring the "
-                  "host's back), "
-                  f"Docker/Podman/Kubernetes from the image's ENV; or put {bins[0] if bins else 'the MPI bin dir'} "
-                  "first on PATH in the job, never a path only one image has")
+    return Result(
+        "",
+        FAIL,
+        "; ".join(said),
+        facts=facts,
+        hint=f"run with the image's environment, PATH={want}:...: Charliecloud `ch-run --set-env DIR -- ...` "
+        "(applies the image's /ch/environment), enroot/pyxis set it from the image's /etc/environment "
+        f"(check that it names {want}; `enroot start --env PATH` or pyxis `--container-env=PATH` bring the "
+        "host's back), "
+        f"Docker/Podman/Kubernetes from the image's ENV; or put {bins[0] if bins else 'the MPI bin dir'} "
+        "first on PATH in the job, never a path only one image has",
+    )
 
 
-@check("mpi.launcher", "the MPI launchers are on PATH, in login shells too, at the manifest's version", "mpirun",
-       compare=("version",))
+@check(
+    "mpi.launcher",
+    "the MPI launchers are on PATH, in login shells too, at the manifest's version",
+    "mpirun",
+    compare=("version",),
+)
 def mpi_launcher(node: Node) -> Result:
     kind, want = node.component("mpi", "kind"), str(node.component("mpi", "version") or "")
     if kind not in LAUNCHERS:
@@ -88,8 +103,10 @@ def mpi_launcher(node: Node) -> Result:
     names, regex = LAUNCHERS[kind]
     prefix = node.component("mpi", "prefix") or ""
     facts: dict = {"version": None}
-    hint = (f"put {prefix or 'the MPI'}/bin first on PATH in the image (ENV PATH and /etc/profile.d for `bash -l`, "
-            "which Azure ML uses); never call the launcher by a path only one image has")
+    hint = (
+        f"put {prefix or 'the MPI'}/bin first on PATH in the image (ENV PATH and /etc/profile.d for `bash -l`, "
+        "which Azure ML uses); never call the launcher by a path only one image has"
+    )
     problems = [p for p in (_launcher_problem(node, n, regex, prefix, want, facts) for n in names) if p]
     if problems:
         found = [n for n in names if facts.get(n)]
@@ -99,10 +116,19 @@ def mpi_launcher(node: Node) -> Result:
     rc, out = node.run(["bash", "-lc", f"command -v {names[0]}"], timeout=20)
     facts["login_shell"] = out.strip() if rc == 0 else None
     if rc != 0:
-        return Result("", FAIL, f"{names[0]} is on this PATH but not in a login shell (`bash -l` resets PATH "
-                      "through /etc/profile)", hint=hint, facts=facts)
-    return Result("", OK, f"{' and '.join(names)} under {prefix or '?'} ({kind} {facts['version']}), also in "
-                  "login shells", facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"{names[0]} is on this PATH but not in a login shell (`bash -l` resets PATH through /etc/profile)",
+            hint=hint,
+            facts=facts,
+        )
+    return Result(
+        "",
+        OK,
+        f"{' and '.join(names)} under {prefix or '?'} ({kind} {facts['version']}), also in login shells",
+        facts=facts,
+    )
 
 
 def _nccl_loaded(node: Node) -> dict:
@@ -114,8 +140,11 @@ def _nccl_loaded(node: Node) -> dict:
         else:
             v = ctypes.c_int(0)
             rc = lib.ncclGetVersion(ctypes.byref(v))
-            node.cache["nccl"] = {"code": v.value, "path": node.loaded_from(NCCL)} if rc == 0 else \
-                {"error": f"ncclGetVersion returned {rc}"}
+            node.cache["nccl"] = (
+                {"code": v.value, "path": node.loaded_from(NCCL)}
+                if rc == 0
+                else {"error": f"ncclGetVersion returned {rc}"}
+            )
     return node.cache["nccl"]
 
 
@@ -124,15 +153,25 @@ def nccl_library(node: Node) -> Result:
     want = node.component("nccl", "version")
     info = _nccl_loaded(node)
     if "error" in info:
-        return Result("", FAIL, f"{NCCL} does not load: {info['error']}", facts={"version": None},
-                      hint="the image's NCCL is not on the linker path (`ldconfig -p | grep nccl`, "
-                      "LD_LIBRARY_PATH): rebuild the image or restore its library path")
+        return Result(
+            "",
+            FAIL,
+            f"{NCCL} does not load: {info['error']}",
+            facts={"version": None},
+            hint="the image's NCCL is not on the linker path (`ldconfig -p | grep nccl`, "
+            "LD_LIBRARY_PATH): rebuild the image or restore its library path",
+        )
     have = nccl_version_name(info["code"])
     facts = {"version": have, "path": info["path"]}
     if want and info["code"] != nccl_version_code(str(want)):
-        return Result("", FAIL, f"the linker loads NCCL {have} from {info['path']}, the manifest says {want}",
-                      hint="another NCCL comes first on the library path, or the image's content and name "
-                      "disagree: see nccl.shadow", facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"the linker loads NCCL {have} from {info['path']}, the manifest says {want}",
+            hint="another NCCL comes first on the library path, or the image's content and name "
+            "disagree: see nccl.shadow",
+            facts=facts,
+        )
     return Result("", OK, f"NCCL {have} from {info['path']}", facts=facts)
 
 
@@ -148,8 +187,9 @@ def nccl_candidates(node: Node) -> list[tuple[str, str]]:
             found.append((str(node.path(m.group(2))), "ldconfig cache"))
     prefix = node.component("python", "prefix")
     if prefix:  # wheels torch or a pip install may load by their own rpath
-        for f in sorted(node.path(prefix).glob(f"lib/python3*/site-packages/*/lib/{NCCL}")) + \
-                 sorted(node.path(prefix).glob(f"lib/python3*/site-packages/nvidia/*/lib/{NCCL}")):
+        for f in sorted(node.path(prefix).glob(f"lib/python3*/site-packages/*/lib/{NCCL}")) + sorted(
+            node.path(prefix).glob(f"lib/python3*/site-packages/nvidia/*/lib/{NCCL}")
+        ):
             found.append((str(f), "python site-packages"))
     out_, seen = [], set()
     for f, where in found:
@@ -167,14 +207,25 @@ def nccl_shadow(node: Node) -> Result:
     loaded = _nccl_loaded(node).get("path")
     facts = {"files": [f for f, _ in found], "loaded": loaded}
     if not found:
-        return Result("", FAIL, f"no {NCCL} on the library path", facts=facts,
-                      hint="the image's NCCL is gone or off the linker path: see nccl.library")
+        return Result(
+            "",
+            FAIL,
+            f"no {NCCL} on the library path",
+            facts=facts,
+            hint="the image's NCCL is gone or off the linker path: see nccl.library",
+        )
     if len(found) > 1:
-        where = "; ".join(f"{f} ({w}{', loaded' if loaded and os.path.realpath(loaded) == f else ''})"
-                          for f, w in found)
-        return Result("", FAIL, f"{len(found)} different NCCL libraries a process could load: {where}",
-                      hint="remove the extra copy or the LD_LIBRARY_PATH entry that brings it: one NCCL per "
-                      "image, the one the manifest names (frameworks and plugins must agree on it)", facts=facts)
+        where = "; ".join(
+            f"{f} ({w}{', loaded' if loaded and os.path.realpath(loaded) == f else ''})" for f, w in found
+        )
+        return Result(
+            "",
+            FAIL,
+            f"{len(found)} different NCCL libraries a process could load: {where}",
+            hint="remove the extra copy or the LD_LIBRARY_PATH entry that brings it: one NCCL per "
+            "image, the one the manifest names (frameworks and plugins must agree on it)",
+            facts=facts,
+        )
     return Result("", OK, f"one NCCL: {found[0][0]} ({found[0][1]})", facts=facts)
 
 
@@ -217,30 +268,59 @@ def nccl_network(node: Node) -> Result:
     if info.get("error") or not info.get("count"):
         return absent(node, "gpu", "no GPU: NCCL cannot initialise a communicator here", GPU_FLAGS)
     with tempfile.TemporaryDirectory(prefix="tb-doctor-") as tmp:
-        env = dict(node.env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                   NCCL_DEBUG_FILE=f"{tmp}/nccl.%p.log", CUDA_VISIBLE_DEVICES=node.env.get("CUDA_VISIBLE_DEVICES", "0"))
+        env = dict(
+            node.env,
+            NCCL_DEBUG="INFO",
+            NCCL_DEBUG_SUBSYS="INIT,NET",
+            NCCL_DEBUG_FILE=f"{tmp}/nccl.%p.log",
+            CUDA_VISIBLE_DEVICES=node.env.get("CUDA_VISIBLE_DEVICES", "0"),
+        )
         rc, out = node.run([sys.executable, "-c", NCCL_INIT_PROBE], timeout=90, env=env)
         log = "\n".join(p.read_text(errors="replace") for p in Path(tmp).glob("nccl.*.log")) or out
     net = parse_nccl_network(log)
-    facts = {"network": net["network"], "ib": net["ib"], "socket": net["socket"], "plugin": net["plugin"],
-             "log": net["lines"][-12:]}
+    facts = {
+        "network": net["network"],
+        "ib": net["ib"],
+        "socket": net["socket"],
+        "plugin": net["plugin"],
+        "log": net["lines"][-12:],
+    }
     if rc != 0:
-        return Result("", FAIL, f"ncclCommInitAll on GPU 0 failed (exit {rc}): {out.strip()[-300:]}",
-                      hint="run with NCCL_DEBUG=INFO to see why; check gpu.driver and nccl.library", facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"ncclCommInitAll on GPU 0 failed (exit {rc}): {out.strip()[-300:]}",
+            hint="run with NCCL_DEBUG=INFO to see why; check gpu.driver and nccl.library",
+            facts=facts,
+        )
     usable = sorted(rdma(node)["uverbs"])
     chosen = net["network"] or "?"
     if chosen.lower().startswith("socket"):
         if usable:
             why = f"NET/IB said: {net['ib']}" if net["ib"] else "no NET/IB line"
-            return Result("", FAIL, f"NCCL selected sockets although {', '.join(usable)} are here ({why})",
-                          hint="check ib.provider, mem.memlock and nccl.env (NCCL_IB_DISABLE, NCCL_IB_HCA); a net "
-                          "plugin that fails to load also drops NCCL to sockets", facts=facts)
-        return Result("", WARN, f"NCCL selected sockets ({net['socket']}): no RDMA device here, so traffic between "
-                      "nodes goes over TCP", hint="on an RDMA cluster: " + "pass the devices into the container",
-                      facts=facts)
+            return Result(
+                "",
+                FAIL,
+                f"NCCL selected sockets although {', '.join(usable)} are here ({why})",
+                hint="check ib.provider, mem.memlock and nccl.env (NCCL_IB_DISABLE, NCCL_IB_HCA); a net "
+                "plugin that fails to load also drops NCCL to sockets",
+                facts=facts,
+            )
+        return Result(
+            "",
+            WARN,
+            f"NCCL selected sockets ({net['socket']}): no RDMA device here, so traffic between nodes goes over TCP",
+            hint="on an RDMA cluster: " + "pass the devices into the container",
+            facts=facts,
+        )
     if net["network"] is None:
-        return Result("", WARN, "NCCL's log names no network", facts=facts,
-                      hint="NCCL_DEBUG_FILE may be overridden; run with NCCL_DEBUG=INFO and read the NET/ lines")
+        return Result(
+            "",
+            WARN,
+            "NCCL's log names no network",
+            facts=facts,
+            hint="NCCL_DEBUG_FILE may be overridden; run with NCCL_DEBUG=INFO and read the NET/ lines",
+        )
     return Result("", OK, f"NCCL selected {chosen}" + (f" ({net['ib']})" if net["ib"] else ""), facts=facts)
 
 
@@ -252,30 +332,62 @@ def launch_contract(node: Node) -> Result:
     try:
         import trainbase_launch
     except ImportError as e:
-        return Result("", FAIL, f"the launch contract (trainbase_launch) does not import: {e}",
-                      hint="the image's /opt/trainbase/lib is missing from the Python path")
+        return Result(
+            "",
+            FAIL,
+            f"the launch contract (trainbase_launch) does not import: {e}",
+            hint="the image's /opt/trainbase/lib is missing from the Python path",
+        )
     try:
         world = trainbase_launch.resolve(node.env)
     except trainbase_launch.LaunchError as e:
-        return Result("", FAIL, f"the launcher's variables do not determine this rank: {e}",
-                      hint="fix the launch (see the message), or run through `tb-launch`")
+        return Result(
+            "",
+            FAIL,
+            f"the launcher's variables do not determine this rank: {e}",
+            hint="fix the launch (see the message), or run through `tb-launch`",
+        )
     want = world.env()
-    facts = {"launcher": world.launcher, "rank": world.rank, "world_size": world.world_size,
-             "local_rank": world.local_rank, "local_world_size": world.local_world_size,
-             "node_rank": world.node_rank, "master": f"{world.master_addr}:{world.master_port}"}
+    facts = {
+        "launcher": world.launcher,
+        "rank": world.rank,
+        "world_size": world.world_size,
+        "local_rank": world.local_rank,
+        "local_world_size": world.local_world_size,
+        "node_rank": world.node_rank,
+        "master": f"{world.master_addr}:{world.master_port}",
+    }
     if world.launcher == "single":
         return Result("", OK, "a single process: no launcher variables", facts=facts)
     if world.launcher not in ("env", "torchrun"):  # MPI/Slurm: contract variables set by others must agree
-        wrong = [f"{k}={node.env[k]} (the launcher's {k} is {want[k]})" for k in CONTRACT_VARS
-                 if k in node.env and node.env[k] != want[k]]
+        wrong = [
+            f"{k}={node.env[k]} (the launcher's {k} is {want[k]})"
+            for k in CONTRACT_VARS
+            if k in node.env and node.env[k] != want[k]
+        ]
         if wrong:
-            return Result("", FAIL, f"{world.launcher} rank {world.rank}: " + "; ".join(wrong) +
-                          ": set by the image or the job spec, not by this launch", facts=facts,
-                          hint="unset them (check the image's ENV and the job's environment) and derive them "
-                          "with `tb-launch`; OMPI_COMM_WORLD_NODE_RANK is the rank within a node, never NODE_RANK")
+            return Result(
+                "",
+                FAIL,
+                f"{world.launcher} rank {world.rank}: "
+                + "; ".join(wrong)
+                + ": set by the image or the job spec, not by this launch",
+                facts=facts,
+                hint="unset them (check the image's ENV and the job's environment) and derive them "
+                "with `tb-launch`; OMPI_COMM_WORLD_NODE_RANK is the rank within a node, never NODE_RANK",
+            )
     if world.nnodes > 1 and world.master_addr in ("127.0.0.1", "localhost"):
-        return Result("", FAIL, f"{world.nnodes} nodes but MASTER_ADDR is {world.master_addr}", facts=facts,
-                      hint="set MASTER_ADDR to the first node's address (Azure ML: AZ_BATCH_MASTER_NODE)")
-    return Result("", OK, f"{world.launcher}: rank {world.rank}/{world.world_size}, local {world.local_rank}/"
-                  f"{world.local_world_size}, node {world.node_rank}/{world.nnodes}, master {facts['master']}",
-                  facts=facts)
+        return Result(
+            "",
+            FAIL,
+            f"{world.nnodes} nodes but MASTER_ADDR is {world.master_addr}",
+            facts=facts,
+            hint="set MASTER_ADDR to the first node's address (Azure ML: AZ_BATCH_MASTER_NODE)",
+        )
+    return Result(
+        "",
+        OK,
+        f"{world.launcher}: rank {world.rank}/{world.world_size}, local {world.local_rank}/"
+        f"{world.local_world_size}, node {world.node_rank}/{world.nnodes}, master {facts['master']}",
+        facts=facts,
+    )

@@ -1,5 +1,6 @@
 """`tb-doctor` command line: run the checks, print one line per check (or JSON), exit 0 when
 nothing fails, 1 when something does, 2 on a usage error."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,20 @@ def node_report(node: Node, results: list[Result], seconds: float) -> dict[str, 
         contract = {}
     summary = {s: sum(1 for r in results if r.status == s) for s in STATUSES}
     return {
-        "tool": "tb-doctor", "schema": SCHEMA_VERSION, "mode": "node",
-        "node": {"hostname": socket.gethostname(), "rank": contract.get("rank"),
-                 "local_rank": contract.get("local_rank"), "image": (node.manifest() or {}).get("name")},
+        "tool": "tb-doctor",
+        "schema": SCHEMA_VERSION,
+        "mode": "node",
+        "node": {
+            "hostname": socket.gethostname(),
+            "rank": contract.get("rank"),
+            "local_rank": contract.get("local_rank"),
+            "image": (node.manifest() or {}).get("name"),
+        },
         "expect": list(node.expect),
         "checks": [r.as_dict() for r in results],
-        "summary": summary, "seconds": round(seconds, 3), "exit_code": 1 if summary[FAIL] else 0,
+        "summary": summary,
+        "seconds": round(seconds, 3),
+        "exit_code": 1 if summary[FAIL] else 0,
     }
 
 
@@ -41,27 +50,48 @@ def render_node(report: dict[str, Any]) -> str:
         if c["status"] in (WARN, FAIL):
             lines.append(f"        {' ' * width}  fix: {c['hint']}")
     s = report["summary"]
-    lines.append(f"{len(report['checks'])} checks: {s['ok']} ok, {s['warn']} warn, {s['fail']} fail, "
-                 f"{s['skip']} skipped, in {report['seconds']:.1f} s")
+    lines.append(
+        f"{len(report['checks'])} checks: {s['ok']} ok, {s['warn']} warn, {s['fail']} fail, "
+        f"{s['skip']} skipped, in {report['seconds']:.1f} s"
+    )
     return "\n".join(lines)
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tb-doctor", description="Preflight checks of this trainbase image on "
-                                 "this node: GPUs and driver, RDMA devices and providers, memory limits, MPI, "
-                                 "NCCL and the launch contract.")
+    ap = argparse.ArgumentParser(
+        prog="tb-doctor",
+        description="Preflight checks of this trainbase image on "
+        "this node: GPUs and driver, RDMA devices and providers, memory limits, MPI, "
+        "NCCL and the launch contract.",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON document (docs/doctor.schema.json)")
     ap.add_argument("--only", metavar="ID[,ID]", help="run only these checks (an id or a prefix: nccl, ib)")
-    ap.add_argument("--expect", metavar="gpu,ib", default="",
-                    help="hardware that must be here: its absence fails instead of skipping")
-    ap.add_argument("--nccl-log", metavar="FILE", help="an NCCL INFO log of a real job (NCCL_DEBUG=INFO, "
-                    "NCCL_DEBUG_SUBSYS=INIT,NET,ENV): gpudirect.nccl judges its channels instead of starting NCCL here")
+    ap.add_argument(
+        "--expect",
+        metavar="gpu,ib",
+        default="",
+        help="hardware that must be here: its absence fails instead of skipping",
+    )
+    ap.add_argument(
+        "--nccl-log",
+        metavar="FILE",
+        help="an NCCL INFO log of a real job (NCCL_DEBUG=INFO, "
+        "NCCL_DEBUG_SUBSYS=INIT,NET,ENV): gpudirect.nccl judges its channels instead of starting NCCL here",
+    )
     ap.add_argument("--list", action="store_true", help="list the checks and exit")
-    ap.add_argument("--cluster", action="store_true",
-                    help="under mpirun/srun: every rank checks, rank 0 prints one node x check table")
-    ap.add_argument("--allreduce", nargs="?", const="auto", choices=("auto", "mpi", "gloo", "nccl"),
-                    help="with --cluster: a value-checked all-reduce between all ranks (auto: nccl with GPUs "
-                    "and torch, else the image's MPI)")
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="under mpirun/srun: every rank checks, rank 0 prints one node x check table",
+    )
+    ap.add_argument(
+        "--allreduce",
+        nargs="?",
+        const="auto",
+        choices=("auto", "mpi", "gloo", "nccl"),
+        help="with --cluster: a value-checked all-reduce between all ranks (auto: nccl with GPUs "
+        "and torch, else the image's MPI)",
+    )
     ap.add_argument("--allreduce-mib", type=int, default=8, help="all-reduce size in MiB (default 8)")
     return ap
 
@@ -94,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     _image_python_for_mpi4py(node)
     try:
         from . import cluster
+
         backend = a.allreduce
         if backend == "auto":
             backend = "nccl" if _torch_with_gpus() else "mpi"
@@ -112,6 +143,7 @@ def _image_python_for_mpi4py(node: Node) -> None:
     (ssh, orted) may have found another python3. Re-run under the manifest's Python then."""
     try:
         import mpi4py  # noqa: F401
+
         return
     except ImportError:
         pass

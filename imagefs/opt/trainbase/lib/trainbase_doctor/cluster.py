@@ -10,6 +10,7 @@ as the launch: `srun` without a PMI the MPI reaches starts one-rank worlds that 
 pass as a cluster) and ``cluster.userns`` (the ranks of a node share a user namespace, or
 cross-memory attach between them is refused). Every rank adds both to its report; rank 0
 decides ``cluster.userns`` for the ranks of each node."""
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,20 @@ from .core import CHECKS, FAIL, OK, SKIP, STATUSES, WARN
 
 WORST = {FAIL: 3, WARN: 2, OK: 1, SKIP: 0}
 WORLD, USERNS = "cluster.world", "cluster.userns"
-CLUSTER_CHECKS = {WORLD: ("world", "MPI's world is the world the launcher started"),
-                  USERNS: ("userns", "the ranks of a node share one user namespace (cross-memory attach)")}
-SLURM_PMI_FIX = ("start the tasks with a PMI the image's MPI speaks: `srun --mpi=pmix` (Open MPI; version 5 speaks PMIx "
-                 "only) or `srun --mpi=pmi2` (Intel MPI); `srun --mpi=list` shows what this Slurm offers, "
-                 "MpiDefault in slurm.conf the default; under pyxis/enroot the same flag on the srun line")
-USERNS_FIX = ("start the ranks of a node in one user namespace: Charliecloud `ch-run --join` (one namespace per node), "
-              "Apptainer `--sharens`, enroot: one container per node that the tasks join (pyxis does; "
-              "`srun enroot start` per task does not)")
+CLUSTER_CHECKS = {
+    WORLD: ("world", "MPI's world is the world the launcher started"),
+    USERNS: ("userns", "the ranks of a node share one user namespace (cross-memory attach)"),
+}
+SLURM_PMI_FIX = (
+    "start the tasks with a PMI the image's MPI speaks: `srun --mpi=pmix` (Open MPI; version 5 speaks PMIx "
+    "only) or `srun --mpi=pmi2` (Intel MPI); `srun --mpi=list` shows what this Slurm offers, "
+    "MpiDefault in slurm.conf the default; under pyxis/enroot the same flag on the srun line"
+)
+USERNS_FIX = (
+    "start the ranks of a node in one user namespace: Charliecloud `ch-run --join` (one namespace per node), "
+    "Apptainer `--sharens`, enroot: one container per node that the tasks join (pyxis does; "
+    "`srun enroot start` per task does not)"
+)
 
 
 def _int_var(env: dict[str, str], var: str) -> int | None:
@@ -44,10 +51,16 @@ def expected_world(env: dict[str, str]) -> tuple[str, int, dict[str, int]] | Non
     seen. The process's own launcher comes first: mpirun's OMPI_COMM_WORLD_SIZE, Hydra's
     PMI_SIZE (with MPI_LOCALRANKID), then srun's SLURM_NTASKS (mpirun inside an sbatch script
     also passes on the batch step's SLURM_NTASKS, which counts something else), WORLD_SIZE last."""
-    said = {v: n for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE")
-            if (n := _int_var(env, v)) is not None}
-    order = ["OMPI_COMM_WORLD_SIZE"] + (["PMI_SIZE"] if "MPI_LOCALRANKID" in env or "SLURM_NTASKS" not in said
-                                        else []) + ["SLURM_NTASKS", "WORLD_SIZE"]
+    said = {
+        v: n
+        for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE")
+        if (n := _int_var(env, v)) is not None
+    }
+    order = (
+        ["OMPI_COMM_WORLD_SIZE"]
+        + (["PMI_SIZE"] if "MPI_LOCALRANKID" in env or "SLURM_NTASKS" not in said else [])
+        + ["SLURM_NTASKS", "WORLD_SIZE"]
+    )
     source = next((v for v in order if v in said), None)
     return (source, said[source], said) if source else None
 
@@ -58,33 +71,49 @@ def world_check(mpi_size: int, env: dict[str, str]) -> dict[str, Any]:
     meet. ``env`` is the environment before MPI_Init."""
     exp = expected_world(env)
     if exp is None:
-        return _entry(WORLD, OK, f"MPI's world has {mpi_size} rank(s); no launcher variable names a size "
-                      "(SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE, WORLD_SIZE)", facts={"mpi_size": mpi_size})
+        return _entry(
+            WORLD,
+            OK,
+            f"MPI's world has {mpi_size} rank(s); no launcher variable names a size "
+            "(SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, PMI_SIZE, WORLD_SIZE)",
+            facts={"mpi_size": mpi_size},
+        )
     source, want, said = exp
     facts = {"mpi_size": mpi_size, "expected": want, "source": source, "said": said}
     if mpi_size >= want:
         return _entry(WORLD, OK, f"MPI's world has {mpi_size} rank(s), as {source} says", facts=facts)
     others = ", ".join(f"{v}={n}" for v, n in said.items() if v != source)
-    head = (f"MPI's world has {mpi_size} rank(s) but {source}={want}" + (f" (also {others})" if others else "") +
-            ": the ranks never met, each MPI_Init made a world of its own")
+    head = (
+        f"MPI's world has {mpi_size} rank(s) but {source}={want}"
+        + (f" (also {others})" if others else "")
+        + ": the ranks never met, each MPI_Init made a world of its own"
+    )
     pmix = "PMIX_RANK" in env or "PMIX_NAMESPACE" in env
     if source == "OMPI_COMM_WORLD_SIZE":
-        why = ("mpirun (Open MPI) started them, but the MPI this Python loaded is not the launcher's (a host's "
-               "mpirun starting the image's MPI, or mpi4py linked to another MPI)")
-        fix = ("launch with the image's own mpirun (`mpirun ... tb-launch tb-doctor --cluster` with the image's "
-               "PATH), and check `python -c 'import mpi4py; print(mpi4py.get_config())'` names the image's MPI")
+        why = (
+            "mpirun (Open MPI) started them, but the MPI this Python loaded is not the launcher's (a host's "
+            "mpirun starting the image's MPI, or mpi4py linked to another MPI)"
+        )
+        fix = (
+            "launch with the image's own mpirun (`mpirun ... tb-launch tb-doctor --cluster` with the image's "
+            "PATH), and check `python -c 'import mpi4py; print(mpi4py.get_config())'` names the image's MPI"
+        )
     elif source == "PMI_SIZE" and "SLURM_NTASKS" not in said:
         why = "Hydra (Intel MPI's or MPICH's mpiexec) started them, but this process's MPI is not Hydra's"
         fix = "launch with the image's own mpiexec/mpirun, the one tb-doctor's mpi.launcher check finds"
     elif source == "SLURM_NTASKS" and "PMI_SIZE" in said:
-        why = ("srun offered PMI-2 (--mpi=pmi2: PMI_SIZE) and the MPI did not use it (Open MPI 5, for one, speaks "
-               "PMIx only and starts singletons)")
+        why = (
+            "srun offered PMI-2 (--mpi=pmi2: PMI_SIZE) and the MPI did not use it (Open MPI 5, for one, speaks "
+            "PMIx only and starts singletons)"
+        )
         fix = SLURM_PMI_FIX
     elif source == "SLURM_NTASKS" and pmix:
         why = "srun offered PMIx (PMIX_RANK/PMIX_NAMESPACE are set) and the MPI did not use it"
-        fix = ("for an MPI without PMIx support (Intel MPI unless told to load a PMIx library through "
-               "I_MPI_PMI_LIBRARY) use `srun --mpi=pmi2`; Open MPI: `ompi_info | grep -i pmix` shows its PMIx; "
-               + SLURM_PMI_FIX)
+        fix = (
+            "for an MPI without PMIx support (Intel MPI unless told to load a PMIx library through "
+            "I_MPI_PMI_LIBRARY) use `srun --mpi=pmi2`; Open MPI: `ompi_info | grep -i pmix` shows its PMIx; "
+            + SLURM_PMI_FIX
+        )
     elif source == "SLURM_NTASKS":
         why = "srun started them with no PMI (--mpi=none, or MpiDefault=none), so no MPI could find the others"
         fix = SLURM_PMI_FIX
@@ -122,8 +151,15 @@ def userns_split(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _entry(cid: str, status: str, summary: str, hint: str = "", facts: dict | None = None) -> dict[str, Any]:
-    return {"id": cid, "title": CLUSTER_CHECKS[cid][1], "status": status, "summary": summary, "hint": hint,
-            "facts": facts or {}, "seconds": 0.0}
+    return {
+        "id": cid,
+        "title": CLUSTER_CHECKS[cid][1],
+        "status": status,
+        "summary": summary,
+        "hint": hint,
+        "facts": facts or {},
+        "seconds": 0.0,
+    }
 
 
 def with_check(report: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
@@ -138,9 +174,11 @@ def _mark_userns(reports: list[dict[str, Any]]) -> None:
     """Rank 0's verdict on cluster.userns: a warning, with the fix, on every rank of a split node."""
     for split in userns_split(reports):
         spaces = "; ".join(f"{ns}: rank(s) {_ranges(rs)}" for ns, rs in split["namespaces"].items())
-        summary = (f"the ranks on {split['hostname']} run in {len(split['namespaces'])} user namespaces ({spaces}): "
-                   "cross-memory attach (process_vm_readv) between them is refused, so MPI's single-copy path "
-                   "fails: Open MPI falls back at about half the speed, UCX-based stacks (PyTorch's) may abort")
+        summary = (
+            f"the ranks on {split['hostname']} run in {len(split['namespaces'])} user namespaces ({spaces}): "
+            "cross-memory attach (process_vm_readv) between them is refused, so MPI's single-copy path "
+            "fails: Open MPI falls back at about half the speed, UCX-based stacks (PyTorch's) may abort"
+        )
         for r in reports:
             if r["node"]["hostname"] == split["hostname"] and any(c["id"] == USERNS for c in r["checks"]):
                 own = next(c for c in r["checks"] if c["id"] == USERNS)
@@ -174,11 +212,21 @@ def aggregate(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 if c["id"] not in status or WORST[c["status"]] > WORST[status[c["id"]]]:
                     status[c["id"]] = c["status"]
                 first.setdefault(c["id"], c)
-        nodes.append({"hostname": host, "ranks": [r["node"].get("rank") for r in rs], "status": status,
-                      "checks": first,
-                      "warnings": _cluster_warnings(rs),
-                      "failures": [{"rank": r["node"].get("rank"), "id": c["id"], "summary": c["summary"],
-                                    "hint": c["hint"]} for r in rs for c in r["checks"] if c["status"] == FAIL]})
+        nodes.append(
+            {
+                "hostname": host,
+                "ranks": [r["node"].get("rank") for r in rs],
+                "status": status,
+                "checks": first,
+                "warnings": _cluster_warnings(rs),
+                "failures": [
+                    {"rank": r["node"].get("rank"), "id": c["id"], "summary": c["summary"], "hint": c["hint"]}
+                    for r in rs
+                    for c in r["checks"]
+                    if c["status"] == FAIL
+                ],
+            }
+        )
     return {"nodes": nodes, "differences": differences(nodes)}
 
 
@@ -208,9 +256,15 @@ def differences(nodes: list[dict]) -> list[dict[str, Any]]:
                     lacking = [h for h, v in values.items() if item not in v]
                     if lacking:
                         having = [h for h in values if h not in lacking]
-                        out.append({"check": cid, "fact": key, "nodes": lacking, "summary":
-                                    f"{cid}: {key} {item} missing on {', '.join(lacking)} (present on "
-                                    f"{', '.join(having)})"})
+                        out.append(
+                            {
+                                "check": cid,
+                                "fact": key,
+                                "nodes": lacking,
+                                "summary": f"{cid}: {key} {item} missing on {', '.join(lacking)} (present on "
+                                f"{', '.join(having)})",
+                            }
+                        )
                 continue
             groups: dict[str, list[str]] = {}
             for h, v in values.items():
@@ -219,27 +273,46 @@ def differences(nodes: list[dict]) -> list[dict[str, Any]]:
             majority = ordered[0] if len(ordered[0]) > len(ordered[1]) else []
             odd = [h for h in values if h not in majority]
             said = ", ".join(f"{h}={values[h]}" for h in odd)
-            out.append({"check": cid, "fact": key, "nodes": odd, "summary":
-                        f"{cid}: {key} differs: {said}" + (f" (the other {len(majority)} node(s): "
-                                                           f"{values[majority[0]]})" if majority else "")})
+            out.append(
+                {
+                    "check": cid,
+                    "fact": key,
+                    "nodes": odd,
+                    "summary": f"{cid}: {key} differs: {said}"
+                    + (f" (the other {len(majority)} node(s): {values[majority[0]]})" if majority else ""),
+                }
+            )
     for cid in CHECKS:
         failing = [n["hostname"] for n in nodes if n["status"].get(cid) == FAIL]
         if failing and len(failing) < len(hosts):
-            out.append({"check": cid, "fact": "status", "nodes": failing,
-                        "summary": f"{cid} fails on {', '.join(failing)} only"})
+            out.append(
+                {
+                    "check": cid,
+                    "fact": "status",
+                    "nodes": failing,
+                    "summary": f"{cid} fails on {', '.join(failing)} only",
+                }
+            )
     return out
 
 
 def render(agg: dict[str, Any], world: int, collective: dict | None) -> str:
     ids = [c for c in [*CHECKS, *CLUSTER_CHECKS] if any(c in n["status"] for n in agg["nodes"])]
     heads = ["node", "ranks"] + [CHECKS[c].label if c in CHECKS else CLUSTER_CHECKS[c][0] for c in ids]
-    rows = [[n["hostname"], _ranges([r for r in n["ranks"] if r is not None])] +
-            [n["status"].get(c, "-").upper() if n["status"].get(c) in (WARN, FAIL) else n["status"].get(c, "-")
-             for c in ids] for n in agg["nodes"]]
+    rows = [
+        [n["hostname"], _ranges([r for r in n["ranks"] if r is not None])]
+        + [
+            n["status"].get(c, "-").upper() if n["status"].get(c) in (WARN, FAIL) else n["status"].get(c, "-")
+            for c in ids
+        ]
+        for n in agg["nodes"]
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(heads, *rows)]
     fmt = lambda row: "  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip()  # noqa: E731
-    short = next((n["checks"][WORLD]["facts"] for n in agg["nodes"]
-                  if n["status"].get(WORLD) == FAIL and WORLD in n["checks"]), None)
+    short = next(
+        (n["checks"][WORLD]["facts"] for n in agg["nodes"] if n["status"].get(WORLD) == FAIL and WORLD in n["checks"]),
+        None,
+    )
     expected = f", expected {short['expected']} ({short['source']})" if short else ""
     lines = [f"tb-doctor: {len(agg['nodes'])} node(s), {world} rank(s){expected}", fmt(heads)] + [fmt(r) for r in rows]
     if agg["differences"]:
@@ -265,8 +338,10 @@ def render(agg: dict[str, Any], world: int, collective: dict | None) -> str:
 def describe_collective(c: dict) -> str:
     if not c["ok"]:
         return f"all-reduce ({c['backend']}, {c['ranks']} ranks): FAILED: {c['error']}"
-    return (f"all-reduce ({c['backend']}, {c['ranks']} ranks, {c['bytes'] >> 20} MiB): values correct, "
-            f"{c['seconds'] * 1e3:.2f} ms, algbw {c['algbw_GBps']:.2f} GB/s, busbw {c['busbw_GBps']:.2f} GB/s")
+    return (
+        f"all-reduce ({c['backend']}, {c['ranks']} ranks, {c['bytes'] >> 20} MiB): values correct, "
+        f"{c['seconds'] * 1e3:.2f} ms, algbw {c['algbw_GBps']:.2f} GB/s, busbw {c['busbw_GBps']:.2f} GB/s"
+    )
 
 
 def _bandwidth(nbytes: int, seconds: float, ranks: int) -> dict[str, float]:
@@ -311,8 +386,9 @@ def torch_allreduce(comm, backend: str, nbytes: int, iters: int) -> tuple[bool, 
     dev = torch.device("cuda", local % torch.cuda.device_count()) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(dev)
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
-                            timeout=timedelta(seconds=120))
+    dist.init_process_group(
+        backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size, timeout=timedelta(seconds=120)
+    )
     try:
         sync = torch.cuda.synchronize if backend == "nccl" else (lambda: None)
         x = torch.full((nbytes // 4,), float(rank + 1), device=dev)
@@ -333,8 +409,9 @@ def collective(comm, backend: str, mib: int, iters: int = 5) -> dict[str, Any] |
     """Run the all-reduce on every rank; rank 0 gets the joined result, the others None."""
     nbytes = mib << 20
     try:
-        ok, seconds = (mpi_allreduce(comm, nbytes, iters) if backend == "mpi"
-                       else torch_allreduce(comm, backend, nbytes, iters))
+        ok, seconds = (
+            mpi_allreduce(comm, nbytes, iters) if backend == "mpi" else torch_allreduce(comm, backend, nbytes, iters)
+        )
         mine = {"ok": ok, "seconds": seconds, "error": "" if ok else "wrong values"}
     except Exception as e:  # noqa: BLE001 -- reported, with the rank, by rank 0
         mine = {"ok": False, "seconds": 0.0, "error": f"{type(e).__name__}: {e}"}
@@ -343,12 +420,20 @@ def collective(comm, backend: str, mib: int, iters: int = 5) -> dict[str, Any] |
         return None
     bad = [f"rank {i}: {r['error']}" for i, r in enumerate(every) if not r["ok"]]
     seconds = max(r["seconds"] for r in every)
-    return {"backend": backend, "ranks": len(every), "bytes": nbytes, "ok": not bad, "error": "; ".join(bad),
-            "seconds": seconds, **_bandwidth(nbytes, seconds, len(every))}
+    return {
+        "backend": backend,
+        "ranks": len(every),
+        "bytes": nbytes,
+        "ok": not bad,
+        "error": "; ".join(bad),
+        "seconds": seconds,
+        **_bandwidth(nbytes, seconds, len(every)),
+    }
 
 
-def run(node_report: dict[str, Any], allreduce: str | None, mib: int,
-        env: dict[str, str] | None = None) -> tuple[dict | None, str, int]:
+def run(
+    node_report: dict[str, Any], allreduce: str | None, mib: int, env: dict[str, str] | None = None
+) -> tuple[dict | None, str, int]:
     """Gather every rank's report at rank 0: (the cluster report, its table) on rank 0, (None, "")
     elsewhere, and the exit code every rank returns. ``env``: the environment the launcher gave
     (before MPI_Init, which may add its own variables); this process's by default."""
@@ -366,10 +451,17 @@ def run(node_report: dict[str, Any], allreduce: str | None, mib: int,
         agg = aggregate(reports)
         failing = sum(1 for n in agg["nodes"] for s in n["status"].values() if s == FAIL)
         code = 1 if failing or agg["differences"] or (coll and not coll["ok"]) else 0
-        result = {"tool": "tb-doctor", "schema": 1, "mode": "cluster", "world_size": comm.Get_size(),
-                  "nodes": [{k: n[k] for k in ("hostname", "ranks", "status")} for n in agg["nodes"]],
-                  "differences": agg["differences"], "allreduce": coll, "ranks": reports,
-                  "summary": {s: sum(1 for n in agg["nodes"] for v in n["status"].values() if v == s)
-                              for s in STATUSES}, "exit_code": code}
+        result = {
+            "tool": "tb-doctor",
+            "schema": 1,
+            "mode": "cluster",
+            "world_size": comm.Get_size(),
+            "nodes": [{k: n[k] for k in ("hostname", "ranks", "status")} for n in agg["nodes"]],
+            "differences": agg["differences"],
+            "allreduce": coll,
+            "ranks": reports,
+            "summary": {s: sum(1 for n in agg["nodes"] for v in n["status"].values() if v == s) for s in STATUSES},
+            "exit_code": code,
+        }
         text = render(agg, comm.Get_size(), coll)
     return result, text, comm.bcast(code, root=0)

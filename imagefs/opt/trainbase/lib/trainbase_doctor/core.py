@@ -6,6 +6,7 @@ node only through ``Node`` (paths under ``node.root``, the environment, library 
 subprocesses, limits), so unit tests hand it a fake tree instead of /sys, /dev and /proc.
 Standard library only: this runs inside every image, with whatever Python it has.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -40,16 +41,23 @@ class Result:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "status": self.status, "summary": self.summary,
-                "hint": self.hint, "facts": self.facts, "seconds": round(self.seconds, 3)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status,
+            "summary": self.summary,
+            "hint": self.hint,
+            "facts": self.facts,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass(frozen=True)
 class Check:
     id: str
     title: str
-    label: str                     # a short column header for the cluster table
-    func: Callable[["Node"], Result]
+    label: str  # a short column header for the cluster table
+    func: Callable[[Node], Result]
     compare: tuple[str, ...] = ()  # facts that must be equal on every node of a job
 
 
@@ -57,11 +65,12 @@ CHECKS: dict[str, Check] = {}
 
 
 def check(id: str, title: str, label: str, compare: tuple[str, ...] = ()):
-    def register(func: Callable[["Node"], Result]) -> Callable[["Node"], Result]:
+    def register(func: Callable[[Node], Result]) -> Callable[[Node], Result]:
         if id in CHECKS:
             raise RuntimeError(f"check {id} registered twice")
         CHECKS[id] = Check(id, title, label, func, compare)
         return func
+
     return register
 
 
@@ -80,8 +89,13 @@ class Node:
     tree); ``env`` is the process environment the job sees; ``nccl_log``, an NCCL INFO log
     of a real job (--nccl-log) that the GPUDirect check reads instead of running NCCL itself."""
 
-    def __init__(self, env: dict[str, str] | None = None, root: str | Path = "/",
-                 expect: tuple[str, ...] = (), nccl_log: str | None = None) -> None:
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        root: str | Path = "/",
+        expect: tuple[str, ...] = (),
+        nccl_log: str | None = None,
+    ) -> None:
         self.env = dict(os.environ if env is None else env)
         self.root = Path(root)
         self.expect = tuple(expect)
@@ -130,8 +144,9 @@ class Node:
     def run(self, argv: list[str], timeout: float = 20, env: dict[str, str] | None = None) -> tuple[int, str]:
         """(exit code, stdout+stderr); 127 when the program is missing, 124 on timeout."""
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                               env=self.env if env is None else env)
+            p = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, env=self.env if env is None else env, check=False
+            )
             return p.returncode, (p.stdout or "") + (p.stderr or "")
         except FileNotFoundError as e:
             return 127, str(e)
@@ -165,7 +180,7 @@ class Node:
         holder = os.fork()
         if holder == 0:  # the rank that owns the buffer
             try:
-                libc.prctl(0x59616D61, ctypes.c_ulong(2 ** 64 - 1), 0, 0, 0)  # PR_SET_PTRACER, ANY
+                libc.prctl(0x59616D61, ctypes.c_ulong(2**64 - 1), 0, 0, 0)  # PR_SET_PTRACER, ANY
                 buf.value = b"trainbase-cma-probe"
                 os.write(ready_w, b"1")
                 os.read(done_r, 1)
@@ -244,8 +259,12 @@ def run_checks(node: Node, checks: list[Check]) -> list[Result]:
         try:
             r = c.func(node)
         except Exception as e:  # noqa: BLE001 -- a broken check must not hide the others
-            r = Result(c.id, FAIL, f"the check itself crashed: {type(e).__name__}: {e}",
-                       hint="report this as a trainbase bug, with `tb-doctor --json` output")
+            r = Result(
+                c.id,
+                FAIL,
+                f"the check itself crashed: {type(e).__name__}: {e}",
+                hint="report this as a trainbase bug, with `tb-doctor --json` output",
+            )
         r.id, r.title, r.seconds = c.id, c.title, time.monotonic() - t0
         if r.status not in STATUSES:
             raise RuntimeError(f"check {c.id} returned status {r.status!r}")

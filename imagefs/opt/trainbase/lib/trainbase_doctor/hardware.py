@@ -4,6 +4,7 @@ this container (``rdma``); and ``absent``, the verdict of a check whose hardware
 
 The checks of the node, the fabric and the stack all share these, and only through this
 module: it imports nothing of the doctor but ``core``, so no check module imports another."""
+
 from __future__ import annotations
 
 import ctypes
@@ -13,14 +14,33 @@ from typing import Any
 
 from .core import FAIL, SKIP, Node, Result
 
-CUDA_ERRORS = {100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE", 3: "CUDA_ERROR_NOT_INITIALIZED",
-               35: "CUDA_ERROR_INSUFFICIENT_DRIVER", 304: "CUDA_ERROR_OPERATING_SYSTEM",
-               801: "CUDA_ERROR_NOT_SUPPORTED", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-               804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 999: "CUDA_ERROR_UNKNOWN"}
-GPU_FLAGS = "start the container with `--gpus all` (Docker), the nvidia runtime, or an nvidia.com/gpu resource (Kubernetes)"
+CUDA_ERRORS = {
+    100: "CUDA_ERROR_NO_DEVICE",
+    101: "CUDA_ERROR_INVALID_DEVICE",
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+    304: "CUDA_ERROR_OPERATING_SYSTEM",
+    801: "CUDA_ERROR_NOT_SUPPORTED",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    999: "CUDA_ERROR_UNKNOWN",
+}
+GPU_FLAGS = (
+    "start the container with `--gpus all` (Docker), the nvidia runtime, or an nvidia.com/gpu resource (Kubernetes)"
+)
 # kernel driver -> the rdma-core/MOFED provider that serves it (for messages only)
-PROVIDERS = {"mlx5_core": "mlx5", "mlx4_core": "mlx4", "rdma_rxe": "rxe", "efa": "efa", "irdma": "irdma",
-             "bnxt_re": "bnxt_re", "qedr": "qedr", "hfi1": "hfi1", "siw": "siw", "vmw_pvrdma": "vmw_pvrdma"}
+PROVIDERS = {
+    "mlx5_core": "mlx5",
+    "mlx4_core": "mlx4",
+    "rdma_rxe": "rxe",
+    "efa": "efa",
+    "irdma": "irdma",
+    "bnxt_re": "bnxt_re",
+    "qedr": "qedr",
+    "hfi1": "hfi1",
+    "siw": "siw",
+    "vmw_pvrdma": "vmw_pvrdma",
+}
 
 
 def cuda_driver(node: Node) -> dict[str, Any]:
@@ -39,8 +59,10 @@ def cuda_driver(node: Node) -> dict[str, Any]:
         if cuda.cuDriverGetVersion(ctypes.byref(v)) == 0:
             info["driver_cuda"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
         if rc != 0:
-            info.update(error="no-device" if rc == 100 else "init", detail=f"cuInit returned {rc} "
-                        f"({CUDA_ERRORS.get(rc, 'see cuda.h')})")
+            info.update(
+                error="no-device" if rc == 100 else "init",
+                detail=f"cuInit returned {rc} ({CUDA_ERRORS.get(rc, 'see cuda.h')})",
+            )
         else:
             n = ctypes.c_int(0)
             cuda.cuDeviceGetCount(ctypes.byref(n))
@@ -54,7 +76,9 @@ def cuda_driver(node: Node) -> dict[str, Any]:
                 cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)  # COMPUTE_CAPABILITY_MINOR
                 devices.append(f"{name.value.decode(errors='replace')} (cc {major.value}.{minor.value})")
             info.update(count=n.value, devices=devices)
-    m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", node.read("/proc/driver/nvidia/version") or "")
+    m = re.search(
+        r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", node.read("/proc/driver/nvidia/version") or ""
+    )
     info["driver_version"] = m.group(1) if m else None
     node.cache["cuda"] = info
     return info
@@ -87,8 +111,11 @@ def rdma(node: Node) -> dict[str, Any]:
             ports[p.name] = {f: _read(p / f, "?") for f in ("state", "phys_state", "link_layer", "rate")}
         drv = d / "device" / "driver"
         driver = drv.resolve().name if drv.exists() else ""
-        devices[d.name] = {"ports": ports, "driver": driver,
-                           "provider": PROVIDERS.get(driver, d.name.rstrip("0123456789_"))}
+        devices[d.name] = {
+            "ports": ports,
+            "driver": driver,
+            "provider": PROVIDERS.get(driver, d.name.rstrip("0123456789_")),
+        }
     uverbs = {}
     vbase = node.path("/sys/class/infiniband_verbs")
     for v in sorted(vbase.glob("uverbs*")) if vbase.is_dir() else []:
