@@ -31,7 +31,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="py
 
 def test_the_catalogue_is_what_the_generator_writes():
     m = load(ROOT / "matrix.yaml")
-    assert catalogue.drift(m, ROOT) == [], "docs/images.md or docs/images.json is stale: run `build.py --catalogue`"
+    assert catalogue.drift(m, ROOT) == [], "docs/images.md or docs/images.json is stale: run `build.py catalogue`"
 
 
 def test_every_rendered_cell_has_a_row_and_only_those():

@@ -6,10 +6,10 @@ was recorded, its measured size, where it was built and which conformance tiers 
 
 Everything but the record comes from what the render already wrote (images/<cell>/manifest.json)
 and matrix.yaml, so the page cannot say what the image does not hold. The record
-(docs/catalogue-record.json) is written from a real run's reports: `build.py --catalogue
+(docs/catalogue-record.json) is written from a real run's reports: `build.py catalogue
 --report reports/build.json --junitxml reports/junit.xml --where "..."`; a cell without one says
 "not built yet" instead of a figure. The page is drift-checked by tests/unit/test_catalogue.py,
-as the failure table is: edit the sources and rerun `build.py --catalogue`, never the page.
+as the failure table is: edit the sources and rerun `build.py catalogue` (or `build.py render`), never the page.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ..define.matrix import Cell, Matrix
 PAGE = Path("docs/images.md")
 TWIN = Path("docs/images.json")
 RECORD = Path("docs/catalogue-record.json")
-GENERATOR = "build.py --catalogue"
+GENERATOR = "build.py catalogue"
 # The oldest driver each CUDA major runs on through CUDA's minor-version compatibility (NVIDIA's
 # CUDA compatibility guide); the image's own tb-doctor holds the same table (gpu.driver), and
 # tests/unit/test_catalogue.py keeps the two equal.
@@ -298,7 +298,7 @@ def write(m: Matrix, root: Path) -> list[str]:
 def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, where: str | None) -> int:
     if report:
         if not where:
-            print("build.py --catalogue --report: say where the run was (--where 'ci profile, .ci/run, 2-core x86_64')")
+            print("build.py catalogue --report: say where the run was (--where 'ci profile, .ci/run, 2-core x86_64')")
             return 2
         record = load_record(root)
         tiers = tiers_from_junit(Path(junitxml)) if junitxml else {}
