@@ -22,7 +22,8 @@ def labels(manifest: dict[str, Any]) -> dict[str, str]:
         "io.trainbase.cudnn": c["cudnn"]["version"],
         "io.trainbase.nccl": c["nccl"]["version"],
         "io.trainbase.mpi": f"{c['mpi']['kind']}-{c['mpi']['version']}",
-        "io.trainbase.ucx": c["ucx"]["version"],
+        # the UCX the MPI loads (a wheel's bundled copy where it has one), not the image's tools'
+        "io.trainbase.ucx": c["mpi"].get("ucx", c["ucx"])["version"],
         "io.trainbase.ib": c["ib"]["kind"],
         "io.trainbase.python": c["python"]["version"],
     }

@@ -145,7 +145,7 @@ def test_a_fresh_bootstrap_that_matches_the_lock_replaces_an_old_one(tmp_path, m
     assert removed == [OWN] and j.status == JobState.QUEUED
 
 
-CUDA_BASE = "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04"
+CUDA_BASE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 CUDA_DIGEST = "sha256:" + "5a" * 32
 
 
@@ -260,7 +260,10 @@ def _registry_rows(tmp_path):
     from trainbase.render import context
 
     cells = [c for c in m.included if not c.parent]
-    refs = {context.build(m, c).data["os"]["base"] for c in cells}
+    refs = set()
+    for c in cells:  # the shipped base, and the compile stages' build base (the Ubuntu rows' devel image)
+        os_ = context.build(m, c).data["os"]
+        refs |= {os_["base"], os_["build_base"]} - {None}
     return m, cells, sorted(r for r in refs if r != BASE)
 
 
@@ -325,3 +328,30 @@ def test_lock_bases_without_all_adds_only_the_missing_bases_and_moves_no_tag(tmp
     entries = bases.relock(m, tmp_path, cells, log=lambda s: None)
     assert asked == [new] and entries[new].identity == "sha256:" + "d" * 64
     assert {k: v for k, v in entries.items() if k != new} == dict(lock.items())
+
+
+def test_lock_bases_offline_writes_unlocked_entries_saying_why_and_drops_unused_bases(tmp_path, monkeypatch):
+    """Issue 65 item 3/4, met while moving the Ubuntu rows to other nvidia/cuda flavours (issue 61):
+    with no registry, a base with no entry got none ("NOT resolved, entry kept") and the count was
+    wrong; now it is written as unlocked with the reason, and a base no cell uses any more is
+    dropped, so locks/bases.json names exactly what the matrix builds FROM."""
+    m, cells, registry_refs = _registry_rows(tmp_path)
+    lock = base_lock.load(tmp_path)
+    for ref in registry_refs:
+        lock.pop(ref, None)
+    gone = "nvidia/cuda:11.8.0-cudnn8-devel-ubuntu22.04"
+    lock[gone] = base_lock.unlocked(gone, base_lock.REGISTRY, "a row dropped from the matrix")
+    base_lock.write(tmp_path, lock)
+
+    def no_registry(ref):
+        raise engine.EngineAPIError(500, "registry unreachable")
+
+    monkeypatch.setattr(engine, "distribution_digest", no_registry)
+    said: list[str] = []
+    with pytest.raises(TrainbaseError):
+        bases.relock(m, tmp_path, cells, log=said.append)
+    written = base_lock.load(tmp_path)
+    assert gone not in written and any("no cell of the matrix uses it" in s for s in said)
+    for ref in registry_refs:
+        assert written[ref].identity is None and "did not answer" in written[ref].note, ref
+    assert any(r.endswith("-devel-ubuntu24.04") for r in registry_refs), "the toolchain stage's base is locked too"

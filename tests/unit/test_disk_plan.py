@@ -44,7 +44,9 @@ def test_a_framework_cell_holds_its_image_its_increment_and_the_save_staging(pla
     assert d["image_gb"] == image and d["save_gb"] == image  # the parent is inside the image, once
     assert d["build_gb"] == pytest.approx(image - parent)
     assert d["total_gb"] == pytest.approx(2 * image + (image - parent) + 2.0, abs=0.1)
-    assert 35 <= d["total_gb"] <= 50, "the issue measured 35-40 GB for an Ubuntu framework cell"
+    # one CUDA stack (issue 61): the Ubuntu framework images plan ~9-10 GB (19.3 GB on the cudnn-devel
+    # bases, whose cells needed 35-40 GB of runner disk); the standard runner's 60 GB hold one with room
+    assert 20 <= d["total_gb"] <= 32, d
 
 
 def test_the_build_step_refuses_a_runner_with_less_room_than_the_plan(monkeypatch, tmp_path):

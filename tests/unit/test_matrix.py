@@ -108,7 +108,7 @@ def test_nccl_disagreement_excludes_with_reason(workdir, matrix_data):
     import yaml
 
     matrix_data["frameworks"]["pytorch"]["releases"][0]["nccl"] = "2.26.2"
-    for profile in ("local", "ci", "starter"):  # a profile naming an excluded cell is refused on its own
+    for profile in ("local", "ci", "starter", "families"):  # a profile naming an excluded cell is refused on its own
         matrix_data["profiles"][profile]["cells"] = ["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
     (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
     m2 = load(workdir / "matrix.yaml")

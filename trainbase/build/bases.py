@@ -67,6 +67,19 @@ def _differs(lock: BaseLock, built_from: str) -> str | None:
     return base_lock.mismatch(lock, resolved, packages)
 
 
+def used_bases(m: Matrix) -> set[str]:
+    """Every lock key some included cell builds FROM: its base (per platform for a bootstrap,
+    the bare ref for a registry index) and its compile stages' build base."""
+    used: set[str] = set()
+    for c in m.included:
+        if not c.parent:
+            os_ = context.build(m, c).data["os"]
+            used |= {os_["base_key"], os_["base"]}
+            if os_["build_base"]:
+                used.add(os_["build_base"])
+    return used
+
+
 def relock(
     m: Matrix, root: Path, cells: Iterable[Cell], log: Callable[[str], object], refresh: bool = False
 ) -> dict[str, BaseLock]:
@@ -88,12 +101,14 @@ def relock(
             # a registry base is one index for every platform: resolved once, under its bare ref
             k = os_["base_key"] if m.spec.os[c.os].bootstrap is not None else os_["base"]
             seen.setdefault(k, (os_["base"], c.arch, m.spec.os[c.os]))
+            if os_["build_base"]:  # the compile stages' base (a registry image, never bootstrapped)
+                seen.setdefault(os_["build_base"], (os_["build_base"], c.arch, None))
     failures: list[str] = []
     for k, (ref, arch, row) in sorted(seen.items()):
         if not refresh and k in entries and entries[k].identity:
             log(f"{k}: locked to {entries[k].identity}, kept (--all re-resolves it)")
             continue
-        if row.bootstrap is not None:
+        if row is not None and row.bootstrap is not None:
             engine.remove_image(bootstrap.bootstrap_ref(ref, arch))  # today's mirror, not an old bootstrap
             _, own = bootstrap.ensure_base_image(
                 ref, row.bootstrap.suite, row.bootstrap.mirror, log=log, bootstrap_only=True, arch=arch
@@ -105,6 +120,7 @@ def relock(
                 identity=ident["identity"],
                 packages=bootstrap.packages_of(own),
                 note=f"debootstrap {row.bootstrap.suite} from {row.bootstrap.mirror}, {date.today()}",
+                env=_CONFIG_ENV.get(own),
             )
             log(f"{k}: locked to {ident['identity']}")
             continue
@@ -112,13 +128,32 @@ def relock(
             digest = engine.distribution_digest(ref)
         except engine.EngineError as e:
             failures.append(f"{ref}: {str(e).splitlines()[0][:200]}")
-            log(f"{ref}: NOT resolved, entry kept: {failures[-1]}")
+            if ref in entries:
+                log(f"{ref}: NOT resolved, entry kept: {failures[-1]}")
+            else:
+                # docs/matrix.md's promise: a base no registry answered for gets an "unlocked"
+                # entry saying why, so its cells build FROM the tag and their recipe says so
+                entries[ref] = base_lock.unlocked(
+                    ref,
+                    REGISTRY,
+                    f"unresolved {date.today()}: its registry did not answer the manifest request; "
+                    "run `build.py lock-bases` where it does",
+                )
+                log(f"{ref}: NOT resolved, written as unlocked: {failures[-1]}")
             continue
         old = entries.get(ref)
         entries[ref] = BaseLock(
-            ref=ref, how=REGISTRY, identity=digest, note=f"manifest digest from the registry, {date.today()}"
+            ref=ref,
+            how=REGISTRY,
+            identity=digest,
+            note=f"manifest digest from the registry, {date.today()}",
+            # no config is read (nothing is pulled): an Env recorded for this very digest stays
+            env=old.env if old and old.identity == digest else None,
         )
         log(f"{ref}: locked to {digest}" + (" (unchanged)" if old and old.identity == digest else ""))
+    for k in sorted(set(entries) - used_bases(m)):
+        log(f"{k}: no cell of the matrix uses it any more: entry dropped")
+        del entries[k]
     base_lock.write(root, entries)
     if failures:
         raise TrainbaseError(
@@ -128,12 +163,19 @@ def relock(
     return entries
 
 
+# The config Env of each image base_identity inspected, by ref: what `lock-bases` records as a
+# base's environment (the environment contract, render/env_contract.py, starts a stage from it)
+# without asking the engine a second time.
+_CONFIG_ENV: dict[str, list[str]] = {}
+
+
 def base_identity(ref: str) -> dict[str, str]:
     """What the row's base is, here: a registry digest when the engine has one, else the local
     bootstrap's package-list digest (its label), else the engine's image id."""
     info = engine.inspect_image(ref)
     if info is None:
         return {"ref": ref, "identity": "", "how": "absent"}
+    _CONFIG_ENV[ref] = [str(v) for v in (info.raw.get("Config") or {}).get("Env") or []]
     labels = info.labels or {}
     digests = info.raw.get("RepoDigests") or []
     pinned = ref.partition("@")[2]

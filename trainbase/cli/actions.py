@@ -70,13 +70,18 @@ def render(m: Matrix, root: Path, args: argparse.Namespace | None = None) -> int
 
 
 def check(m: Matrix, root: Path, args: argparse.Namespace) -> int:
+    from ..render import env_contract
+
     rendered = rendermod.render_all(m, root=root)
     problems = rendermod.check(m, rendered, root)
     if problems:
         printing.drift(problems)
         return 1
     printing.no_drift(len(rendered))
-    return 0
+    # every $VAR the rendered Dockerfiles expand is set where the build expands it (issue 61)
+    return env_contract.report(
+        env_contract.check(root, {r.cell.name: r.files[r.dockerfile] for r in rendered.values()})
+    )
 
 
 def lock(m: Matrix, root: Path, args: argparse.Namespace) -> int:

@@ -44,6 +44,9 @@ class BaseLock:
     identity: str | None  # packages-sha256:<hex> / sha256:<hex>; None: unlocked
     packages: list[str] = field(default_factory=list)  # bootstrap: "name version", sorted
     note: str = ""  # why an entry is unlocked, where it was resolved
+    # the image config's Env ("NAME=value", as the engine lists it), where lock-bases read the
+    # config (a bootstrap); None: not recorded (render/env_contract.py uses the base family's contract)
+    env: list[str] | None = None
 
     def recipe_line(self) -> str:
         """What a root cell's recipe hash folds in for its base."""
@@ -97,6 +100,7 @@ def load(root: Path) -> dict[str, BaseLock]:
                 identity=e.get("identity"),
                 packages=list(e.get("packages") or []),
                 note=e.get("note", ""),
+                env=[str(v) for v in e["env"]] if isinstance(e.get("env"), list) else None,
             )
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -108,6 +112,8 @@ def write(root: Path, entries: dict[str, BaseLock]) -> None:
     for k in sorted(entries):
         e = asdict(entries[k])
         del e["ref"]
+        if e["env"] is None:  # not recorded: no key, so a lock written before the field reads the same
+            del e["env"]
         doc["bases"][k] = e
     (root / LOCK_FILE).parent.mkdir(parents=True, exist_ok=True)
     (root / LOCK_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -178,6 +178,10 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
         artifact(row.python.installer, f"os.{k}.python.installer")
         if "{cuda_toolkit}" not in row.base and row.cuda_from == "base":
             fail(f"os.{k}.base: a base that brings CUDA must name {{cuda_toolkit}} in its tag")
+        if row.cuda_from == "base":
+            for ck, crow in s.cuda.items():
+                if crow.base_cudnn is None:
+                    fail(f"cuda.{ck}.base_cudnn: os.{k} takes cuDNN from its base image, which must say which")
     for k, mpi_row in s.mpi.items():
         artifact(mpi_row.artifact, f"mpi.{k}.artifact")
     for k, ib_row in s.ib.items():

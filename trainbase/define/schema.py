@@ -157,14 +157,19 @@ class OsRow(Strict):
     family: Literal["ubuntu", "debian"]
     codename: str
     base: str
+    # the image the compile stages (UCX, Open MPI) start FROM when the shipped base has no CUDA
+    # headers: its toolkit builds CUDA-aware MPI, and none of its bytes reach the image
+    build_base: str | None = None
     bootstrap: Bootstrap | None = None
     cuda_from: Literal["base", "wheels"]
     python: PythonEnv
     size_budget_gb: float = Field(gt=0)  # the row's base cells (no framework); frameworks add theirs
 
-    @field_validator("base")
+    @field_validator("base", "build_base")
     @classmethod
-    def _base_pinned(cls, v: str) -> str:
+    def _base_pinned(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         tag = v.rsplit(":", 1)[-1] if ":" in v else ""
         if (
             not tag
@@ -184,7 +189,8 @@ class Wheel(Strict):
 class CudaRow(Strict):
     toolkit: str
     cudnn_major: int
-    base_cudnn: str
+    # the cuDNN a `cuda_from: base` row's base image ships (its cudnn flavour); no row has one now
+    base_cudnn: str | None = None
     nccl: str
     # nvrtc (optional): pinned where a framework's cuda-toolkit pins another than cuBLAS/cuDNN pull in
     wheels: dict[Literal["cuda_runtime", "cublas", "cudnn", "nccl", "nvrtc"], Wheel]

@@ -51,10 +51,11 @@ def _artifact(m: Matrix, key: str | None, platform: str) -> dict[str, str | None
 UCX_CUDA_TRANSPORTS = ["cuda_copy", "cuda_ipc"]
 
 
-def _ucx_cuda_transports(ucx_from: str, cuda_from: str) -> list[str]:
-    """The CUDA transports of the image's UCX: built from source against the CUDA devel base,
-    or DOCA's ucx-cuda. Debian's libucx0 has none (built without CUDA)."""
-    if ucx_from == "doca" or (ucx_from == "source" and cuda_from == "base"):
+def _ucx_cuda_transports(ucx_from: str, build_has_cuda: bool) -> list[str]:
+    """The CUDA transports of the image's UCX: built from source in a stage that has the CUDA
+    toolkit (a CUDA devel base, or the row's build_base), or DOCA's ucx-cuda. Debian's libucx0
+    has none (built without CUDA)."""
+    if ucx_from == "doca" or (ucx_from == "source" and build_has_cuda):
         return list(UCX_CUDA_TRANSPORTS)
     return []
 
@@ -67,12 +68,12 @@ def _cuda_runtime_tree(python_prefix: str, py: str, cuda_key: str) -> str:
     return f"{python_prefix}/lib/python{py}/site-packages/nvidia/{leaf}"
 
 
-def _mpi_cuda(kind: str, install: str, cuda_from: str, runtime_tree: str, ucx_cuda: list[str]) -> dict[str, Any]:
+def _mpi_cuda(kind: str, install: str, build_has_cuda: bool, runtime_tree: str, ucx_cuda: list[str]) -> dict[str, Any]:
     """Whether the image's MPI takes CUDA buffers, and for Open MPI built here the --with-cuda
     directory. Open MPI 4.1/5.0 compile against cuda.h only and dlopen the driver's libcuda.so.1
     at run time, so the CUDA runtime wheel's headers suffice (no libcuda stub)."""
     if kind == "openmpi" and install == "source":
-        with_cuda = "/usr/local/cuda" if cuda_from == "base" else runtime_tree
+        with_cuda = "/usr/local/cuda" if build_has_cuda else runtime_tree
         why = f"Open MPI configured --with-cuda={with_cuda} (cuda.h; the driver's libcuda.so.1 is loaded at run time)"
         if not ucx_cuda:
             # ob1 (what runs without an RDMA device) stages device buffers itself; UCX cannot
@@ -128,6 +129,8 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     ucx = ibr.ucx[osr.family]
     python_prefix = VENV_PREFIX if osr.python.manager == "venv" else CONDA_PREFIX
     cudnn = cu.wheels["cudnn"].version if osr.cuda_from == "wheels" else cu.base_cudnn
+    # the compile stages have the CUDA toolkit: the base is a CUDA devel image, or the row names one
+    build_has_cuda = osr.cuda_from == "base" or osr.build_base is not None
     plat = s.platforms[cell.platform]
     # pip sets of every platform but the first resolve for that platform's wheels, into files
     # of their own (the same pins, other files and hashes)
@@ -223,6 +226,12 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "codename": osr.codename,
             "version": _os_version(cell.os),
             "base": osr.base.format(cuda_toolkit=cu.toolkit),
+            "build_base": osr.build_base.format(cuda_toolkit=cu.toolkit) if osr.build_base else None,
+            "build_base_key": (
+                base_lock.key(osr.build_base.format(cuda_toolkit=cu.toolkit), cell.platform if other else None)
+                if osr.build_base
+                else None
+            ),
             "cuda_from": osr.cuda_from,
             "bootstrappable": osr.bootstrap is not None,
             # the base as resolved for this platform (locks/bases.json key; what the build resolves)
@@ -257,7 +266,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "version": ucx.version,
             "artifact": _artifact(m, ucx.artifact, cell.platform),
             "prefix": UCX_PREFIX if ucx.source == "source" else "/usr",
-            "cuda_transports": _ucx_cuda_transports(ucx.source, osr.cuda_from),
+            "cuda_transports": _ucx_cuda_transports(ucx.source, build_has_cuda),
         },
         "mpi": {
             "key": cell.mpi,
@@ -271,9 +280,9 @@ def build(m: Matrix, cell: Cell) -> CellContext:
             "cuda": _mpi_cuda(
                 mpir.kind,
                 mpir.install,
-                osr.cuda_from,
+                build_has_cuda,
                 _cuda_runtime_tree(python_prefix, py, cell.cuda),
-                _ucx_cuda_transports(ucx.source, osr.cuda_from),
+                _ucx_cuda_transports(ucx.source, build_has_cuda),
             ),
         },
         "python": {

@@ -105,6 +105,8 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         parent = render(m.cell(cell.parent)) if cell.parent else None
         cc = ctxmod.build(m, cell)
         base = base_lock.entry_for(bases, cc.data["os"]["base_key"], cc.data["os"]["bootstrappable"])
+        build_base_key = cc.data["os"]["build_base_key"]
+        build_base = base_lock.entry_for(bases, build_base_key, False) if build_base_key else None
         manifest_text = json.dumps(cc.manifest, indent=2, sort_keys=True) + "\n"
         data = dict(
             cc.data,
@@ -112,6 +114,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             namespace=m.spec.naming.namespace,
             parent_tag=parent.tag if parent else None,
             base_from=base.from_ref(),
+            build_base_from=build_base.from_ref() if build_base else None,
             security_rebuild=security_rebuilds.epoch(rebuilds, cell.os),
         )
         try:
@@ -133,6 +136,8 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
         else:
             # the base's locked identity: one tag, one base (a child follows through its parent)
             h.update(base.recipe_line().encode())
+            if build_base:  # the compile stages' base: what UCX and Open MPI were built with
+                h.update(("build " + build_base.recipe_line()).encode())
         os_stage = None
         if not cell.parent:
             stage = env.get_template("os-stage.Dockerfile.j2").render(**data)

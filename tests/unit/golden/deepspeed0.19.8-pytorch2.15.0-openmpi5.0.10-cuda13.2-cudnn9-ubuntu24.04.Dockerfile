@@ -15,18 +15,21 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # for 8.0, 8.9, 9.0, 10.0 (+PTX): a job's first step does not wait for a compiler,
 # and a GPU this build never saw runs them. DS_ACCELERATOR=cuda: with no GPU in the build
 # DeepSpeed would pick its CPU accelerator and build CPU ops only (so the CPU accelerator's
-# shared-memory op is not prebuilt: a CPU-only node compiles it on its first init_distributed). nvcc 13.2.1 stays in the image, with
+# shared-memory op is not prebuilt: a CPU-only node compiles it on its first init_distributed). nvcc 13.2.86 stays in the image (CUDA_HOME, PATH), with
 # TORCH_CUDA_ARCH_LIST, so the ops a config enables later JIT-compile for the same GPUs.
 # --no-build-isolation: an isolated build would pull a second multi-GB torch; --no-cache-dir:
 # pip's wheel cache keys a wheel built from the sdist by the sdist alone, not by DS_BUILD_*.
 # patches/deepspeed-0.19.8-azureml-any-mpi.patch (sha256-pinned): under Azure ML, init_distributed's own Azure ML
 # branch is taken only where Open MPI's variables are; see its header.
-ENV CUDA_HOME=/usr/local/cuda PATH=/usr/local/cuda/bin:$PATH TORCH_CUDA_ARCH_LIST="8.0 8.9 9.0 10.0+PTX"
+ENV CUDA_HOME=/opt/conda/lib/python3.12/site-packages/nvidia/cu13 PATH=/opt/conda/lib/python3.12/site-packages/nvidia/cu13/bin:$PATH TORCH_CUDA_ARCH_LIST="8.0 8.9 9.0 10.0+PTX"
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     --mount=type=bind,source=patches/deepspeed-0.19.8-azureml-any-mpi.patch,target=/tmp/framework.patch \
-    /usr/local/cuda/bin/nvcc --version | grep "release 13.2," > /dev/null \
+    tb-pip-install /tmp/locks/cuda13.2-compiler-py3.12.txt \
+ && ln -sfn lib /opt/conda/lib/python3.12/site-packages/nvidia/cu13/lib64 \
+ && tb-register-nvidia-libs \
+ && /opt/conda/lib/python3.12/site-packages/nvidia/cu13/bin/nvcc --version | grep "release 13.2," > /dev/null \
  && tb-pip-install /tmp/locks/pytorch2.15.0-deepspeed0.19.8-cuda13.2-py3.12-build.txt \
  && DS_ACCELERATOR=cuda DS_BUILD_OPS=0 \
     DS_BUILD_CPU_ADAM=1 \
@@ -50,7 +53,7 @@ LABEL org.opencontainers.image.title="deepspeed0.19.8-pytorch2.15.0-openmpi5.0.1
       io.trainbase.os="ubuntu24.04" \
       io.trainbase.platform="linux/amd64" \
       io.trainbase.cuda="13.2" \
-      io.trainbase.cudnn="9.20.0.48" \
+      io.trainbase.cudnn="9.26.0.51" \
       io.trainbase.nccl="2.30.7" \
       io.trainbase.mpi="openmpi-5.0.10" \
       io.trainbase.ucx="1.20.1" \
@@ -71,7 +74,7 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
 # the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
 # ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
 RUN /opt/trainbase/lib/tb-entrypoints \
- && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '/opt/conda', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip

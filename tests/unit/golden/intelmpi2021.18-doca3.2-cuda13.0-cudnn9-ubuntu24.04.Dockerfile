@@ -6,8 +6,8 @@
 
 # ---- stage os: the distro, compilers, ssh, InfiniBand userspace (shared by every cell
 # with this OS, CUDA base and IB row) ----
-FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS os
-# --- block: os (ubuntu24.04, base nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04) ---
+FROM nvidia/cuda:13.0.1-base-ubuntu24.04 AS os
+# --- block: os (ubuntu24.04, base nvidia/cuda:13.0.1-base-ubuntu24.04) ---
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -72,7 +72,12 @@ RUN --mount=type=secret,id=ca_bundle \
  && /opt/conda/bin/python -c "import sys; v='%d.%d' % sys.version_info[:2]; assert v == '3.12', 'python ' + v + ' != 3.12'"
 ENV PATH=/opt/conda/bin:$PATH
 
-# --- block: cuda (13.0.1 toolkit and cuDNN 9.13.0.50 from the base image) ---
+# --- block: cuda (13.0 runtime, cuBLAS, cuDNN 9.24.0.43 from NVIDIA's wheels) ---
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=locks,target=/tmp/locks \
+    tb-pip-install /tmp/locks/cuda13.0-py3.12.txt \
+ && tb-register-nvidia-libs
 # Lets the NVIDIA container runtime mount the driver (and refuse a too-old one).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
@@ -80,7 +85,6 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     TRAINBASE_CUDA_VERSION=13.0.1
 
 # --- block: nccl (2.30.7, the image's ONE NCCL: the same wheel the framework pins) ---
-# The CUDA base ships its own libnccl2; it is removed so that exactly one NCCL remains.
 # The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
 # (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
 # SIGPIPE and this SHELL's pipefail fails the build by chance (exit 141, issue 27).
@@ -88,9 +92,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
-    apt-mark unhold libnccl2 libnccl-dev >/dev/null 2>&1 || true; \
-    apt-get purge -y --allow-change-held-packages libnccl2 libnccl-dev \
- && tb-pip-install /tmp/locks/nccl2.30.7-cuda13.0-py3.12.txt \
+    tb-pip-install /tmp/locks/nccl2.30.7-cuda13.0-py3.12.txt \
  && tb-register-nvidia-libs \
  && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
@@ -174,7 +176,7 @@ LABEL org.opencontainers.image.title="intelmpi2021.18-doca3.2-cuda13.0-cudnn9-ub
       io.trainbase.os="ubuntu24.04" \
       io.trainbase.platform="linux/amd64" \
       io.trainbase.cuda="13.0" \
-      io.trainbase.cudnn="9.13.0.50" \
+      io.trainbase.cudnn="9.24.0.43" \
       io.trainbase.nccl="2.30.7" \
       io.trainbase.mpi="intelmpi-2021.18.1" \
       io.trainbase.ucx="1.20.0" \
@@ -193,7 +195,7 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
 # the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
 # ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
 RUN /opt/trainbase/lib/tb-entrypoints \
- && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '/opt/conda', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip

@@ -206,7 +206,7 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
 # the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
 # ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
 RUN /opt/trainbase/lib/tb-entrypoints \
- && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '/opt/trainbase/venv', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip

@@ -6,8 +6,54 @@
 
 # ---- stage os: the distro, compilers, ssh, InfiniBand userspace (shared by every cell
 # with this OS, CUDA base and IB row) ----
-FROM nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 AS os
-# --- block: os (ubuntu24.04, base nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04) ---
+FROM nvidia/cuda:13.0.1-base-ubuntu24.04 AS os
+# --- block: os (ubuntu24.04, base nvidia/cuda:13.0.1-base-ubuntu24.04) ---
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    LANG=C.UTF-8 \
+    LC_ALL=C.UTF-8
+# trainbase's image toolbox: tb-fetch (pinned + checksummed downloads), tb-pip-install
+# (hash-locked pip sets), tb-register-nvidia-libs (wheel libraries into ldconfig).
+COPY imagefs/usr/local/bin/ /usr/local/bin/
+# Compilers stay in the image: mpicc probes, DeepSpeed ops and Horovod build against it.
+# openssh: multi-node mpirun needs ssh; host keys are deleted here and made per container
+# at start-up, so no image ever ships a private key.
+# upgrade: a base image is a snapshot of its release day; the distro's pending (security)
+# updates are taken at build time, and the audit gate (trainbase/supply/audit.py) fails a cell that
+# still misses one. The first build with the gate found 4 in debian:12.15-slim (apt, pcre2, tzdata).
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+ && apt-get upgrade -y \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates curl xz-utils bzip2 patch \
+      build-essential pkg-config \
+      openssh-client openssh-server \
+      procps iproute2 numactl \
+ && rm -f /etc/ssh/ssh_host_* \
+ && mkdir -p /run/sshd
+
+# --- block: ib (NVIDIA DOCA-OFED 3.2.3 userspace) ---
+# The repo key is pinned by its OpenPGP identity (CAE649B3B3929F8470D4D33BA024F6F0E6D6A281):
+# tb-fetch-openpgp-key imports it, checks the fingerprint with gpg and refuses any other key.
+# Packages are pinned by exact version.
+RUN --mount=type=secret,id=ca_bundle \
+    --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+ && apt-get install -y --no-install-recommends gnupg \
+ && tb-fetch-openpgp-key https://linux.mellanox.com/public/repo/doca/3.2.3/ubuntu24.04/x86_64/GPG-KEY-Mellanox.pub CAE649B3B3929F8470D4D33BA024F6F0E6D6A281 /usr/share/keyrings/doca.gpg \
+ && echo "deb [signed-by=/usr/share/keyrings/doca.gpg] https://linux.mellanox.com/public/repo/doca/3.2.3/ubuntu24.04/arm64-sbsa/ ./" > /etc/apt/sources.list.d/doca.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+      doca-ofed-userspace=3.2.3-019000 \
+      ibverbs-utils rdmacm-utils infiniband-diags perftest
+
+# ---- stage toolchain: the os stage's packages on NVIDIA's CUDA devel image (nvcc, headers,
+# the libcuda stub), where UCX and Open MPI compile CUDA-aware. Only their prefixes are copied
+# out: the toolkit's bytes never reach the image, which keeps one CUDA stack (the wheels') ----
+FROM nvidia/cuda:13.0.1-devel-ubuntu24.04 AS toolchain
+# --- block: os (ubuntu24.04, base nvidia/cuda:13.0.1-base-ubuntu24.04) ---
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
     LANG=C.UTF-8 \
@@ -50,7 +96,7 @@ RUN --mount=type=secret,id=ca_bundle \
       ibverbs-utils rdmacm-utils infiniband-diags perftest
 
 # ---- stage openmpi-build: sources and objects stay here; only /opt/openmpi is copied ----
-FROM os AS openmpi-build
+FROM toolchain AS openmpi-build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /tmp/openmpi-src
 # --- block: openmpi (build 5.0.10 from its pinned release tarball against UCX 1.20.0) ---
@@ -88,7 +134,12 @@ RUN --mount=type=secret,id=ca_bundle \
  && /opt/conda/bin/python -c "import sys; v='%d.%d' % sys.version_info[:2]; assert v == '3.12', 'python ' + v + ' != 3.12'"
 ENV PATH=/opt/conda/bin:$PATH
 
-# --- block: cuda (13.0.1 toolkit and cuDNN 9.13.0.50 from the base image) ---
+# --- block: cuda (13.0 runtime, cuBLAS, cuDNN 9.24.0.43 from NVIDIA's wheels) ---
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=locks,target=/tmp/locks \
+    tb-pip-install /tmp/locks/cuda13.0-py3.12-arm64.txt \
+ && tb-register-nvidia-libs
 # Lets the NVIDIA container runtime mount the driver (and refuse a too-old one).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
@@ -96,7 +147,6 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
     TRAINBASE_CUDA_VERSION=13.0.1
 
 # --- block: nccl (2.30.7, the image's ONE NCCL: the same wheel the framework pins) ---
-# The CUDA base ships its own libnccl2; it is removed so that exactly one NCCL remains.
 # The last step proves the dynamic linker finds libnccl.so.2. It reads ldconfig's whole output
 # (grep without -q): `grep -q` exits at the first match, ldconfig's next write then dies of
 # SIGPIPE and this SHELL's pipefail fails the build by chance (exit 141, issue 27).
@@ -104,9 +154,7 @@ ENV NVIDIA_VISIBLE_DEVICES=all \
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
-    apt-mark unhold libnccl2 libnccl-dev >/dev/null 2>&1 || true; \
-    apt-get purge -y --allow-change-held-packages libnccl2 libnccl-dev \
- && tb-pip-install /tmp/locks/nccl2.30.7-cuda13.0-py3.12-arm64.txt \
+    tb-pip-install /tmp/locks/nccl2.30.7-cuda13.0-py3.12-arm64.txt \
  && tb-register-nvidia-libs \
  && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
@@ -170,7 +218,7 @@ LABEL org.opencontainers.image.title="openmpi5.0.10-doca3.2-cuda13.0-cudnn9-ubun
       io.trainbase.os="ubuntu24.04" \
       io.trainbase.platform="linux/arm64" \
       io.trainbase.cuda="13.0" \
-      io.trainbase.cudnn="9.13.0.50" \
+      io.trainbase.cudnn="9.24.0.43" \
       io.trainbase.nccl="2.30.7" \
       io.trainbase.mpi="openmpi-5.0.10" \
       io.trainbase.ucx="1.20.0" \
@@ -189,7 +237,7 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
 # the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
 # ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
 RUN /opt/trainbase/lib/tb-entrypoints \
- && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '/opt/conda', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip

@@ -150,7 +150,7 @@ LABEL org.opencontainers.image.title="openmpi5.0.11-cuda13.0-cudnn9-debian12-arm
       io.trainbase.cudnn="9.24.0.43" \
       io.trainbase.nccl="2.30.7" \
       io.trainbase.mpi="openmpi-5.0.11" \
-      io.trainbase.ucx="1.13.1" \
+      io.trainbase.ucx="1.20.1" \
       io.trainbase.ib="rdma-core" \
       io.trainbase.python="3.11"
 # Login shells (bash -l) reset PATH through /etc/profile: keep this image's PATH there too.
@@ -166,7 +166,7 @@ RUN echo "export PATH=\"$PATH\"" > /etc/profile.d/trainbase-path.sh \
 # the above: entry points in /usr/local/bin (mpirun, python3, torchrun, ...) source the image's
 # ENV from /opt/trainbase/env.sh and run the image's own command (see tb-entrypoints).
 RUN /opt/trainbase/lib/tb-entrypoints \
- && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '$VIRTUAL_ENV', sys.prefix"
+ && env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp python3 -c "import sys, mpi4py; assert sys.prefix == '/opt/trainbase/venv', sys.prefix"
 # The image must pass its own doctor's build-time checks (no GPU or fabric here): the manifest
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip
