@@ -5,7 +5,8 @@ package's plugin; anything it does not know is handed to pytest unchanged.
     trainbase-conformance IMAGE... [--tier static,cpu,...] [--expect FILE] [--require-hardware]
                           [--junitxml OUT.xml] [--markdown OUT.md] [PYTEST ARGS...]
 
-Exit status is pytest's: 0 all selected checks passed (or skipped with a reason), 1 a check
+Exit status is pytest's: 0 all selected checks passed (or skipped with a reason) and each image's
+verdict passed (some check ran against it: checks/test_verdict.py), 1 a check or a verdict
 failed, 2 bad usage (an unknown tier, an invalid expectations file, no image)."""
 
 from __future__ import annotations
@@ -78,7 +79,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"comma-separated tiers from {', '.join(TIERS)}, or 'all' (default: static,cpu); "
         "gpu and fabric skip with the reason on a host without a GPU / RDMA device",
     )
-    ap.add_argument("--expect", metavar="FILE", help="expectations (YAML/JSON) for images without a trainbase manifest")
+    ap.add_argument(
+        "--expect",
+        metavar="FILE",
+        help="expectations (YAML/JSON) for images without a trainbase manifest; beside an image's own "
+        "manifest, each claim of FILE the manifest does not make fails that image's verdict",
+    )
     ap.add_argument(
         "--require-hardware",
         action="store_true",

@@ -6,6 +6,7 @@ collected item is called in the results (its image, module and check)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from . import EVIDENCE, TIERS, session
 from .containers import short_name
 from .options import image_refs
+from .results import VERDICT_MODULE
 
 DERIVED_NOTE = pytest.StashKey[str]()
 _MISSING_HARDWARE = pytest.StashKey[str]()
@@ -43,12 +45,17 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # --------------------------------------------------------------------------- selection and order
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture, which group_by_image corrects
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--derived-tiers, the checks grouped by image; each has one tier, and one this host cannot
-    run is skipped here, with the reason, before any container starts."""
+@pytest.hookimpl(hookwrapper=True)  # around every other plugin's: -k, -m and pytest's reordering by fixture
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Generator[None, None, None]:
+    """--derived-tiers, the checks grouped by image, each image's verdict last of its checks
+    (whatever -k or -m selected: keep_verdicts); each check has one tier, and one this host
+    cannot run is skipped here, with the reason, before any container starts."""
+    verdicts = [i for i in items if module_name(i) == VERDICT_MODULE]
+    items[:] = [i for i in items if module_name(i) != VERDICT_MODULE]
+    yield
     deselect_derived_tiers(config, items, image_refs(config))
     group_by_image(items)
+    keep_verdicts(config, items, verdicts)
     for item in items:
         if "image" not in getattr(item, "fixturenames", ()):
             continue
@@ -67,6 +74,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         session.results(config).evidence[(module_name(item), check_name(item))] = kinds[0]
         _skip_without_hardware(config, item, tiers[0])
+
+
+def keep_verdicts(config: pytest.Config, items: list[pytest.Item], verdicts: list[pytest.Item]) -> None:
+    """Each image's verdict (checks/test_verdict.py) right after the last of its selected checks,
+    whatever -k, -m or --derived-tiers left out: a selection cannot drop the check that says
+    whether anything was checked. The verdict of an image none of whose checks is selected is
+    deselected with them (no check of it runs: pytest's own "no tests ran" then, exit 5)."""
+    last: dict[str | None, int] = {}
+    for n, item in enumerate(items):
+        if "image" in getattr(item, "fixturenames", ()):
+            last[image_ref(item)] = n
+    placed = sorted(((last[image_ref(v)], v) for v in verdicts if image_ref(v) in last), key=lambda nv: -nv[0])
+    for n, v in placed:  # from the end, so the positions before stay right
+        items.insert(n + 1, v)
+    dropped = [v for v in verdicts if image_ref(v) not in last]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
 
 
 def _skip_without_hardware(config: pytest.Config, item: pytest.Item, tier: str) -> None:

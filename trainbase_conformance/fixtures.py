@@ -60,6 +60,15 @@ class Target:
     mpi: MpiFlavor | None
     mpi_error: str = ""
     cache: dict[str, Any] = field(default_factory=dict)
+    # the claims of an expectations file given beside the image's own manifest that the
+    # manifest does not make (expectations.disagreements): the image's verdict fails on them
+    disagreements: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # an expectations file's undeclared component is looked for in this image's filesystem
+        components = self.manifest.get("components")
+        if isinstance(components, expectations.DeclaredComponents):
+            components.finder = self.holds
 
     @property
     def foreign(self) -> bool:
@@ -92,9 +101,39 @@ class Target:
         return self.host.run(f"timeout {timeout} bash -lc {shlex.quote(cmd)}")
 
     def need_mpi(self) -> MpiFlavor:
+        """The declared MPI. An expectations file that declares none skips the check where the
+        image holds no MPI launcher, and fails it where it holds one (expectations.undeclared)."""
         if self.mpi is None:
+            if self.foreign and "mpi" not in self.components:
+                self.components["mpi"]  # skipped or failed, saying what to declare
             pytest.fail(self.mpi_error)
         return self.mpi
+
+    def holds(self, key: str) -> list[str]:
+        """The files of the image that show it holds ``key`` (a component of
+        expectations.COMPONENTS, or frameworks.NAME), found by name in its filesystem once."""
+        if "holds" not in self.cache:
+            r = self.sh(expectations.find_command(), timeout=600)
+            self.cache["holds"] = expectations.found(r.stdout)
+        held: list[str] = self.cache["holds"].get(key, [])
+        return held
+
+    def require(self, key: str) -> None:
+        """A check needs ``key`` declared (a component, or frameworks.NAME): on an image with an
+        expectations file that does not declare it, skipped where the image holds none of it and
+        failed where it holds one (expectations.undeclared); nothing on a trainbase image."""
+        if not self.foreign:
+            return
+        if key.startswith("frameworks."):
+            if key.split(".", 1)[1] not in (self.manifest.get("frameworks") or {}):
+                expectations.undeclared(self.components_source, key, self.holds(key))
+        elif key not in self.components:
+            self.components[key]
+
+    @property
+    def components_source(self) -> str:
+        """The name of the expectations file (for an image trainbase did not build)."""
+        return str(getattr(self.manifest["components"], "source", "the manifest"))
 
     def doctor(
         self, args: str = "", env: dict[str, str] | None = None, login: bool = False, container: Container | None = None
@@ -152,6 +191,19 @@ def _trainbase_contract(request: pytest.FixtureRequest) -> None:
         pytest.skip(f"not applicable: checks {what}, which only trainbase-built images carry")
 
 
+def mpi_flavor(manifest: dict[str, Any]) -> tuple[MpiFlavor | None, str]:
+    """The manifest's MPI, or None and why not. Asking an expectations file's components for an
+    MPI it does not declare would skip (expectations.DeclaredComponents): asked here, once per
+    image, that skipped every check of the image -- hygiene too -- and the run went green having
+    checked nothing. Now only the checks that need an MPI (Target.need_mpi) skip, or fail."""
+    if "mpi" not in manifest.get("components", {}):  # dict's own test, no lookup
+        return None, "the manifest names no MPI (components.mpi)"
+    try:
+        return MpiFlavor.from_manifest(manifest), ""
+    except (KeyError, ValueError) as e:
+        return None, f"manifest names no MPI the suite knows: {e}"
+
+
 @pytest.fixture(scope="session")
 def target(
     image: str,
@@ -171,12 +223,8 @@ def target(
         pytest.skip(f"this host cannot run {inspect.get('Os', 'linux')}/{e.arch} images now: {e.cause}. Fix: {e.fix}")
     container = _start(image, host_caps)
     try:
-        manifest = expectations.image_manifest(image, container, pytestconfig.getoption("--expect"))
-        mpi, mpi_error = None, ""
-        try:
-            mpi = MpiFlavor.from_manifest(manifest)
-        except (KeyError, ValueError) as e:
-            mpi_error = f"manifest names no MPI the suite knows: {e}"
+        manifest, disagreements = expectations.image_claims(image, container, pytestconfig.getoption("--expect"))
+        mpi, mpi_error = mpi_flavor(manifest)
         native = f"{inspect.get('Os', 'linux')}/{inspect.get('Architecture', '?')} (native)"
         facts = {
             "id": inspect["Id"].split(":")[-1][:12],
@@ -187,9 +235,9 @@ def target(
         }
         if emulator:
             facts["emulator"] = emulator
-        session.image_facts(pytestconfig)[short_name(image)] = facts
+        session.image_facts(pytestconfig)[image] = facts
         for k, v in facts.items():
-            record_testsuite_property(f"image[{short_name(image)}].{k}", v)
+            record_testsuite_property(f"image[{image}].{k}", v)
         yield Target(
             ref=image,
             inspect=inspect,
@@ -199,6 +247,7 @@ def target(
             caps=host_caps,
             mpi=mpi,
             mpi_error=mpi_error,
+            disagreements=disagreements,
         )
     finally:
         container.remove()

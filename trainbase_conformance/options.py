@@ -28,7 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="FILE",
         help="for an image without /etc/trainbase/manifest.json (not built by trainbase): what it "
-        "claims to hold, YAML/JSON following expectations.schema.json",
+        "claims to hold, YAML/JSON following expectations.schema.json; beside an image's own manifest, "
+        "each claim of FILE the manifest does not make fails that image's verdict",
     )
     g.addoption(
         "--conformance-report",

@@ -13,7 +13,6 @@ import pytest
 
 from . import TIERS, session
 from .collection import DERIVED_NOTE, check_name, image_ref, module_name
-from .containers import short_name
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -23,7 +22,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     ref = image_ref(item)
     if ref is None:
         return
-    image = short_name(ref)
+    image = ref  # as given: trainbase-bootstrap/debian:12.15-slim, not debian:12.15-slim
     tier = next((t for t in TIERS if item.get_closest_marker(t)), "")
     if rep.when == "setup":
         item.user_properties.append(("image", image))
@@ -79,6 +78,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     terminalreporter.write(results.markdown())
     if results.evidence:
         terminalreporter.write_line(results.evidence_summary())
+    for image in results.images:
+        terminalreporter.write_line(results.ran_line(image))
     if DERIVED_NOTE in config.stash:
         terminalreporter.write_line(config.stash[DERIVED_NOTE])
     terminalreporter.write_line(f"summary: {md}")

@@ -54,6 +54,8 @@ MUTATION_RECORD = HERE / "mutation-record.json"
 # asserts ran (a precondition many checks share): listed, not counted as the check shown failing.
 PRECONDITIONS = {
     r"mpirun has detected an attempt to run as root": "its mpirun refuses root before the check's own asserts run",
+    r"but \S+ declares no '[\w.]+'": "its expectations file does not declare a component the image holds, which "
+    "stops the check before its own asserts run",
 }
 KINDS = ("variant", "unit", "foreign")  # the ways, strongest first: a check counts under the first it has
 ENTRY_KEYS = {"unit": {"shown_by", "unit", "message", "via", "also"}, "none": {"shown_by", "why"}}

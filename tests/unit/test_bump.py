@@ -163,6 +163,6 @@ def test_a_bump_pip_cannot_resolve_restores_matrix_yaml_and_every_lock(workdir, 
             io.StringIO(),
             releases=lambda n: ["7.2.2", "7.2.3"] if n == "psutil" else [],
         )
-    assert len(calls) == 2
+    assert len(calls) >= 2  # every stale set is resolved before any is written, each failure named (issue 65)
     assert (workdir / "matrix.yaml").read_text() == matrix_before
     assert {f.name: f.read_bytes() for f in (workdir / "locks").glob("*")} == before

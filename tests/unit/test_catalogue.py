@@ -3,7 +3,6 @@ manifests and the record of real runs, never edited by hand (issue 55)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -41,12 +40,17 @@ def test_every_rendered_cell_has_a_row_and_only_those():
     assert names == rendered
 
 
-def test_the_minimum_driver_is_the_doctors_own_table():
-    spec = importlib.util.spec_from_file_location("checks_node_table", DOCTOR_NODE)
-    text = DOCTOR_NODE.read_text()
-    line = next(ln for ln in text.splitlines() if ln.startswith("MIN_DRIVER_FOR_MAJOR"))
-    assert spec is not None
-    assert eval(line.split("=", 1)[1]) == catalogue.MIN_DRIVER_FOR_MAJOR  # noqa: S307 -- a literal of our own file
+def test_the_driver_column_is_the_images_promise():
+    """The drivers each row names come from trainbase_common.driver_promise (the one table of driver
+    branches, which tb-doctor ships a copy of); tests/unit/test_driver_promise.py holds every image's
+    NVIDIA_REQUIRE_CUDA to them."""
+    m = load(ROOT / "matrix.yaml")
+    rows = {x.name: x for x in catalogue.rows(m, ROOT, {"cells": {}})}
+    ubuntu, debian = rows["openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"], rows["openmpi4.1.4-cuda12.8-cudnn9-debian12"]
+    assert (ubuntu.min_driver, ubuntu.forward_compat_branches) == (">= 570.26", [470, 535, 550, 560, 565])
+    assert ubuntu.promise.text() == "570.26+, or R470/R535/R550/R560/R565 on data-center GPUs (forward compatibility)"
+    assert (debian.min_driver, debian.forward_compat_branches, debian.promise.text()) == (">= 570.26", [], "570.26+")
+    assert DOCTOR_NODE.with_name("cuda_requirement.py").is_file()
 
 
 def test_a_recorded_run_gives_the_size_where_and_the_tiers(tmp_path: Path):
@@ -97,7 +101,7 @@ def test_a_row_says_what_the_manifest_holds():
     ]
     manifest = json.loads((ROOT / "images" / r.name / "manifest.json").read_text())
     assert r.nccl == manifest["components"]["nccl"]["version"] and r.framework == "pytorch"
-    assert r.frameworks["pytorch"]["torch"] == "2.10.0" and r.min_driver == ">= 525.60.13"
+    assert r.frameworks["pytorch"]["torch"] == "2.10.0" and r.min_driver == ">= 570.26"
 
 
 def test_a_record_of_an_earlier_recipe_says_so_beside_its_figures():

@@ -358,8 +358,14 @@ def test_a_check_shown_only_by_ways_that_do_not_count_is_not_shown(table):
 def test_a_foreign_failure_of_a_shared_precondition_is_not_counted(table):
     knock_ons = sorted(w.check for w in table.ways if w.kind == "foreign" and w.uncounted)
     assert knock_ons == [
+        # the expectations file declares no UCX, which the image holds: stopped before their asserts
+        "test_ib.py::test_ucx_ib_transports_load",
+        "test_ib.py::test_ucx_version",
         "test_mpi.py::test_mpi4py_allreduce_4_ranks",
         "test_mpi.py::test_mpicc_allreduce_4_ranks",
+        "test_mpi.py::test_ompi_ucx_is_manifest_ucx",
+        "test_mpi.py::test_ompi_ucx_loads_ib_transports",
+        "test_mpi.py::test_ompi_ucx_pml_runs",
         "test_mpi.py::test_shared_memory_without_warnings",
         "test_speed.py::test_intra_node_bandwidth_is_near_the_hosts",
         "test_speed.py::test_intra_node_messages_stay_off_the_network_stack",

@@ -20,8 +20,8 @@ import pytest
 from trainbase.define.matrix import load
 from trainbase.render import recipes
 
-from .conftest import run_cli
 from ..conftest import ROOT
+from .conftest import run_cli
 
 # how far an Ubuntu PyTorch image may plan above the Debian one of the same CUDA (issue 61)
 UBUNTU_OVER_DEBIAN_GB = 1.5

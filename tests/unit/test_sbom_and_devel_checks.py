@@ -17,6 +17,7 @@ def _sbom_target(about: str, fmt: str = "CycloneDX"):
     text = json.dumps({"bomFormat": fmt, "specVersion": "1.6", "metadata": {"component": {"name": about}}})
     return SimpleNamespace(
         name="openmpi4.1.4-cuda12.8-cudnn9-debian12",
+        foreign=False,
         cache={},
         labels={"io.trainbase.sbom": SBOM, "io.trainbase.sbom.sha256": hashlib.sha256(text.encode()).hexdigest()},
         container=SimpleNamespace(read=lambda path: text if path == SBOM else ""),

@@ -14,7 +14,7 @@ from trainbase.run import executor
 from trainbase.supply import chain, inventory_reader
 from trainbase.supply.inventory import Inventory
 from trainbase_common import engine
-from trainbase_common.states import JobState
+from trainbase_common.states import USABLE, JobState
 
 from .conftest import ROOT
 
@@ -185,3 +185,66 @@ def test_a_tag_gone_from_the_engine_is_named_not_an_attribute_error(monkeypatch,
     why = b._supply_chain(j, remove_on_failure=False)
     assert "AttributeError" not in why
     assert f"{j.image} is no longer in the engine" in why
+
+
+def test_a_failed_gate_sticks_to_its_tag_until_the_allowlist_changes(monkeypatch, tmp_path):
+    """Issue 64: the gate fails, the tag stays (a cached tag is never removed) and its lock is
+    written; the next run used to skip the step ("has documents") and pass the tag as cached.
+    The verdict is recorded with the tag: the next run fails the cell (so --push, which publishes
+    only usable cells, refuses it) until the allow-list it was judged under changes."""
+    m = load(ROOT / "matrix.yaml")
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = recipes.render_all(m, [cell], root=ROOT)
+    sc = chain.SupplyChain(ROOT, chain.SupplyOptions(dir=tmp_path, python_audit="off"), {}, rendered)
+    base = {"ref": "debian:12.15-slim", "identity": "packages-sha256:92bc", "how": "bootstrap"}
+    inv = inventory_reader.parse(ANSWER, cell.name, "r1", "sha256:1", base, [])
+    monkeypatch.setattr(inventory_reader, "read", lambda *a, **k: inv)
+    monkeypatch.setattr(
+        engine, "inspect_image", lambda ref: engine.ImageInfo(id="sha256:1", size=1, labels={}, env={}, raw={})
+    )
+    monkeypatch.setattr(sc, "_audit", lambda j, inv: ({"ok": True, "message": "", "open": []}, []))
+    over = {"ok": False, "message": "cell is 9.84 GB, over its budget of 9.0 GB"}
+    monkeypatch.setattr(sc, "_budget", lambda j, inv, size: over)
+
+    def run_once():
+        b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+        b.supply = sc
+        monkeypatch.setattr(engine, "remove_image", lambda ref, force=False: True)
+        monkeypatch.setattr(engine, "tag", lambda *a: None)
+        j = b.jobs[cell.name]
+        j.status = JobState.CACHED  # the tag exists: a cached cell
+        b._supply_for_cached(j)
+        return j
+
+    first = run_once()  # no documents yet: the step runs, the gate fails
+    assert first.status == JobState.FAILED and "over its budget" in first.reason
+    assert sc.has_documents(first) and (sc.cell_dir(first) / "inputs.lock.json").exists()
+    verdict = json.loads((sc.cell_dir(first) / "verdict.json").read_text())
+    assert verdict["ok"] is False and verdict["tag"] == first.tag
+
+    monkeypatch.setattr(sc, "after_build", lambda j, size: pytest.fail("a judged tag is not judged again"))
+    second = run_once()  # documents there: it used to pass here as "cached"
+    assert second.status == JobState.FAILED and JobState.FAILED not in USABLE
+    assert "the supply gate refused" in second.reason and "over its budget" in second.reason
+
+    sc.allowlist_sha256 = "another allow-list"  # what the allow-list accepts may have changed: judged again
+    monkeypatch.setattr(sc, "after_build", lambda j, size: None)
+    assert sc.needs_step(second) and run_once().status == JobState.CACHED
+
+
+def test_a_tag_documented_before_the_verdict_record_reads_its_gates_documents(tmp_path):
+    m = load(ROOT / "matrix.yaml")
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = recipes.render_all(m, [cell], root=ROOT)
+    sc = chain.SupplyChain(ROOT, chain.SupplyOptions(dir=tmp_path), {}, rendered)
+    b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+    j = b.jobs[cell.name]
+    d = sc.cell_dir(j)
+    d.mkdir(parents=True)
+    for name in ("inputs.lock.json", "sbom.cdx.json"):
+        (d / name).write_text("{}")
+    (d / "audit.json").write_text(json.dumps({"ok": False, "message": "CVE-2099-1 in libssl3"}))
+    (d / "budget.json").write_text(json.dumps({"ok": True}))
+    assert not sc.needs_step(j) and "CVE-2099-1 in libssl3" in sc.recorded_failure(j)
+    (d / "audit.json").write_text(json.dumps({"ok": True}))
+    assert sc.recorded_failure(j) is None

@@ -29,7 +29,8 @@ Action = Callable[[Matrix, Path, argparse.Namespace], int]
 def selected(m: Matrix, args: argparse.Namespace) -> list[Cell]:
     """The cells ``--select`` / ``--profile`` pick; every included cell without them."""
     filters = parse_selects(args.select)
-    return m.select(filters, args.profile) if (filters or args.profile) else m.included
+    # `--profile ''` is a profile no matrix declares, not "no profile" (list says so too)
+    return m.select(filters, args.profile) if (filters or args.profile is not None) else m.included
 
 
 # --------------------------------------------------------------------------- the matrix and its files
@@ -53,15 +54,17 @@ def explain(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     if c is None:
         printing.no_such_cell(m, args.name)
         return 2
-    printing.explanation(c)
+    printing.explanation(c, args.name)
     return 0
 
 
 def render(m: Matrix, root: Path, args: argparse.Namespace | None = None) -> int:
     rendered = rendermod.render_all(m, root=root)
+    new = frozenset(r.cell.name for r in rendered.values() if not (root / r.dockerfile).exists())
     changed, removed = rendermod.write(rendered, root)
     stale = rendermod.missing_locks(rendered, root)
-    printing.rendered(len(rendered), changed, removed, stale)
+    printing.rendered(len(rendered), changed, removed, stale, new)
+    printing.leftovers(m.leftovers())
     from ..render import catalogue as cataloguemod  # the catalogue names each cell's recipe tag
 
     for path in cataloguemod.write(m, root):
@@ -74,6 +77,7 @@ def check(m: Matrix, root: Path, args: argparse.Namespace) -> int:
 
     rendered = rendermod.render_all(m, root=root)
     problems = rendermod.check(m, rendered, root)
+    printing.leftovers(m.leftovers())
     if problems:
         printing.drift(problems)
         return 1
@@ -146,6 +150,8 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     from ..run import executor, report
     from ..supply.chain import SupplyOptions
 
+    if args.jobs < 1:  # 0 or fewer builds nothing and would exit 0
+        raise TrainbaseError(f"-j/--jobs {args.jobs}: at least 1 parallel build")
     cells = selected(m, args)
     if args.push:
         registry.split_registry(args.registry or "")

@@ -5,12 +5,13 @@ and exit code, Ctrl-C 130, a closed pipe 141 -- never a traceback."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from ..define.matrix import load
 from ..errors import TrainbaseError
-from . import legacy
+from . import checkout_lock, legacy
 from .actions import ACTIONS
 from .parser import PROG, parser, subparsers
 
@@ -42,8 +43,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.ENAMETOOLONG}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    args.argv = argv  # what the checkout lock says the holder runs
     try:
         return run(args)
     except TrainbaseError as e:
@@ -55,8 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `build.py list | head`: the reader left; no traceback (Python's docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:
+        if e.errno not in DISK_ERRORS:
+            raise
+        # a full disk or a read-only tree: one line; what was being written kept its old content (safe_io)
+        print(f"error: {e.filename + ': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
 
 
 def run(args: argparse.Namespace) -> int:
     m = load(args.file)
-    return ACTIONS[args.command](m, m.path.resolve().parent, args)
+    root = m.path.resolve().parent
+    if args.command not in checkout_lock.WRITERS or getattr(args, "dry_run", False):
+        return ACTIONS[args.command](m, root, args)
+    with checkout_lock.hold(root, [PROG, *(sys.argv[1:] if getattr(args, "argv", None) is None else args.argv)]):
+        return ACTIONS[args.command](m, root, args)

@@ -9,29 +9,40 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from ..define.invocation import build_py
 from ..define.matrix import Cell, Matrix
 
 if TYPE_CHECKING:
     from ..run.executor import Executor
 
 
-def rendered(count: int, changed: list[str], removed: list[str], stale_locks: list[str]) -> None:
-    print(f"rendered {count} cells: {len(changed)} changed, {len(removed)} removed")
+def rendered(
+    count: int, changed: list[str], removed: list[str], stale_locks: list[str], new: frozenset[str] = frozenset()
+) -> None:
+    """``new``: the cells among ``changed`` that had no images/ directory before (issue 65)."""
+    grown = [n for n in changed if n in new]
+    print(f"rendered {count} cells: {len(grown)} new, {len(changed) - len(grown)} changed, {len(removed)} removed")
     for n in changed:
-        print(f"  changed  {n}")
+        print(f"  {'new' if n in new else 'changed':<8} {n}")
     for n in removed:
         print(f"  removed  {n}")
     if stale_locks:
         for s in stale_locks:
             print(f"  lock     {s}", file=sys.stderr)
-        print("error: some pip locks are missing or stale; run `python build.py lock`", file=sys.stderr)
+        print(f"error: some pip locks are missing or stale; run `{build_py()} lock`", file=sys.stderr)
+
+
+def leftovers(lines: list[str]) -> None:
+    """References to versions the axes dropped (Matrix.leftovers): a warning each, on stderr."""
+    for line in lines:
+        print(f"warning: leftover of a dropped version: {line}", file=sys.stderr)
 
 
 def drift(problems: list[str]) -> None:
     cells = sorted({p.split(":", 1)[0] for p in problems if not p.startswith("lock:")})
     print(
-        f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `python build.py render`"
-        f" (or `build.py lock`) and commit:",
+        f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `{build_py()} render`"
+        f" (or `{build_py()} lock`) and commit:",
         file=sys.stderr,
     )
     for p in problems:
@@ -45,7 +56,7 @@ def no_drift(count: int) -> None:
 def stale_before_build(problems: list[str]) -> None:
     print(
         "error: images/ or locks/ differ from what matrix.yaml renders; the build uses the committed "
-        "files, so fix that first (`python build.py render`, or `build.py lock`):",
+        f"files, so fix that first (`{build_py()} render`, or `{build_py()} lock`):",
         file=sys.stderr,
     )
     for p in problems[:10]:
@@ -69,10 +80,12 @@ def cells(records: list[dict[str, Any]], *, as_json: bool) -> None:
     print(f"{len(records) - n_ex} cells" + (f", {n_ex} excluded" if n_ex else ""))
 
 
-def explanation(c: Cell) -> None:
+def explanation(c: Cell, asked: str | None = None) -> None:
+    """``asked``: the name the person typed; an excluded framework cell has no release, so its
+    own name lacks the version they asked about (`pytorch-...`): theirs is echoed (issue 65)."""
     axes = " ".join(f"{k}={v}" for k, v in c.axes.items())
     if c.excluded:
-        print(f"{c.name}: EXCLUDED ({axes})\n  because {c.excluded}")
+        print(f"{asked or c.name}: EXCLUDED ({axes})\n  because {c.excluded}")
     else:
         chain = f"\n  built on: {c.parent}" if c.parent else ""
         print(f"{c.name}: INCLUDED ({axes}){chain}\n  profiles: {', '.join(c.profiles) or '-'}")

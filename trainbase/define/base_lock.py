@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainbase_common import engine
+from trainbase_common import engine, safe_io
 
 from ..errors import TrainbaseError
+from .invocation import build_py
 
 LOCK_FILE = "locks/bases.json"
 SCHEMA = 1
@@ -88,6 +89,8 @@ def load(root: Path) -> dict[str, BaseLock]:
         return {}
     try:
         data = json.loads(p.read_text())
+        if not isinstance(data, dict):  # `[]` or `null`: what a hand edit or a bad merge leaves
+            raise ValueError(f"must be a JSON object, got {type(data).__name__}")
         if data.get("schema") != SCHEMA:
             raise ValueError(f"schema {data.get('schema')!r}, this trainbase reads {SCHEMA}")
         out = {}
@@ -103,8 +106,8 @@ def load(root: Path) -> dict[str, BaseLock]:
                 env=[str(v) for v in e["env"]] if isinstance(e.get("env"), list) else None,
             )
         return out
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `python build.py lock-bases`)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise TrainbaseError(f"{LOCK_FILE}: unreadable: {e} (re-create it with `{build_py()} lock-bases`)") from None
 
 
 def write(root: Path, entries: dict[str, BaseLock]) -> None:
@@ -116,7 +119,7 @@ def write(root: Path, entries: dict[str, BaseLock]) -> None:
             del e["env"]
         doc["bases"][k] = e
     (root / LOCK_FILE).parent.mkdir(parents=True, exist_ok=True)
-    (root / LOCK_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    safe_io.atomic_write(root / LOCK_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def entry_for(entries: dict[str, BaseLock], base_key: str, bootstrappable: bool) -> BaseLock:
@@ -154,6 +157,6 @@ def mismatch(lock: BaseLock, resolved: dict[str, str], packages: list[str] | Non
     if lock.how == BOOTSTRAP and packages is not None:
         what += f"; packages: {package_changes(lock.packages, packages)}"
     return (
-        what + ". If the new base is wanted, re-lock it with `python build.py lock-bases` "
+        what + f". If the new base is wanted, re-lock it with `{build_py()} lock-bases` "
         "(every cell of the row gets a new tag) and commit locks/bases.json"
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +14,8 @@ from typing import Any
 import yaml
 from packaging.utils import canonicalize_name
 from pydantic import ValidationError
+
+from trainbase_common import safe_io
 
 from ..errors import MatrixError
 from .schema import AXES, MatrixFile, Release
@@ -71,6 +75,35 @@ class Matrix:
         except KeyError:
             raise MatrixError(f"no cell named {name!r} in {self.path.name} (see `build.py list`)") from None
 
+    def leftovers(self) -> list[str]:
+        """What still names a version the axes no longer have (issue 65: a dropped CUDA
+        version's table, a release still listing it, a hold on it) -- harmless to the cells,
+        but a trap for the next person, who reads it as current. One line per reference."""
+        s, out = self.spec, []
+        tables: dict[str, Mapping[str, object]] = {
+            "platform": s.platforms,
+            "os": s.os,
+            "cuda": s.cuda,
+            "mpi": s.mpi,
+            "ib": s.ib,
+        }
+        for axis, table in tables.items():
+            on_axis = getattr(s.axes, axis)
+            name = TABLE_NAMES.get(axis, axis)
+            out += [f"{name}.{k}: no value of axes.{axis} uses it; delete the table" for k in table if k not in on_axis]
+        for fw, table_fw in s.frameworks.items():
+            for r in table_fw.releases:
+                for c in r.cuda:
+                    if c not in s.axes.cuda:
+                        out.append(
+                            f"frameworks.{fw}.releases[version={r.version}].cuda: lists CUDA {c}, which "
+                            "axes.cuda no longer has; take it out of the list"
+                        )
+        for i, h in enumerate(s.holds):
+            if h.where and (m := re.match(r"cuda\.(\d+\.\d+)", h.where)) and m.group(1) not in s.axes.cuda:
+                out.append(f"holds[{i}] (where: {h.where}): holds a CUDA row axes.cuda no longer has; delete the hold")
+        return out
+
     # -- selection -----------------------------------------------------------------------
     def select(self, filters: dict[str, list[str]] | None = None, profile: str | None = None) -> list[Cell]:
         """Included cells matching every KEY=VALUE filter and the profile. Empty is an error."""
@@ -99,9 +132,13 @@ class Matrix:
 def load(path: str | Path = "matrix.yaml") -> Matrix:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(safe_io.read_text(path), Loader=safe_io.UniqueKeyLoader)  # noqa: S506 -- a SafeLoader
     except FileNotFoundError:
         raise MatrixError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise MatrixError(f"{path}: a directory, not a matrix file") from None
+    except safe_io.InputError as e:
+        raise MatrixError(str(e).replace(str(path), path.name, 1)) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -119,10 +156,53 @@ def load(path: str | Path = "matrix.yaml") -> Matrix:
             msg = "unknown key (misspelled? the schema is strict)"
         more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise MatrixError(f"{path.name}: {loc}: {msg}{more}") from None
+    _check_naming(spec, path.name)
     _check_references(spec, path.name, path.resolve().parent)
+    from .outdated import hold_problems  # a hold names what it is about, which must still be there
+
+    if stale := hold_problems(raw):
+        raise MatrixError(
+            f"{path.name}: {len(stale)} hold(s) no longer match the matrix (remove each, or point it at "
+            "the release or CUDA row it is now about):\n  " + "\n  ".join(stale)
+        )
     m = Matrix(spec=spec, path=path)
     m.cells = _expand(spec, path.name)
     return m
+
+
+# a cell name is a directory under images/ and reports/, a file name under logs/ and a Docker
+# repository and tag: one path component of what Docker accepts, and no longer than a tag may be
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+NAME_MAX = 128
+NAMING_FIELDS = {
+    "base": {"mpi", "ib_tag", "cuda", "cudnn_major", "os"},
+    "framework_prefix": {"framework", "framework_version"},
+}
+
+
+def _check_naming(s: MatrixFile, where: str) -> None:
+    """naming.base and naming.framework_prefix are format strings of the fields _name passes."""
+    for key, fields in NAMING_FIELDS.items():
+        pattern = getattr(s.naming, key)
+        try:
+            used = [f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None]
+        except ValueError as e:
+            raise MatrixError(f"{where}: naming.{key}: {e} in {pattern!r} (a literal brace is {{{{ or }}}})") from None
+        for f in used:
+            if f not in fields:
+                raise MatrixError(f"{where}: naming.{key}: unknown field {{{f}}} (fields: {', '.join(sorted(fields))})")
+
+
+def _check_name(name: str, where: str) -> None:
+    if len(name) > NAME_MAX:
+        raise MatrixError(
+            f"{where}: naming: cell name {name[:40]}... is {len(name)} characters, longer than {NAME_MAX}"
+        )
+    if not NAME_RE.fullmatch(name) or ".." in name:
+        raise MatrixError(
+            f"{where}: naming: cell name {name!r} is not a safe name (one path component of "
+            "a-z 0-9 . _ -, starting with a letter or digit, no '..'): check naming and the axis values"
+        )
 
 
 def _check_references(s: MatrixFile, where: str, root: Path) -> None:
@@ -308,6 +388,7 @@ def _expand(s: MatrixFile, where: str) -> list[Cell]:
     # Names must be unique among cells that exist.
     seen: dict[str, Cell] = {}
     for c in cells:
+        _check_name(c.name, where)  # before anything writes images/<name>/ (issue 64)
         if c.excluded:
             continue
         if c.name in seen:

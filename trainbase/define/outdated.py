@@ -47,17 +47,79 @@ def _norm(name: str) -> str:
 
 def holds(matrix_file: Path) -> dict[str, list[dict[str, Any]]]:
     """matrix.yaml's ``holds``, by normalized package name (a package may have several, each
-    for the pins at its own ``where``)."""
+    for the pins at its own ``where``). Each carries ``_at``: its ``where`` as the path the
+    pins are found at (``frameworks.pytorch.releases[version=2.10.0]`` ->
+    ``frameworks.pytorch.releases[0]``, where that release is today), None if it names nothing."""
     data = yaml.safe_load(matrix_file.read_text()) or {}
     out: dict[str, list[dict[str, Any]]] = {}
-    for h in data.get("holds") or []:
+    for written in data.get("holds") or []:
+        h = {**written, "_at": resolve_where(data, written["where"]) if written.get("where") else None}
         for name in [h["package"]] if isinstance(h["package"], str) else h["package"]:
             out.setdefault(_norm(name), []).append(h)
     return out
 
 
+_SELECTOR = re.compile(r"\[([A-Za-z_]+)=([^\]]+)\]")
+POSITION = re.compile(r"\[\d+\]")
+
+
+def resolve_where(data: Any, where: str) -> str | None:
+    """``where`` (a matrix.yaml path whose list items are named by a field,
+    ``frameworks.pytorch.releases[version=2.10.0]``; mapping keys may hold dots, ``cuda.12.8``)
+    as the positional path the pins are found at, or None where it names nothing in ``data``."""
+    node, rest, out = data, where, ""
+    while rest:
+        if isinstance(node, list) and (m := _SELECTOR.match(rest)):
+            key, value = m.groups()
+            found = [i for i, item in enumerate(node) if isinstance(item, dict) and str(item.get(key)) == value]
+            if not found:
+                return None
+            node, out, rest = node[found[0]], f"{out}[{found[0]}]", rest[m.end() :].lstrip(".")
+        elif isinstance(node, dict):
+            fits = [k for k in map(str, node) if rest == k or rest.startswith((k + ".", k + "["))]
+            if not fits:
+                return None
+            k = max(fits, key=len)
+            node = next(v for kk, v in node.items() if str(kk) == k)
+            out, rest = f"{out}.{k}" if out else k, rest[len(k) :].lstrip(".")
+        else:
+            return None
+    return out
+
+
 def _applies(hold: dict[str, Any], pin: Pin) -> bool:
-    return not hold.get("where") or any(w == hold["where"] or w.startswith(hold["where"] + ".") for w in pin.where)
+    if not hold.get("where"):
+        return True
+    at = hold["_at"] if "_at" in hold else hold["where"]
+    return at is not None and any(w == at or w.startswith((at + ".", at + "[")) for w in pin.where)
+
+
+def hold_problems(data: dict[str, Any]) -> list[str]:
+    """One line per hold of matrix.yaml that no longer says anything: its ``where`` names a
+    release, CUDA row or table that is gone, or none of its packages is pinned there (the
+    release it was written for was replaced), or every pin is already past its ``below``.
+    Each line quotes the hold's reason, so the person who removes a version sees what it held."""
+    pinned = _pins_of(data)
+    out = []
+    for i, h in enumerate(data.get("holds") or []):
+        names = [h["package"]] if isinstance(h["package"], str) else list(h["package"])
+        what = f"holds[{i}] ({', '.join(names)}{', where: ' + h['where'] if h.get('where') else ''})"
+        why = f"reason: {' '.join(str(h.get('reason', '')).split())}"
+        at = resolve_where(data, h["where"]) if h.get("where") else None
+        if h.get("where") and at is None:
+            out.append(f"{what}: names nothing in matrix.yaml any more (a dropped version?); {why}")
+            continue
+        hold = {**h, "_at": at}
+        mine = [p for p in pinned if p.package in {_norm(n) for n in names} and _applies(hold, p)]
+        if not mine:
+            out.append(f"{what}: pins none of its packages there any more; {why}")
+        elif (
+            h.get("below")
+            and _ok(str(h["below"]))
+            and all(_ok(p.version) and Version(p.version) >= Version(str(h["below"])) for p in mine)
+        ):
+            out.append(f"{what}: every pin is already at or past {h['below']}, so it holds nothing; {why}")
+    return out
 
 
 def _holds_back(hold: dict[str, Any], mine: Version, v: Version) -> bool:
@@ -84,9 +146,12 @@ def _walk(node: Any, path: str) -> Iterator[tuple[str, str, str]]:
 
 def pins(matrix_file: Path) -> list[Pin]:
     """Every PyPI pin of matrix.yaml, one per (package, version), with where it is pinned."""
+    return _pins_of(yaml.safe_load(matrix_file.read_text()))
+
+
+def _pins_of(data: dict[str, Any]) -> list[Pin]:
     found: dict[tuple[str, str], Pin] = {}
-    data = yaml.safe_load(matrix_file.read_text())
-    data.pop("holds", None)  # what is held is not a pin
+    data = {k: v for k, v in data.items() if k != "holds"}  # what is held is not a pin
     for name, version, where in _walk(data, ""):
         key = (_norm(name), version)
         found.setdefault(key, Pin(key[0], version)).where.append(where)

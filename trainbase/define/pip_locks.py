@@ -24,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainbase_common import safe_io
+
 from ..errors import TrainbaseError
+from .invocation import build_py
 
 Log = Callable[[str], object]  # print, or a writer: what it returns is not read
 
@@ -72,9 +75,9 @@ def status(root: Path, ls: LockSet) -> str | None:
     """None when the lock exists and matches its inputs; otherwise what is wrong."""
     p = root / ls.path
     if not p.exists():
-        return f"{ls.path} is missing (run `python build.py lock`)"
+        return f"{ls.path} is missing (run `{build_py()} lock`)"
     if f"# inputs-sha256: {ls.inputs_sha256}\n" not in p.read_text():
-        return f"{ls.path} is stale: matrix.yaml changed its inputs (run `python build.py lock`)"
+        return f"{ls.path} is stale: matrix.yaml changed its inputs (run `{build_py()} lock`)"
     return None
 
 
@@ -247,14 +250,49 @@ def _pip_report(
 
 
 def write(root: Path, sets: list[LockSet], *, only_stale: bool = True, log: Log = print) -> list[str]:
-    written = []
+    """Resolve every set that needs it, then write them: a set that cannot be resolved (an arm64
+    set whose release publishes no aarch64 wheel) stops the command before any lock file
+    changes, so locks/ is never left half of one matrix and half of another (issue 65). Every
+    failure is named at once, each with what to do."""
+    todo = [ls for ls in sets if not (only_stale and status(root, ls) is None)]
+    texts: dict[str, str] = {}
+    failed: list[str] = []
+    for ls in todo:
+        try:
+            texts[ls.path] = resolve(ls, log=log)
+        except TrainbaseError as e:
+            failed.append(str(e) + platform_hint(ls, str(e)))
+    if failed:
+        raise TrainbaseError(
+            f"{len(failed)} of {len(todo)} pip set(s) could not be resolved; no lock file was written:\n"
+            + "\n".join(failed)
+        )
     (root / LOCK_DIR).mkdir(exist_ok=True)
-    for ls in sets:
-        if only_stale and status(root, ls) is None:
-            continue
-        (root / ls.path).write_text(resolve(ls, log=log))
-        written.append(ls.path)
-    return written
+    for path, text in texts.items():
+        safe_io.atomic_write(root / path, text)
+    return list(texts)
+
+
+def platform_hint(ls: LockSet, error: str) -> str:
+    """For a set of another platform than the first (an arm64 set), the package pip found no
+    wheel of and the matrix.yaml rule that keeps the cells off that platform."""
+    missing = _NO_DISTRIBUTION.search(error)
+    if not ls.wheel_platform or missing is None:
+        return ""
+    package = missing.group(1)
+    frame = re.match(r"([a-z]+)\d", ls.name)
+    framework = frame.group(1) if frame else "FRAMEWORK"
+    cuda = re.search(r"cuda(\d+\.\d+)", ls.name)
+    when = f"{{platform: linux/arm64{', cuda: ' + repr(cuda.group(1)) if cuda else ''}}}"
+    return (
+        f"\n  {package} publishes no wheel for {ls.wheel_platform} (pip found none to install): the arm64 "
+        f"images of this set cannot be built. Add a rule to matrix.yaml's `rules:` that keeps them off "
+        f"linux/arm64, e.g.\n"
+        f"    - id: {framework}-{_canonical(package)}-no-aarch64-wheel\n"
+        f"      when: {when}\n"
+        f"      require: {{framework: [none]}}   # the frameworks that do build there stay listed\n"
+        f"      reason: {package} publishes no {ls.wheel_platform.rsplit('_', 1)[-1]} wheel for this release"
+    )
 
 
 def orphans(root: Path, sets: list[LockSet]) -> list[Path]:

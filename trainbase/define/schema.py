@@ -379,6 +379,19 @@ class Hold(Strict):
     reason: str
     upstream: str | None = None  # the upstream issue or release note that says why
 
+    @field_validator("where")
+    @classmethod
+    def _named_not_numbered(cls, v: str | None) -> str | None:
+        # a list position moves when a release is inserted (oldest first): the hold and its
+        # reason would silently land on another release (issue 65)
+        if v is not None and re.search(r"\[\d+\]", v):
+            named = re.sub(r"\[\d+\]", "[version=X.Y.Z]", v)
+            raise ValueError(
+                f"{v!r} names a list position, which moves when an entry is added; name the entry "
+                f"by its version instead: {named}"
+            )
+        return v
+
     @field_validator("below")
     @classmethod
     def _version(cls, v: str | None) -> str | None:

@@ -18,6 +18,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from trainbase_common import safe_io
+
 from ..errors import TrainbaseError
 
 FILE = "locks/security-rebuilds.json"
@@ -47,4 +49,4 @@ def epoch(rows: dict[str, dict[str, Any]], os_row: str) -> str | None:
 
 
 def write(root: Path, rows: dict[str, dict[str, Any]]) -> None:
-    (root / FILE).write_text(json.dumps({"schema": SCHEMA, "os": dict(sorted(rows.items()))}, indent=2) + "\n")
+    safe_io.atomic_write(root / FILE, json.dumps({"schema": SCHEMA, "os": dict(sorted(rows.items()))}, indent=2) + "\n")

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from trainbase_common import safe_io
+
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 from ..supply import attestation as att
@@ -457,7 +459,7 @@ def github_subject(
     info = engine.inspect_image(c["image"])
     predicate = att.provenance(c["name"], c["platform"], lock, dict(info.labels) if info else {})
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "provenance.slsa.json").write_text(json.dumps(predicate, indent=2) + "\n")
+    safe_io.atomic_write(out_dir / "provenance.slsa.json", json.dumps(predicate, indent=2) + "\n")
     return {
         "subject-name": name,
         "subject-digest": subject,

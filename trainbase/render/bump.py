@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
+from trainbase_common import safe_io
+
 from ..define import outdated
 from ..errors import MatrixError, TrainbaseError
 
@@ -173,7 +175,7 @@ def command(
         return 1 if len(accepted) < len(edits) else 0
     old_tags = {n: r.tag for n, r in rendermod.render_all(before, root=root).items()}
     locks = {f: f.read_bytes() for f in (root / "locks").glob("*")}
-    matrix_path.write_text(text)
+    safe_io.atomic_write(matrix_path, text)
     m = load(matrix_path)
     rendered = rendermod.render_all(m, root=root)
     try:
@@ -181,12 +183,12 @@ def command(
     except TrainbaseError as e:
         # pip's resolver is the compatibility rule of last resort (a framework wheel that pins
         # cuBLAS exactly): nothing of the bump stays, not even the locks that did resolve
-        matrix_path.write_text(original)
+        safe_io.atomic_write(matrix_path, original)
         for f in (root / "locks").glob("*"):
             if f not in locks:
                 f.unlink()
         for f, data in locks.items():
-            f.write_bytes(data)
+            safe_io.atomic_write(f, data)
         raise TrainbaseError(
             f"--bump: REFUSED, matrix.yaml and locks/ restored: the bumped pins do not resolve together:\n{e}"
         ) from None

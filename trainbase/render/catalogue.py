@@ -15,6 +15,7 @@ as the failure table is: edit the sources and rerun `build.py catalogue` (or `bu
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -22,16 +23,16 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from trainbase_common import safe_io
+from trainbase_common.driver_promise import DriverPromise, promise_for
+
 from ..define.matrix import Cell, Matrix
+from ..errors import TrainbaseError
 
 PAGE = Path("docs/images.md")
 TWIN = Path("docs/images.json")
 RECORD = Path("docs/catalogue-record.json")
 GENERATOR = "build.py catalogue"
-# The oldest driver each CUDA major runs on through CUDA's minor-version compatibility (NVIDIA's
-# CUDA compatibility guide); the image's own tb-doctor holds the same table (gpu.driver), and
-# tests/unit/test_catalogue.py keeps the two equal.
-MIN_DRIVER_FOR_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 TIER_ORDER = ("static", "cpu", "multinode", "azureml", "runtime", "gpu", "fabric")
 FRAMEWORK_ORDER = ("none", "pytorch", "deepspeed", "horovod", "tensorflow")
 
@@ -52,11 +53,23 @@ class Row:
     ib: str
     frameworks: dict[str, dict[str, str]]
     gpu_architectures: list[str]
-    min_driver: str
+    min_driver: str  # the oldest driver the image starts on natively (trainbase_common.driver_promise)
     parent: str | None
     built: dict[str, Any] | None = None  # the record: size_bytes, where, date, tiers, tag
     profiles: list[str] = field(default_factory=list)
     tag: str = ""  # the recipe tag the sources give the cell now
+    # the older driver branches it also starts on, on data-center GPUs, through the forward-compatibility
+    # libraries it carries (the nvidia/cuda bases'); none for an image without them
+    forward_compat_branches: list[int] = field(default_factory=list)
+
+    @property
+    def promise(self) -> DriverPromise:
+        native = self.min_driver.removeprefix(">= ") if self.min_driver.startswith(">= ") else None
+        return DriverPromise(self.cuda_row, native, tuple(self.forward_compat_branches))
+
+    @property
+    def cuda_row(self) -> str:
+        return ".".join(self.cuda.split(".")[:2])
 
     @property
     def recorded_at_another_recipe(self) -> bool:
@@ -83,8 +96,7 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
     ib_text = str(ib.get("kind", "-")) + (f" {ib['version']}" if ib.get("version") else "")
     if cell.ib == "inbox":
         ib_text += " (the distro's, inbox)"
-    major = int(str(cuda.get("version", "0")).split(".")[0] or 0)
-    driver = MIN_DRIVER_FOR_MAJOR.get(major)
+    promise = promise_for(str(cuda.get("version", "0.0")), str(comp.get("os", {}).get("base", "")))
     return Row(
         name=cell.name,
         platform=cell.platform,
@@ -97,16 +109,18 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
         nccl=_version(comp.get("nccl")),
         mpi=f"{mpi.get('kind', '-')} {mpi.get('version', '')}".strip()
         + (f" ({mpi['install']})" if mpi.get("install") else ""),
-        ucx=_version(comp.get("ucx")),
+        # the UCX the MPI loads (a wheel's bundled copy where it has one), as the label says
+        ucx=_version(mpi.get("ucx") or comp.get("ucx")),
         ib=ib_text,
         frameworks={
             k: {p: str(v) for p, v in sorted(pkgs.items())}
             for k, pkgs in (manifest.get("framework_packages") or {}).items()
         },
         gpu_architectures=list(m.spec.cuda[cell.cuda].architectures or []),
-        min_driver=f">= {driver}" if driver else "-",
+        min_driver=promise.min_driver,
         parent=manifest.get("parent"),
         profiles=sorted(cell.profiles),
+        forward_compat_branches=list(promise.forward_compat),
     )
 
 
@@ -174,7 +188,15 @@ def record_run(
 
 def load_record(root: Path) -> dict[str, Any]:
     path = root / RECORD
-    return json.loads(path.read_text()) if path.is_file() else {"cells": {}}
+    if not path.is_file():
+        return {"cells": {}}
+    try:  # a truncated record must stop render with its name, not a JSONDecodeError
+        record = safe_io.load_json_object(path)
+    except safe_io.InputError as e:
+        raise TrainbaseError(f"{RECORD}: {str(e).removeprefix(str(path) + ': ')} (restore it from git)") from None
+    if not isinstance(record.get("cells", {}), dict):
+        raise TrainbaseError(f"{RECORD}: cells must be a JSON object")
+    return record
 
 
 # -- the page -------------------------------------------------------------------------------------
@@ -204,9 +226,15 @@ def _frameworks(r: Row) -> str:
     return "; ".join(", ".join(f"{p} {v}" for p, v in pkgs.items()) for pkgs in r.frameworks.values())
 
 
-def _group(r: Row) -> tuple[int, str, int, str]:
+def _group(r: Row) -> tuple[int, str, int, tuple[str | int, ...]]:
     family = 0 if r.os.startswith("debian") else 1
-    return family, r.os, FRAMEWORK_ORDER.index(r.framework) if r.framework in FRAMEWORK_ORDER else 9, r.name
+    return family, r.os, FRAMEWORK_ORDER.index(r.framework) if r.framework in FRAMEWORK_ORDER else 9, natural(r.name)
+
+
+def natural(name: str) -> tuple[str | int, ...]:
+    """``name`` as a sort key whose digit runs compare as numbers: pytorch2.7.1-... before
+    pytorch2.15.0-... (as strings, "2.15" < "2.7": the catalogue once listed 2.7.1 last)."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name)))
 
 
 def markdown(all_rows: Iterable[Row]) -> str:
@@ -224,10 +252,13 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "rows for tools: [images.json](images.json).",
         "",
         "Columns: **CUDA** is the toolkit the image carries (from NVIDIA's wheels on Debian, from the "
-        "`nvidia/cuda` base on Ubuntu); **driver** is the oldest NVIDIA driver that runs it, through CUDA's "
-        "minor-version compatibility (a newer toolkit on an older driver of the same major runs, without "
-        "features that need the newer driver; an older major needs NVIDIA's forward-compatibility package on a "
-        "data-center GPU, which no trainbase image carries); **GPU arch** the compute capabilities the CUDA row "
+        "`nvidia/cuda` base on Ubuntu); **driver** is the drivers the NVIDIA container runtime starts it on: "
+        "the first driver whose CUDA version is at least the image's (the `cuda>=` of its NVIDIA_REQUIRE_CUDA), "
+        "and, for the Ubuntu rows, the older driver branches their base's forward-compatibility libraries "
+        "(`/usr/local/cuda/compat`) support on data-center GPUs -- the base's own `brand=...,driver>=N,driver<N+1` "
+        "alternatives; the runtime refuses every other driver (the Debian rows carry no compat libraries). "
+        "Where the image starts, `tb-doctor --only gpu.forward_compat` says which of the two it takes and why "
+        "([doctor.md](doctor.md)); **GPU arch** the compute capabilities the CUDA row "
         "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
         "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
         "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
@@ -243,7 +274,7 @@ def markdown(all_rows: Iterable[Row]) -> str:
     for r in ordered:
         # one heading per OS and framework: the Ubuntu base differs per CUDA version, so naming it
         # here would split a group into one heading per row
-        base = r.base if r.os.startswith("debian") else f"nvidia/cuda:CUDA-cudnn-devel-{r.os}"
+        base = r.base if r.os.startswith("debian") else f"nvidia/cuda:CUDA-base-{r.os}"
         heading = (
             f"{'Debian' if r.os.startswith('debian') else 'Ubuntu'} {r.os.removeprefix('debian').removeprefix('ubuntu')}"
             f" ({base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
@@ -255,7 +286,7 @@ def markdown(all_rows: Iterable[Row]) -> str:
         lines.append(
             f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | "
             f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
-            f"{r.min_driver} | {_size(r)} | {_tiers(r)}{where} |"
+            f"{r.promise.text()} | {_size(r)} | {_tiers(r)}{where} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -290,7 +321,7 @@ def write(m: Matrix, root: Path) -> list[str]:
         return changed  # a matrix kept without the docs (a user's own folder, a test's copy): no page to keep
     for path, text in expected(m, root).items():
         if not (root / path).is_file() or (root / path).read_text() != text:
-            (root / path).write_text(text)
+            safe_io.atomic_write(root / path, text)
             changed.append(str(path))
     return changed
 
@@ -303,7 +334,7 @@ def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, whe
         record = load_record(root)
         tiers = tiers_from_junit(Path(junitxml)) if junitxml else {}
         done = record_run(record, json.loads(Path(report).read_text()), tiers, where, date.today().isoformat())
-        (root / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        safe_io.atomic_write(root / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"{RECORD}: {len(done)} cell(s) recorded from {report}" + (f" and {junitxml}" if junitxml else ""))
     for path, text in expected(m, root).items():
         (root / path).write_text(text)

@@ -14,6 +14,7 @@ from typing import Any
 from ..define import base_lock
 from ..define.matrix import Cell, Matrix
 from ..define.pip_locks import LockSet
+from . import duplicates
 
 VENV_PREFIX = "/opt/trainbase/venv"
 CONDA_PREFIX = "/opt/conda"
@@ -399,6 +400,9 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     }
     if framework_packages:
         out["framework_packages"] = framework_packages
+    dups = duplicates.declared(m, cell, has_pytorch="pytorch" in frameworks)
+    if dups:
+        out["duplicate_libraries"] = dups
     # nvcc and the GPUs code is compiled for, where a release of the chain compiles CUDA: the
     # suite checks the compiled code's architectures and, where nvcc is kept, compiles with it
     compiling = [c.release for c in chain if c.release is not None and c.release.cuda_compiler != "none"]
@@ -415,6 +419,17 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
             "architectures": comp["architectures"],
             "ptx": comp["architectures"][-1],
         }
+    # the tools a framework executes on a GPU node, which the static tier runs (issue 62)
+    tools = []
+    if "pytorch" in frameworks:
+        tools.append("triton.ptxas")  # TorchInductor's Triton kernels are assembled by Triton's own ptxas
+    if any("ptxas" in c.release.cuda_libraries for c in chain if c.release is not None) and libs:
+        tools.append("xla.ptxas")  # TensorFlow's XLA compiles its PTX with the nvcc wheel's ptxas
+    compiler_entry: dict[str, Any] = out.get("cuda_compiler") or {}  # type: ignore[assignment]  # set above as a dict
+    if compiler_entry.get("kept"):
+        tools += ["nvcc", "ninja"]  # DeepSpeed JIT-compiles the ops a config enables later
+    if tools:
+        out["runtime_tools"] = tools
     ops = {c.framework: list(c.release.prebuilt_ops) for c in chain if c.release is not None and c.release.prebuilt_ops}
     if ops:
         out["prebuilt_ops"] = ops

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..define import base_lock
+from ..define.invocation import build_py
 
 IMAGES_DIR = "images"
 Env = dict[str, str]
@@ -403,7 +404,7 @@ class Contract:
 def _no_start(ref: str) -> str:
     return (
         f"FROM {ref}: not an earlier stage, a cell under {IMAGES_DIR}/, a base with an Env in "
-        f"{base_lock.LOCK_FILE} nor one of a known family: record it with `python build.py lock-bases`, "
+        f"{base_lock.LOCK_FILE} nor one of a known family: record it with `{build_py()} lock-bases`, "
         "or add the family's contract to trainbase/render/env_contract.py"
     )
 

@@ -241,10 +241,13 @@ _GH_EXPR = re.compile(r"\$\{\{.*?\}\}", re.S)
 
 def check_workflow(path: Path, root: Path) -> list[Finding]:
     """Every `run:` block of a workflow or composite action (`${{ ... }}` read as one word)."""
-    import yaml
+    from trainbase_common import safe_io
 
     rel = path.relative_to(root)
-    doc = yaml.safe_load(path.read_text()) or {}
+    try:  # a workflow naming a key twice runs only the last one: refused, not guessed at
+        doc = safe_io.load_yaml(path) or {}
+    except safe_io.InputError as e:
+        raise TrainbaseError(str(e).replace(str(path), str(rel), 1)) from None
     text = path.read_text().splitlines()
     found = []
     for run in _runs(doc):

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import jinja2
 
+from trainbase_common import safe_io
 from trainbase_common.manifest import labels as manifest_labels
 
 from ..define import base_lock, security_rebuilds
 from ..define import pip_locks as lockmod
+from ..define.invocation import build_py
 from ..define.matrix import Cell, Matrix
 from ..errors import TemplateError
 from . import context as ctxmod
@@ -175,7 +177,7 @@ def write(rendered: dict[str, Rendered], root: Path, prune: bool = True) -> tupl
             p = root / rel
             if not p.exists() or p.read_text() != content:
                 p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(content)
+                safe_io.atomic_write(p, content)  # a full disk leaves the old file, not half a new one
                 dirty = True
         if dirty:
             changed.append(r.cell.name)
@@ -216,7 +218,7 @@ def check(m: Matrix, rendered: dict[str, Rendered], root: Path, orphans: bool = 
             problems.append(f"lock: {st}")
     if orphans and (root / lockmod.LOCK_DIR).exists():
         problems += [
-            f"lock: locks/{p.name} belongs to no cell (run `python build.py lock`, which removes it)"
+            f"lock: locks/{p.name} belongs to no cell (run `{build_py()} lock`, which removes it)"
             for p in lockmod.orphans(root, lock_sets(rendered))
         ]
     return problems

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -78,7 +79,8 @@ class Executor:
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.interrupted = False
         self.ca = docker_build.ca_bundle(opts.ca_bundle)
-        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        # unique per run, not per second: two runs started together get their own log folders
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
         self.publish_error: str | None = None
         self.emulated: dict[str, str] = {}  # arch -> native | emulated (how), for the report
         self.platform_skipped: dict[str, str] = {}  # cell -> platform this host cannot run (no emulator)
@@ -137,7 +139,7 @@ class Executor:
         tag whose supply documents are made now (the inventory runs inside a container of it)."""
         if j.status == JobState.QUEUED:
             return True
-        return j.status == JobState.CACHED and self.supply is not None and not self.supply.has_documents(j)
+        return j.status == JobState.CACHED and self.supply is not None and self.supply.needs_step(j)
 
     def ensure_emulation(self) -> None:
         """Cells of another architecture than the host's run under qemu: its handler is
@@ -198,7 +200,7 @@ class Executor:
     def _documents_need_base(self, j: Job) -> bool:
         """A cached root tag that still needs its supply documents and whose labels do not say
         what it was built FROM (built before the record): its base is resolved as for a build."""
-        if j.status != JobState.CACHED or self.supply is None or self.supply.has_documents(j):
+        if j.status != JobState.CACHED or self.supply is None or not self.supply.needs_step(j):
             return False
         info = engine.inspect_image(j.image)
         return info is not None and bases.recorded_base(info.labels) is None
@@ -283,10 +285,24 @@ class Executor:
 
     def _supply_for_cached(self, j: Job) -> None:
         """A cached tag without this tag's documents (built before the supply step, or pulled):
-        it goes through the same step, gates included, before anything is built FROM it."""
-        if self.supply is None or self.supply.has_documents(j):
+        it goes through the same step, gates included, before anything is built FROM it. A cached
+        tag the gates refused when it was built stays refused (issue 64): failed, not "cached", so
+        nothing is built FROM it and --push does not publish it; until the allow-list changes,
+        which judges it again here."""
+        if self.supply is None:
             return
-        self.out.write(f"supply: {j.name}:{j.tag}: cached without supply-chain documents: making them\n")
+        if not self.supply.needs_step(j):
+            why = self.supply.recorded_failure(j)
+            if why:
+                j.status, j.reason, j.failure_kind = JobState.FAILED, why, "recipe"
+                j.ended = time.monotonic()
+            return
+        what = (
+            "judged under another allow-list: judging it again"
+            if self.supply.has_documents(j)
+            else "without supply-chain documents: making them"
+        )
+        self.out.write(f"supply: {j.name}:{j.tag}: cached {what}\n")
         # the tag stays whatever the step says: the image is the one its recipe built, and
         # removing it would only make the next run rebuild what it already has
         why = self._supply_chain(j, remove_on_failure=False)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from trainbase_common import engine
+from trainbase_common import engine, safe_io
 from trainbase_common.states import JobState
 
 from ..deliver.publish import ALIAS
@@ -211,4 +211,4 @@ def next_steps(b: Run) -> list[str]:
 
 def write_report(b: Run, path: str) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(build_report(b), indent=2) + "\n")
+    safe_io.atomic_write(path, json.dumps(build_report(b), indent=2) + "\n")

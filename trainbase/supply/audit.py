@@ -25,6 +25,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from trainbase_common import safe_io
+
 from ..errors import TrainbaseError
 from .inventory import Package
 
@@ -59,9 +61,10 @@ def _iso_day(v: object) -> object:
     raise ValueError(f"expires {v!r} is not a day written YYYY-MM-DD")
 
 
-class _TextDatesLoader(yaml.SafeLoader):
+class _TextDatesLoader(safe_io.UniqueKeyLoader):
     """SafeLoader, except that timestamps stay strings: PyYAML itself raises a bare
-    "day is out of range for month" for 2026-02-30, which names no entry."""
+    "day is out of range for month" for 2026-02-30, which names no entry. A key given twice in
+    one entry is refused (safe_io.UniqueKeyLoader): which reason or expiry holds is not a guess."""
 
 
 def _timestamp_as_text(loader: _TextDatesLoader, node: yaml.ScalarNode) -> str:
@@ -132,11 +135,13 @@ def load_allowlist(path: Path | None) -> Allowlist:
     if path is None:
         return Allowlist((), "(no allow-list)")
     try:
-        raw = yaml.load(path.read_text(), Loader=_TextDatesLoader)  # noqa: S506 (a SafeLoader)
+        raw = yaml.load(safe_io.read_text(path), Loader=_TextDatesLoader)  # noqa: S506 (a SafeLoader)
     except FileNotFoundError:
         raise AuditError(f"{path}: no allow-list file (an empty one is `[]`)") from None
+    except safe_io.InputError as e:
+        raise AuditError(str(e)) from None
     except yaml.YAMLError as e:
-        raise AuditError(f"{path}: not valid YAML: {e}") from None
+        raise AuditError(f"{path}: not valid YAML: {safe_io.yaml_problem(e)}") from None
     if not isinstance(raw, list):
         raise AuditError(f"{path}: the allow-list must be a YAML list of entries (an empty one is `[]`)")
     try:

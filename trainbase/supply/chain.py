@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainbase_common import engine
+from trainbase_common import engine, safe_io
 
 from ..build import bases
 from ..build.plan import Job
@@ -32,6 +32,7 @@ from .inventory import Inventory
 
 SBOM_DIR = "/etc/trainbase/sbom"  # one file per cell: a child image keeps its parents' SBOMs
 LOCK_SCHEMA = 1
+VERDICT = "verdict.json"  # the gates' verdict on the tag: ok, failures, the allow-list it was judged under
 
 
 @dataclass
@@ -70,6 +71,7 @@ class SupplyChain:
             else audit.load_allowlist(None)
         )
         self.tools = inventory_reader.tools_digest(root)
+        self.allowlist_sha256 = _file_sha256(root / opts.allowlist)
 
     # -- what the build reads --------------------------------------------------------------
     def cell_dir(self, j: Job) -> Path:
@@ -108,10 +110,69 @@ class SupplyChain:
         d = self.cell_dir(j)
         return all((d / f).exists() for f in ("inputs.lock.json", "sbom.cdx.json", "audit.json", "budget.json"))
 
+    # -- the verdict of the gates, kept with the tag (issue 64) --------------------------------
+    def needs_step(self, j: Job) -> bool:
+        """Whether a cached tag goes through the supply step this run: it has no documents, or
+        its recorded verdict was given under another allow-list (which may now accept or refuse)."""
+        return not self.has_documents(j) or self._verdict(j) is None
+
+    def recorded_failure(self, j: Job) -> str | None:
+        """Why the gates refused this tag when it was built (or documented), or None when they
+        passed it; a failed gate stays failed on every later run, cached or not, until the recipe
+        (a new tag) or the allow-list changes."""
+        v = self._verdict(j)
+        if v is None or v.get("ok"):
+            return None
+        return f"{j.name}: the supply gate refused {j.name}:{j.tag} when it was built: " + " | ".join(
+            v.get("failures") or ["(no reason recorded)"]
+        )
+
+    def _verdict(self, j: Job) -> dict[str, Any] | None:
+        """verdict.json of the tag, while the allow-list it was judged under is today's; a tag
+        documented before the record: the verdicts of its audit.json and budget.json."""
+        d = self.cell_dir(j)
+        try:
+            v = safe_io.load_json_object(d / VERDICT)
+        except FileNotFoundError:
+            v = None
+        except safe_io.InputError:
+            return None  # unreadable: judge again
+        if v is not None:
+            return v if v.get("allowlist_sha256") == self.allowlist_sha256 else None
+        failures = []
+        for name in ("audit.json", "budget.json"):
+            try:
+                doc = safe_io.load_json_object(d / name)
+            except (FileNotFoundError, safe_io.InputError):
+                return None
+            if not doc.get("ok"):
+                failures.append(str(doc.get("message") or f"{name}: not ok"))
+        return {"ok": not failures, "failures": failures}
+
+    def _record_verdict(self, j: Job, failures: list[str]) -> None:
+        doc = {
+            "ok": not failures,
+            "failures": failures,
+            "cell": j.name,
+            "tag": j.tag,
+            "recipe": j.rendered.recipe,
+            "allowlist": str(self.opts.allowlist),
+            "allowlist_sha256": self.allowlist_sha256,
+        }
+        safe_io.atomic_write(self.cell_dir(j) / VERDICT, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+
     # -- --locked ----------------------------------------------------------------------------
     def lock_of(self, j: Job) -> dict[str, Any] | None:
         p = self.cell_dir(j) / "inputs.lock.json"
-        return json.loads(p.read_text()) if p.exists() else None
+        if not p.exists():
+            return None
+        try:  # empty or truncated: what a kill or a full disk left before writes were atomic
+            lock = safe_io.load_json_object(p)
+        except safe_io.InputError as e:
+            raise TrainbaseError(f"--locked: {e}: rebuild the cell once without --locked") from None
+        if not isinstance(lock.get("inputs"), dict) or not isinstance(lock.get("outputs"), dict):
+            raise TrainbaseError(f"--locked: {p}: not an input lock (no inputs/outputs objects)")
+        return lock
 
     def check_inputs(self, j: Job) -> str | None:
         """--locked, before building: the reason to refuse the cell, or None."""
@@ -139,15 +200,15 @@ class SupplyChain:
         )
         text = sbom.to_cyclonedx(inv)
         sbom.validate(text)
-        (d / "inventory.json").write_text(json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
-        (d / "sbom.cdx.json").write_text(text)
+        safe_io.atomic_write(d / "inventory.json", json.dumps(inv.to_json(), indent=2, sort_keys=True) + "\n")
+        safe_io.atomic_write(d / "sbom.cdx.json", text)
         failures = []
         verdict, security = self._audit(j, inv)
-        (d / "audit.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n")
+        safe_io.atomic_write(d / "audit.json", json.dumps(verdict, indent=2, sort_keys=True) + "\n")
         if not verdict["ok"]:
             failures.append(verdict["message"])
         fits = self._budget(j, inv, size_bytes)
-        (d / "budget.json").write_text(json.dumps(fits, indent=2, sort_keys=True) + "\n")
+        safe_io.atomic_write(d / "budget.json", json.dumps(fits, indent=2, sort_keys=True) + "\n")
         if not fits["ok"]:
             failures.append(fits["message"])
         lock: dict[str, Any] = {
@@ -169,11 +230,12 @@ class SupplyChain:
             if changed:
                 failures.append(changed + " (the rebuild did not reproduce the locked image)")
         else:
-            (d / "inputs.lock.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+            safe_io.atomic_write(d / "inputs.lock.json", json.dumps(lock, indent=2, sort_keys=True) + "\n")
         previous = self._previous(j)
         # what the previous build still had open and this one may fix, and what stays open
         before = self._previous_doc(j, "audit.json").get("open", [])
-        (d / "release-notes.md").write_text(release_notes.release_notes(inv, previous, before + security))
+        safe_io.atomic_write(d / "release-notes.md", release_notes.release_notes(inv, previous, before + security))
+        self._record_verdict(j, failures)  # the lock above is written either way: this says whether it passed
         if failures:
             return f"{j.name}: " + " | ".join(failures)
         if _labels(j.image).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):

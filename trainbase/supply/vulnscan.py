@@ -28,6 +28,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
+from trainbase_common import safe_io
+
 from ..errors import TrainbaseError
 from .audit import AuditVerdict, Finding, evaluate, load_allowlist
 
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "blocking": [f.describe() for f in verdict.blocked],
             "allowed": [f"{f.describe()}: {e.reason}" for f, e in verdict.allowed],
         }
-        (a.gate_dir / f"scan-{a.cell}.json").write_text(json.dumps(record, indent=2) + "\n")
+        safe_io.atomic_write(a.gate_dir / f"scan-{a.cell}.json", json.dumps(record, indent=2) + "\n")
     return 0 if verdict.ok else 1
 
 

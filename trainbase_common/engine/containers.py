@@ -72,7 +72,8 @@ def run_detached(
         init=opts.init,
         devices=[f"{d}:{d}" for d in opts.devices],
         cap_add=list(opts.cap_add),
-        tmpfs=dict.fromkeys(opts.tmpfs, ""),
+        # "PATH" or "PATH:OPTIONS" (as `docker run --tmpfs` takes them, e.g. "/tmp:exec")
+        tmpfs={t.partition(":")[0]: t.partition(":")[2] for t in opts.tmpfs},
         read_only=opts.read_only,
         environment=dict(opts.env),
     )

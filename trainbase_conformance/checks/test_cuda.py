@@ -7,8 +7,20 @@ import json
 
 import pytest
 
+from trainbase_common.cuda_requirement import (
+    CONSUMER_BRANDS,
+    DATA_CENTER_BRANDS,
+    DRIVER_BRANCHES,
+    Host,
+    admits,
+    branch_driver,
+    branch_of,
+)
+from trainbase_common.driver_promise import promise_for
 from trainbase_conformance.fixtures import PROBE_DIR
 from trainbase_conformance.flavors import cuda_version_code, cudnn_version_code
+
+COMPAT_DIR = "/usr/local/cuda/compat"
 
 
 def _sonames(target) -> dict[str, str]:
@@ -76,6 +88,59 @@ def test_nvidia_require_cuda(target):
     env = dict(e.split("=", 1) for e in target.inspect["Config"].get("Env") or [])
     req = env.get("NVIDIA_REQUIRE_CUDA", "")
     assert req.split()[:1] == [f"cuda>={want}"], f"NVIDIA_REQUIRE_CUDA={req!r}, expected it to start with cuda>={want}"
+
+
+def _image_env(target) -> dict:
+    return dict(e.split("=", 1) for e in target.inspect["Config"].get("Env") or [] if "=" in e)
+
+
+def promise_mismatches(env: dict, promise) -> list[str]:
+    """Every driver branch NVIDIA has released, on a data-center and on a consumer GPU: where the
+    container runtime's verdict on ``env`` (libnvidia-container's rules) differs from ``promise``."""
+    wrong = []
+    for branch in sorted(DRIVER_BRANCHES):
+        driver = branch_driver(branch)
+        for brand in DATA_CENTER_BRANDS + CONSUMER_BRANDS:
+            verdict = admits(env, Host.of(driver, brand, "9.0"))
+            promised = promise.allows(driver, brand in DATA_CENTER_BRANDS)
+            if verdict.starts != promised:
+                said = "starts" if verdict.starts else f"is refused ({verdict.message})"
+                wrong.append(
+                    f"driver {driver} on a {brand} GPU: the catalogue {'promises' if promised else 'excludes'} it, the runtime {said}"
+                )
+    return wrong
+
+
+@pytest.mark.static
+@pytest.mark.evidence("content")
+def test_driver_requirement_keeps_the_catalogues_promise(target):
+    """The NVIDIA container runtime starts the image on exactly the drivers the catalogue names
+    (docs/images.md's driver column, trainbase_common.driver_promise): its NVIDIA_REQUIRE_*,
+    evaluated with libnvidia-container's own rules over every driver branch on a data-center and
+    a consumer GPU, admits the first driver of the image's CUDA and, on data-center GPUs, each
+    forward-compatibility branch promised, and refuses every other; and the image carries the
+    forward-compatibility libraries exactly when it promises such branches, of a branch newer
+    than each (libnvidia-container uses them only below their own)."""
+    if target.foreign:
+        pytest.skip("n/a: an image trainbase did not build makes no promise of the catalogue's")
+    cuda, base = target.components["cuda"]["version"], target.components["os"]["base"]
+    promise = promise_for(cuda, base)
+    wrong = promise_mismatches(_image_env(target), promise)
+    assert not wrong, f"NVIDIA_REQUIRE_CUDA disagrees with the catalogue's {promise.text()!r}:\n  " + "\n  ".join(wrong)
+    r = target.sh(f"ls {COMPAT_DIR} 2>/dev/null")
+    compat = sorted(f for f in r.stdout.split() if f.startswith("libcuda.so.") and f.count(".") > 2)
+    if promise.forward_compat:
+        assert compat, f"the catalogue promises {promise.text()!r}, but the image has no libcuda in {COMPAT_DIR}"
+        newest = max(branch_of(f.removeprefix("libcuda.so.")) for f in compat)
+        assert newest > max(promise.forward_compat), (
+            f"{COMPAT_DIR}/{compat[-1]} is of branch R{newest}: it cannot serve R{max(promise.forward_compat)}, "
+            "which the catalogue promises through it"
+        )
+    else:
+        assert not compat, (
+            f"{COMPAT_DIR} holds {', '.join(compat)}, but the catalogue names no forward-compatibility branch "
+            f"for the image ({promise.text()!r}): the two disagree on what the image starts on"
+        )
 
 
 @pytest.mark.static

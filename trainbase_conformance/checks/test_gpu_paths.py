@@ -112,6 +112,68 @@ def test_horovod_built_with_nccl_gpu_operations(target):
     )
 
 
+def torch_arch_list(architectures: list[str]) -> str:
+    """TORCH_CUDA_ARCH_LIST for the declared GPUs: each one's code, PTX for the newest."""
+    return " ".join(architectures[:-1] + [architectures[-1] + "+PTX"])
+
+
+def arch_list_env_problem(env_value: str | None, comp: dict | None) -> str | None:
+    """Why the image's TORCH_CUDA_ARCH_LIST is wrong, or None. Every CUDA extension a user builds
+    in the image later (DeepSpeed's JIT ops, torch.utils.cpp_extension) compiles for this list,
+    so where nvcc is kept it must be exactly the manifest's GPUs; where no nvcc is kept the image
+    compiles nothing and must not carry a list nobody checks."""
+    if comp is None or not comp.get("kept"):
+        if env_value is not None:
+            return f"TORCH_CUDA_ARCH_LIST={env_value!r} is set, but the image keeps no CUDA compiler (the manifest's cuda_compiler)"
+        return None
+    want = torch_arch_list(comp["architectures"])
+    if env_value != want:
+        return f"TORCH_CUDA_ARCH_LIST is {env_value!r}, the manifest's GPUs are {want!r}"
+    return None
+
+
+@pytest.mark.static
+@pytest.mark.evidence("content")
+def test_torch_cuda_arch_list_is_the_declared_gpus(target):
+    """The TORCH_CUDA_ARCH_LIST baked into the image (what every later extension build inherits)
+    names exactly the manifest's architectures, PTX for the newest -- or is absent where the
+    image keeps no nvcc."""
+    r = target.sh("printenv TORCH_CUDA_ARCH_LIST || true", timeout=60)
+    value = r.stdout.strip() or None
+    problem = arch_list_env_problem(value, target.manifest.get("cuda_compiler"))
+    assert problem is None, problem
+
+
+def runtime_tool_problems(declared: list[str], results: dict[str, dict]) -> list[str]:
+    """One line per declared run-time tool that is missing, broken or was not tried."""
+    problems = []
+    for tool in declared:
+        r = results.get(tool)
+        if r is None:
+            problems.append(f"{tool}: not tried")
+        elif not r.get("ok"):
+            problems.append(f"{tool}: {r.get('detail')}")
+    return problems
+
+
+@pytest.mark.static
+@pytest.mark.evidence("run")
+def test_runtime_tools_run(target):
+    """Every tool a framework of the image executes on a GPU node (the manifest's runtime_tools:
+    Triton's ptxas for TorchInductor, the nvcc wheel's ptxas for TensorFlow's XLA, nvcc and ninja
+    for DeepSpeed's JIT ops) is found where its caller looks, answers its version and does a
+    trivial piece of its job without a GPU (probes/runtime_tools.py). Loading libraries cannot
+    show a missing ptxas: the job's first compiled kernel does."""
+    tools = target.manifest.get("runtime_tools") or []
+    if not tools:
+        pytest.skip(f"n/a: no framework of {target.name} executes a compiler or assembler at run time")
+    results = target.json_probe(f"{target.python} {PROBE_DIR}/runtime_tools.py {' '.join(tools)}", timeout=600)
+    problems = runtime_tool_problems(tools, results)
+    assert not problems, "run-time tools the frameworks execute do not work: " + "; ".join(problems)
+    for tool in tools:
+        print(f"{tool}: {results[tool]['path']}: {results[tool].get('version', '')}: {results[tool]['detail']}")
+
+
 @pytest.mark.static
 @pytest.mark.evidence("load")
 def test_compiled_cuda_code_targets_every_declared_gpu(target):

@@ -9,6 +9,10 @@ trainbase_conformance/linkage.py, each pinned to the file, the missing library a
 
 from __future__ import annotations
 
+import json
+import posixpath
+import shlex
+
 import pytest
 
 from trainbase_common.platforms import MACHINES as MACHINE  # OCI architecture -> uname -m in the image
@@ -78,3 +82,29 @@ def test_every_binary_is_built_for_the_image_platform(target):
         f"{sum(other.values())} programs/libraries are built for another machine than {arch} "
         f"(ELF e_machine {', '.join(other)}), e.g. " + ", ".join(p for m in other for p in scan["samples"][m][:3])
     )
+
+
+PYTHON_FACTS = (
+    "import importlib.metadata as m, json, sys\n"
+    "try:\n    mpi4py = m.version('mpi4py')\nexcept m.PackageNotFoundError:\n    mpi4py = None\n"
+    "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'prefix': sys.prefix, 'mpi4py': mpi4py}))"
+)
+
+
+@pytest.mark.static
+@pytest.mark.evidence("run")
+def test_the_declared_python_runs(target):
+    """The Python the image declares (PREFIX/bin/python, what every check runs its probes with)
+    runs, is that prefix's own (sys.prefix: the venv or conda root, not a Python it happens to
+    link), and is the declared version, with the declared mpi4py: what a training script
+    started as PREFIX/bin/python gets. An expectations file's python.version and python.mpi4py
+    are read here, where declared."""
+    declared = target.components["python"]
+    r = target.sh(f"{target.python} -c {shlex.quote(PYTHON_FACTS)}")
+    assert r.rc == 0, f"the declared Python {target.python} does not run (exit {r.rc}): {r.stderr.strip()[-500:]}"
+    facts = json.loads(r.stdout.strip().splitlines()[-1])
+    want = {k: declared[k] for k in ("prefix", "version", "mpi4py") if k in declared}
+    got = {k: facts[k] for k in want}
+    got["prefix"] = posixpath.normpath(got["prefix"])
+    want["prefix"] = posixpath.normpath(want["prefix"])
+    assert got == want, f"{target.python} is {got}, the image declares {want}"

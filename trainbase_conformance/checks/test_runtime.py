@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import shlex
 import tempfile
 from pathlib import Path
@@ -39,6 +40,10 @@ pytestmark = [
 ]
 
 NOBODY = "54321:54321"  # a uid and gid no image has in /etc/passwd (HPC sites map the user's own)
+# OpenShift's restricted SCC: an arbitrary uid from the namespace's range (1000680000 and up), in
+# group 0, no passwd entry; the run names the one it drew
+ANY_UID = f"{random.Random().randrange(1_000_680_000, 1_000_690_000)}:0"  # noqa: S311 -- a uid to run as, not a secret
+ANY_USER_PROBE = (PROBES / "any_user.py").read_text()
 PROBE = (PROBES / "runtime_world.py").read_text()
 RANKS = 2
 # What each MPI kind can use from `srun --mpi=...` in these images: Open MPI (4 with its PMIx,
@@ -84,6 +89,7 @@ def probe_cmd(python: str, torch: bool) -> str:
 DOCKER_WAYS: dict[str, dict[str, Any]] = {
     "uid-without-passwd": dict(user=NOBODY),
     "uid-read-only-tmpfs-tmp": dict(user=NOBODY, read_only=True, tmpfs=("/tmp",)),
+    "any-uid-group-0-read-only": dict(user=ANY_UID, read_only=True, tmpfs=("/tmp",)),
 }
 
 
@@ -115,6 +121,49 @@ def test_docker_doctor_passes(target, docker_way):
     assert r.returncode in (0, 1), f"docker {way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
     failed = [f"{x['id']}: {x['summary']}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
     assert not failed, f"docker {way}: tb-doctor fails: {failed}"
+
+
+def start_up_problems(report: dict[str, Any], want: set[str]) -> list[str]:
+    """What failed of the frameworks' start-up paths (probes/any_user.py's report), and every
+    step the image should have run but did not report."""
+    steps = report.get("steps", {})
+    problems = [f"{name}: {step['detail']}" for name, step in steps.items() if not step["ok"]]
+    problems += [f"{name}: not run (the probe did not get to it)" for name in sorted(want - set(steps))]
+    return problems
+
+
+def expected_start_up_steps(frameworks: dict[str, str]) -> set[str]:
+    """The start-up paths an image with these frameworks must pass as any uid."""
+    want = {"identity"}
+    if "pytorch" in frameworks:
+        want |= {"torch.compile", "lightning_fit"}
+    if "deepspeed" in frameworks:
+        want.add("deepspeed_op")
+    return want
+
+
+def test_frameworks_start_as_any_uid_in_group_0(target):
+    """As OpenShift starts it (an arbitrary uid in group 0, no passwd entry, a read-only root, a
+    tmpfs /tmp): the user has a name and a writable home, and what a training job does first
+    works -- torch.compile (TorchInductor names its cache after the user), a DeepSpeed op load,
+    a one-process Lightning fit. (mpirun of 2 ranks as the same user: the docker_way
+    'any-uid-group-0-read-only' of test_docker_mpi_launch_and_framework.)"""
+    # /tmp as Kubernetes' emptyDir gives it (exec allowed): Docker's own --tmpfs default is noexec,
+    # on which no JIT can load what it compiled (TorchInductor: "failed to map segment from shared
+    # object") -- a runtime's setting, which tb-doctor's node.tmpdir names, not the image's
+    opts = dataclasses.replace(target.caps.run_options(), user=ANY_UID, read_only=True, tmpfs=("/tmp:exec",))
+    c = Container.start(target.ref, opts, prefix="tbconf-rt")
+    try:
+        r = c.exec(f"cd /tmp && {target.python} -c {shlex.quote(ANY_USER_PROBE)}", timeout=900)
+    finally:
+        c.remove()
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("TBANYUSER ")]
+    assert r.returncode == 0 and lines, (
+        f"--user {ANY_UID}: the probe exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
+    )
+    report = json.loads(lines[-1].split(" ", 1)[1])
+    problems = start_up_problems(report, expected_start_up_steps(target.manifest.get("frameworks") or {}))
+    assert not problems, f"--user {ANY_UID} (read-only root, tmpfs /tmp:exec): " + "; ".join(problems)
 
 
 def test_docker_read_only_without_writable_tmp(target):

@@ -78,10 +78,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/cuda13.0-py3.12.txt \
  && tb-register-nvidia-libs
-# Lets the NVIDIA container runtime mount the driver (and refuse a too-old one).
+# Lets the NVIDIA container runtime mount the driver. NVIDIA_REQUIRE_CUDA stays the base's: its
+# "cuda>=13.0 brand=...,driver>=N,driver<N+1 ..." also starts the image on the older
+# data-center driver branches that the base's forward-compatibility libraries
+# (/usr/local/cuda/compat) support, and refuses every other driver older than CUDA 13.0
+# (trainbase_common/driver_promise.py: the promise the catalogue prints from it).
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
     TRAINBASE_CUDA_VERSION=13.0.1
 
 # --- block: nccl (2.30.7, the image's ONE NCCL: the same wheel the framework pins) ---
@@ -111,10 +114,15 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  && set -- $pmix_files && pmix="$1" \
  && mkdir -p /opt/trainbase/ld/intelmpi \
  && ln -s "$pmix" /opt/trainbase/ld/intelmpi/libpmix.so
+# impi-rt's wheel ships each library's name chain (libmpi.so, .so.12, .so.12.0, .so.12.0.0) as
+# separate identical files: ~102 MB of copies (test_one_copy_of_each_library found them).
+# hardlink -c makes each set one inode, in this same layer, so no byte is stored twice and the
+# wheel's RECORD hashes still hold.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/intelmpi2021.18-py3.12.txt \
+ && hardlink -c /opt/conda/lib/libmpi*.so* /opt/conda/lib/libfabric.so* >/dev/null \
  && for so in libmpi.so.12 libmpicxx.so.12 libmpifort.so.12 libmpi_ilp64.so.4 libfabric.so.1; do \
         test -e /opt/conda/lib/$so \
      && ln -s /opt/conda/lib/$so /opt/trainbase/ld/intelmpi/$so || exit 1; \
@@ -160,13 +168,19 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; and `tb-doctor`, the
 # image's own preflight on the cluster, sharing its checks with the conformance suite;
 # stdlib only; trainbase.pth also loads trainbase_exit, the exit hook that lets a finished
-# PyTorch job end with exit 0 instead of an abort in interpreter finalization -- see its header) ---
+# PyTorch job end with exit 0 instead of an abort in interpreter finalization, and
+# trainbase_user, which gives a uid without a passwd entry (OpenShift, Slurm sites) a name and a
+# writable home for the caches a job writes -- see their headers) ---
 COPY imagefs/opt/trainbase/lib/ /opt/trainbase/lib/
+# /home/trainbase: the home of any uid the image does not know, group 0 and group-writable
+# (setgid), as OpenShift's arbitrary uids in group 0 need; on a read-only root the hook takes
+# $TMPDIR/home-<uid> instead.
 RUN ln -sf /opt/trainbase/lib/trainbase_launch.py /usr/local/bin/tb-launch \
  && ln -sf /opt/trainbase/lib/tb-doctor /usr/local/bin/tb-doctor \
+ && install -d -m 2775 -o root -g 0 /home/trainbase \
  && tb-doctor --list > /dev/null \
- && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\nimport trainbase_exit\n')" \
- && python -c "import sys, trainbase_launch; assert 'trainbase_exit' in sys.modules, 'trainbase.pth did not load the exit hook'" \
+ && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\nimport trainbase_exit\nimport trainbase_user\n')" \
+ && python -c "import sys, trainbase_launch; assert {'trainbase_exit', 'trainbase_user'} <= set(sys.modules), 'trainbase.pth did not load the exit and user hooks'" \
  && tb-launch --json > /dev/null
 
 # --- block: manifest (what this image claims to contain; the conformance suite checks it) ---

@@ -74,7 +74,8 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=locks,target=/tmp/locks \
     tb-pip-install /tmp/locks/cuda13.0-py3.11-arm64.txt \
  && tb-register-nvidia-libs
-# Lets the NVIDIA container runtime mount the driver (and refuse a too-old one).
+# Lets the NVIDIA container runtime mount the driver, and refuse one that does not support CUDA
+# 13.0: this image carries no forward-compatibility libraries, so that is all it runs on.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     NVIDIA_REQUIRE_CUDA="cuda>=13.0" \
@@ -131,13 +132,19 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # LOCAL_RANK, WORLD_SIZE, NODE_RANK, MASTER_ADDR/PORT and TF_CONFIG; and `tb-doctor`, the
 # image's own preflight on the cluster, sharing its checks with the conformance suite;
 # stdlib only; trainbase.pth also loads trainbase_exit, the exit hook that lets a finished
-# PyTorch job end with exit 0 instead of an abort in interpreter finalization -- see its header) ---
+# PyTorch job end with exit 0 instead of an abort in interpreter finalization, and
+# trainbase_user, which gives a uid without a passwd entry (OpenShift, Slurm sites) a name and a
+# writable home for the caches a job writes -- see their headers) ---
 COPY imagefs/opt/trainbase/lib/ /opt/trainbase/lib/
+# /home/trainbase: the home of any uid the image does not know, group 0 and group-writable
+# (setgid), as OpenShift's arbitrary uids in group 0 need; on a read-only root the hook takes
+# $TMPDIR/home-<uid> instead.
 RUN ln -sf /opt/trainbase/lib/trainbase_launch.py /usr/local/bin/tb-launch \
  && ln -sf /opt/trainbase/lib/tb-doctor /usr/local/bin/tb-doctor \
+ && install -d -m 2775 -o root -g 0 /home/trainbase \
  && tb-doctor --list > /dev/null \
- && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\nimport trainbase_exit\n')" \
- && python -c "import sys, trainbase_launch; assert 'trainbase_exit' in sys.modules, 'trainbase.pth did not load the exit hook'" \
+ && python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'trainbase.pth').write_text('/opt/trainbase/lib\nimport trainbase_exit\nimport trainbase_user\n')" \
+ && python -c "import sys, trainbase_launch; assert {'trainbase_exit', 'trainbase_user'} <= set(sys.modules), 'trainbase.pth did not load the exit and user hooks'" \
  && tb-launch --json > /dev/null
 
 # --- block: manifest (what this image claims to contain; the conformance suite checks it) ---

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import re
 
-from .core import FAIL, OK, WARN, Node, Result, check, human_bytes
-from .hardware import GPU_FLAGS, absent, cuda_driver, rdma
+from .core import FAIL, OK, SKIP, WARN, Node, Result, check, human_bytes
+from .cuda_requirement import Host, admits, branch_of, cuda_of, first_driver_for, forward_compat, version_tuple
+from .hardware import GPU_FLAGS, absent, cuda_driver, gpu_models, rdma
 
 # The oldest driver branch each CUDA major runs on through minor-version compatibility
 # (NVIDIA's CUDA compatibility guide): a driver older than this cannot run the image at all.
 MIN_DRIVER_FOR_MAJOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+# NVIDIA's forward-compatibility libraries in the nvidia/cuda bases (cuda-compat-X-Y): libcuda.so.<driver>
+COMPAT_DIR = "/usr/local/cuda/compat"
+COMPAT_FIX = (
+    "start it through the NVIDIA container runtime (it selects them: libnvidia-container's cuda-compat-mode), or "
+    "through the image's entry points (/usr/local/bin/python, mpirun, torchrun...: /opt/trainbase/env.sh selects "
+    "them), or put " + COMPAT_DIR + " first on LD_LIBRARY_PATH"
+)
 # Mount points every container has: they say nothing about how this one was started.
 RUNTIME_MOUNTS = re.compile(r"^/(proc|sys|dev(/pts|/mqueue|/console)?|etc/(hosts|hostname|resolv\.conf))(/|$)")
 
@@ -119,6 +127,175 @@ def gpu_driver(node: Node) -> Result:
         f"driver {drv or '?'} supports CUDA {have or '?'}; the image's CUDA {want} needs at least driver {floor}",
         hint=f"upgrade the host driver (CUDA {major}.x needs "
         f"R{floor.split('.')[0]} or newer) or use an image built for CUDA {have or 'the driver'}",
+        facts=facts,
+    )
+
+
+def _compat_libcuda(node: Node) -> str | None:
+    """The version of the forward-compatibility libcuda the image carries (570.124.06), or None."""
+    d = node.path(COMPAT_DIR)
+    found = sorted((p.name[len("libcuda.so.") :] for p in d.glob("libcuda.so.*.*")), key=_version_tuple)
+    return found[-1] if found else None
+
+
+def _libcuda_version(path: str | None) -> str | None:
+    m = re.search(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$", path or "")
+    return m.group(1) if m else None
+
+
+def _runtime_brand(model: str) -> str:
+    """The brand libnvidia-container would name (its driver.c), guessed from the GPU's name."""
+    for brand in ("GeForce", "TITAN", "Quadro", "Tesla"):
+        if brand.lower() in model.lower():
+            return brand
+    return "Unknown"  # NVML_BRAND_NVIDIA (A100, H100, B200...) and the rest, as driver.c names them
+
+
+@check(
+    "gpu.forward_compat",
+    "CUDA forward compatibility is used exactly when this driver needs it",
+    "cudapath",
+    compare=("path",),
+)
+def gpu_forward_compat(node: Node) -> Result:
+    """Which way this node's driver runs the image's CUDA: natively (a driver whose CUDA is at
+    least the image's), or through the forward-compatibility libcuda the Ubuntu rows carry in
+    /usr/local/cuda/compat (an older data-center driver branch that the compat package supports:
+    the brand=...,driver>=N alternatives of the image's NVIDIA_REQUIRE_CUDA). The compat libcuda
+    must be loaded on the second way and never on the first: forced on a driver that supports the
+    CUDA itself, every CUDA call fails with error 803; on a GeForce, with 804."""
+    info = cuda_driver(node)
+    want = str(node.component("cuda", "version") or "")
+    if info.get("error") in ("no-driver", "no-device") or (not info.get("error") and not info.get("count")):
+        # a skip even under --expect gpu: gpu.visible fails then, and says why
+        return Result("", SKIP, "skipped: no GPU, so no driver to choose a CUDA path for", facts={"path": None})
+    drv = info.get("driver_version")
+    if not drv:
+        rc, out = node.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        drv = out.split()[0] if rc == 0 and out.split() else None
+    models = gpu_models(node)
+    compat = _compat_libcuda(node)
+    loaded = node.loaded_from("libcuda.so.1")
+    in_use = _libcuda_version(loaded)
+    if not drv or not want:
+        return Result(
+            "",
+            WARN,
+            f"cannot tell the CUDA path: driver version {drv or 'unknown'}, image CUDA {want or 'unknown'}",
+            hint="run an image built by trainbase on a node whose /proc/driver/nvidia/version or nvidia-smi answers",
+            facts={"path": None},
+        )
+    have = cuda_of(drv)
+    branch = branch_of(drv)
+    requirement = node.env.get("NVIDIA_REQUIRE_CUDA", "")
+    branches = forward_compat(requirement).branches
+    consumer = [m for m in models if _runtime_brand(m) in ("GeForce", "TITAN")]
+    brand = _runtime_brand(consumer[0] if consumer else (models[0] if models else ""))
+    runtime = admits(node.env, Host.of(drv, brand))
+    via_compat = bool(in_use) and branch_of(in_use or "0") != branch
+    facts = {
+        "driver_version": drv,
+        "driver_cuda": have,
+        "image_cuda": want,
+        "compat_libcuda": compat,
+        "compat_branches": list(branches),
+        "libcuda_in_use": loaded,
+        "gpus": models,
+        "runtime_admits": runtime.starts,
+    }
+    native = have is None or version_tuple(have) >= version_tuple(want)
+    said_driver = f"driver {drv} (R{branch}, CUDA {have or 'newer than this doctor knows'})"
+    if native:
+        facts["path"] = "native"
+        if via_compat:
+            return Result(
+                "",
+                FAIL,
+                f"{said_driver} runs CUDA {want} itself, but this process loaded the forward-compatibility libcuda "
+                f"{in_use} ({loaded}): on a driver that does not need it every CUDA call fails (error 803)",
+                hint=f"take {COMPAT_DIR} off LD_LIBRARY_PATH (or set TRAINBASE_CUDA_COMPAT=0); the image's "
+                "entry points and NVIDIA's runtime add it only below its branch",
+                facts=facts,
+            )
+        return Result(
+            "",
+            OK,
+            f"{said_driver} runs the image's CUDA {want} natively; the forward-compatibility libraries"
+            + (f" (libcuda {compat}) are not used, as they must not be" if compat else " are not needed"),
+            facts=facts,
+        )
+    need = first_driver_for(want)
+    upgrade = f"a driver for CUDA {want} ({need} or newer)" if need else f"a driver for CUDA {want}"
+    same_major = version_tuple(have or "0")[0] == version_tuple(want)[0]
+    refused = "" if runtime.starts else f"; the NVIDIA container runtime refuses the image here ({runtime.message})"
+    # a compat libcuda of the driver's own branch or older cannot serve it (libnvidia-container
+    # leaves it out; the CUDA forward-compatibility package is a newer branch's user-mode driver)
+    stale = compat is not None and branch_of(compat) <= branch
+    if compat is None or stale:
+        facts["path"] = "minor-version" if same_major else "none"
+        carries = (
+            f"the image's compat libcuda {compat} is of R{branch_of(compat or '0')}, no newer than the driver's branch"
+            if stale
+            else "this image carries no forward-compatibility libraries"
+        )
+        return Result(
+            "",
+            WARN if same_major else FAIL,
+            f"{said_driver} is older than the image's CUDA {want}, and {carries}"
+            + refused
+            + (
+                ": where it starts anyway it runs through minor-version compatibility only (no PTX newer than the driver's)"
+                if same_major
+                else ": CUDA fails to initialise (error 35, insufficient driver)"
+            ),
+            hint=f"upgrade to {upgrade}"
+            + (
+                ""
+                if stale
+                else ", or take this image's Ubuntu row on a data-center GPU (its nvidia/cuda base carries the "
+                "forward-compatibility libraries)"
+            ),
+            facts=facts,
+        )
+    if consumer or (branches and branch not in branches):
+        facts["path"] = "none"
+        why = (
+            f"forward compatibility does not run on {consumer[0]} (data-center GPUs only)"
+            if consumer
+            else f"the image's forward-compatibility libcuda {compat} supports drivers of "
+            + "/".join(f"R{b}" for b in branches)
+            + f", not R{branch}"
+        )
+        return Result(
+            "",
+            FAIL,
+            f"{said_driver} is older than the image's CUDA {want} and {why}"
+            + refused
+            + (f"; this process loaded the compat libcuda {in_use} anyway (CUDA error 804)" if via_compat else ""),
+            hint=f"upgrade to {upgrade}",
+            facts=facts,
+        )
+    if via_compat:
+        facts["path"] = "forward-compat"
+        return Result(
+            "",
+            OK,
+            f"{said_driver} is older than the image's CUDA {want}: it runs through forward compatibility, "
+            f"with the image's compat libcuda {in_use} ({loaded}), as NVIDIA supports on data-center GPUs",
+            facts=facts,
+        )
+    facts["path"] = "minor-version" if same_major else "none"
+    return Result(
+        "",
+        WARN if same_major else FAIL,
+        f"{said_driver} needs the image's forward-compatibility libcuda {compat} for CUDA {want}, but this "
+        f"process loaded {loaded or 'no libcuda'}"
+        + (
+            ": it runs through minor-version compatibility only (no PTX newer than the driver's)"
+            if same_major
+            else ": CUDA fails to initialise (error 35, insufficient driver)"
+        ),
+        hint=COMPAT_FIX,
         facts=facts,
     )
 

@@ -84,6 +84,22 @@ def cuda_driver(node: Node) -> dict[str, Any]:
     return info
 
 
+def gpu_models(node: Node) -> list[str]:
+    """The GPUs' names: the CUDA driver's; where CUDA does not initialise (a driver too old, a
+    compat libcuda on the wrong GPU), the kernel module's (/proc/driver/nvidia/gpus/*/information),
+    else nvidia-smi's."""
+    names = [re.sub(r" \(cc [^)]*\)$", "", d) for d in cuda_driver(node).get("devices") or []]
+    base = node.path("/proc/driver/nvidia/gpus")
+    for f in sorted(base.glob("*/information")) if not names and base.is_dir() else []:
+        m = re.search(r"^Model:\s*(.+?)\s*$", _read(f), re.M)
+        if m:
+            names.append(m.group(1))
+    if not names:
+        rc, out = node.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+        names = [ln.strip() for ln in out.splitlines() if ln.strip()] if rc == 0 else []
+    return names
+
+
 def absent(node: Node, what: str, summary: str, hint: str, facts: dict | None = None) -> Result:
     """Hardware that is not here: a skip, unless the run said it must be (--expect)."""
     if what in node.expect:
