@@ -359,6 +359,8 @@ def test_a_second_writing_run_is_refused_while_one_holds_the_checkout(workdir, c
     import subprocess
     import sys
 
+    from trainbase.cli import checkout_lock
+
     from .conftest import ROOT
 
     holder = subprocess.Popen(  # another process (flock is per open file: a thread would not do)
@@ -397,7 +399,7 @@ def test_a_second_writing_run_is_refused_while_one_holds_the_checkout(workdir, c
         holder.wait()
     code, _, err = run_cli(["render", "--file", str(workdir / "matrix.yaml")], capsys)
     assert code == 0, err  # the kernel dropped the killed holder's lock: nothing stale to clean up
-    assert (workdir / ".trainbase.lock").read_text().startswith(f"{os.getpid()}\nbuild.py render --file ")
+    assert checkout_lock.lock_path(workdir).read_text().startswith(f"{os.getpid()}\nbuild.py render --file ")
 
 
 def test_run_ids_are_unique_within_one_second():

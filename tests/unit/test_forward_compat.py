@@ -130,10 +130,12 @@ def test_a_branch_the_compat_package_does_not_support_fails(tmp_path):
     assert r.status == "fail" and "supports drivers of R470/R535/R550/R560/R565, not R545" in r.summary, r.summary
 
 
-def test_no_gpu_skips_even_where_one_is_expected(tmp_path):
-    """gpu.visible fails then (--expect gpu), and says why; this check has no path to judge."""
+def test_no_gpu_skips_and_fails_where_one_is_expected(tmp_path):
+    """Like every gpu check (the conformance suite's test_doctor_gpu_checks_are_honest holds them
+    to it): no GPU is a skip, and a failure under --expect gpu."""
     assert result(FakeNode(tmp_path), "gpu.forward_compat").status == "skip"
-    assert result(FakeNode(tmp_path / "x", expect=("gpu",)), "gpu.forward_compat").status == "skip"
+    expected = result(FakeNode(tmp_path / "x", expect=("gpu",)), "gpu.forward_compat")
+    assert expected.status == "fail" and "no GPU" in expected.summary
 
 
 # ----------------------------------------------------------------------------- the start-up step

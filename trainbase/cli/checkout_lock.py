@@ -1,7 +1,8 @@
 """One writing run per checkout at a time (issue 64).
 
 The commands that write into the checkout (images/, locks/, reports/, logs/, docs/) take an
-exclusive ``fcntl.flock`` on ``.trainbase.lock`` at the checkout's root for as long as they run; a
+exclusive ``fcntl.flock`` on ``.git/trainbase.lock`` (``.trainbase.lock`` at the root of a checkout
+without a .git folder: a worktree, a tarball) for as long as they run; a
 second one is refused at once (exit 2), naming the holder's pid and command. The kernel drops the
 lock when the holder's file closes -- a killed run leaves nothing to clean up; the file's content
 (pid, command) is only what the refusal says.
@@ -28,10 +29,18 @@ class CheckoutBusy(TrainbaseError):
     """Another run holds the checkout."""
 
 
+def lock_path(root: Path) -> Path:
+    """Inside .git where there is one: never a file git could track, stage or see changed (a
+    repository that does not ignore .trainbase.lock -- a fork's, a test's scratch one -- would
+    otherwise refuse a revert over it)."""
+    git = root / ".git"
+    return git / "trainbase.lock" if git.is_dir() else root / LOCK_FILE
+
+
 @contextlib.contextmanager
 def hold(root: Path, command: list[str]) -> Iterator[None]:
     """Hold ROOT's lock for the block; CheckoutBusy at once when another process holds it."""
-    path = root / LOCK_FILE
+    path = lock_path(root)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:

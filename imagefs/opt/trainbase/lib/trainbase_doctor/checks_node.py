@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .core import FAIL, OK, SKIP, WARN, Node, Result, check, human_bytes
+from .core import FAIL, OK, WARN, Node, Result, check, human_bytes
 from .cuda_requirement import Host, admits, branch_of, cuda_of, first_driver_for, forward_compat, version_tuple
 from .hardware import GPU_FLAGS, absent, cuda_driver, gpu_models, rdma
 
@@ -167,8 +167,8 @@ def gpu_forward_compat(node: Node) -> Result:
     info = cuda_driver(node)
     want = str(node.component("cuda", "version") or "")
     if info.get("error") in ("no-driver", "no-device") or (not info.get("error") and not info.get("count")):
-        # a skip even under --expect gpu: gpu.visible fails then, and says why
-        return Result("", SKIP, "skipped: no GPU, so no driver to choose a CUDA path for", facts={"path": None})
+        # like every gpu check: a skip, a failure under --expect gpu
+        return absent(node, "gpu", "no GPU, so no driver to choose a CUDA path for", GPU_FLAGS, {"path": None})
     drv = info.get("driver_version")
     if not drv:
         rc, out = node.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
