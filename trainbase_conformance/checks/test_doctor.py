@@ -200,7 +200,8 @@ def test_doctor_on_a_gpu_runner(target):
     one-process NCCL init whose log names its network."""
     rc, report = target.doctor("--expect gpu")
     bad = [f"{c['id']}: {c['summary']}" for c in report["checks"] if c["status"] == "fail"]
-    assert rc == 0 and not bad, bad
+    # the list as a string: pytest shortens a long object's repr ("...") and hides the causes
+    assert rc == 0 and not bad, repr(bad)
     net = next(c for c in report["checks"] if c["id"] == "nccl.network")
     print(f"NCCL selected {net['facts'].get('network')}: {net['summary']}")
 

