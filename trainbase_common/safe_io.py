@@ -28,6 +28,13 @@ def atomic_write(path: str | os.PathLike[str], data: str | bytes) -> None:
     error (ENOSPC, a kill) leaves PATH as it was and no temporary file behind."""
     p = Path(path)
     raw = data.encode() if isinstance(data, str) else data
+    if p.exists() and not p.is_file():
+        # a device or a pipe (`--report /dev/null`, `/dev/stdout`): written to, never replaced --
+        # a rename over /dev/null once turned it into a regular file and broke every program
+        # that reads it as empty (git: "bad config line 1 in file /dev/null")
+        with open(p, "wb") as f:
+            f.write(raw)
+        return
     fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name[:64]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

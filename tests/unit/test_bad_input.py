@@ -419,3 +419,24 @@ def test_run_ids_are_unique_within_one_second():
         for _ in range(20)
     }
     assert len(ids) == 20
+
+
+def test_atomic_write_writes_to_a_device_and_never_replaces_it(tmp_path):
+    """`--report /dev/null` once renamed a regular file over /dev/null (git then read it as a config
+    with a bad line 1): a device or a pipe is written to, and stays what it was."""
+    import os
+    import stat
+
+    from trainbase_common.safe_io import atomic_write
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        atomic_write(fifo, "report\n")
+        assert os.read(reader, 100) == b"report\n"
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(fifo.stat().st_mode), "the pipe was replaced by a regular file"
+    atomic_write(os.devnull, "{}\n")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode), "/dev/null was replaced by a regular file"
