@@ -15,6 +15,7 @@ from .doctor_fakes import MANIFEST, FakeNode, core, result
 
 cli = __import__("trainbase_doctor.cli", fromlist=["x"])
 cluster = __import__("trainbase_doctor.cluster", fromlist=["x"])
+checks_node = __import__("trainbase_doctor.checks_node", fromlist=["x"])
 SCHEMA = json.loads((ROOT / "docs" / "doctor.schema.json").read_text())
 LAUNCH_VARS = (
     "SLURM_NTASKS",
@@ -296,3 +297,41 @@ def test_rootless_podman_uses_runc_where_crun_refuses_the_hybrid_cgroup_layout(t
     (tmp_path / "cgroup.controllers").write_text("\n")
     assert runtimes.podman_oci_runtime(tmp_path) == []
     assert runtimes.podman_oci_runtime(tmp_path / "absent") == []  # pure v1 or pure v2: Podman's choice
+
+
+def _mounts(node, *lines):
+    node.write("/proc/self/mountinfo", "\n".join(lines))
+    return node
+
+
+def test_a_noexec_tmpdir_warns_naming_what_cannot_load_and_the_fix(tmp_path):
+    # Docker's `--tmpfs /tmp` (noexec by default) under a read-only root: writable, but nothing
+    # a JIT compiles there can be loaded (measured: torch.compile as an arbitrary uid, issue 62)
+    node = _mounts(
+        FakeNode(tmp_path),
+        "1 0 0:1 / / ro,relatime - overlay overlay ro",
+        "2 1 0:2 / /tmp rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw",
+        "3 1 0:3 / /tmpx rw,relatime - tmpfs tmpfs rw",
+    )
+    r = result(node, "node.tmpdir")
+    assert r.status == core.WARN and r.summary.startswith("/tmp is writable but mounted noexec")
+    assert "failed to map segment" in r.summary and "--tmpfs /tmp:exec" in r.hint and "TRITON_CACHE_DIR" in r.hint
+    assert r.facts["noexec"] is True and r.facts["writable"] is True
+    # the longest mount point holding TMPDIR decides, not a sibling whose name starts alike
+    r = result(
+        _mounts(FakeNode(tmp_path, env={"TMPDIR": "/tmpx/job"}), *node.read("/proc/self/mountinfo").splitlines()),
+        "node.tmpdir",
+    )
+    assert r.status == core.OK and r.facts["noexec"] is False
+
+
+def test_an_exec_tmpdir_under_a_noexec_root_passes(tmp_path):
+    node = _mounts(
+        FakeNode(tmp_path),
+        "1 0 0:1 / / rw,noexec - overlay overlay rw",
+        "2 1 0:2 / /tmp rw,nosuid,nodev - tmpfs tmpfs rw",
+    )
+    r = result(node, "node.tmpdir")
+    assert r.status == core.OK and r.facts["noexec"] is False
+    assert checks_node.mount_options(node, "/var/x") == {"rw", "noexec"}
+    assert checks_node.mount_options(node, "/tmp/a/b") == {"rw", "nosuid", "nodev"}

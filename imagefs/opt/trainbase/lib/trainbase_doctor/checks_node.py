@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from .core import FAIL, OK, WARN, Node, Result, check, human_bytes
@@ -445,6 +446,22 @@ def mount_points(node: Node) -> list[str]:
     return sorted(set(points))
 
 
+def mount_options(node: Node, path: str) -> set[str]:
+    """The per-mount options (mountinfo's sixth field: rw, nosuid, noexec, ...) of the mount that
+    holds ``path``: the one whose mount point is its longest prefix."""
+    best, options = -1, ""
+    target = os.path.normpath(path)
+    for line in (node.read("/proc/self/mountinfo") or "").splitlines():
+        parts = line.split()
+        if len(parts) < 6:
+            continue
+        point = parts[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, options = len(point), parts[5]
+    return set(options.split(","))
+
+
 @check("node.mounts", "the container's mounts (compared across nodes)", "mounts", compare=("mounts",))
 def mounts(node: Node) -> Result:
     points = mount_points(node)
@@ -467,6 +484,25 @@ def tmpdir(node: Node) -> Result:
     facts = {"tmpdir": where, "from": var, "writable": not err, "error": err or None}
     said = f"{var}={where}" if var else "/tmp"
     if not err:
+        options = mount_options(node, where)
+        facts["noexec"] = "noexec" in options
+        if facts["noexec"]:
+            # Docker's and Podman's `--tmpfs /tmp` is noexec by default. What a job compiles at
+            # start lands here (TorchInductor's cache under gettempdir(), and on a read-only root
+            # the home trainbase_user gives an unknown uid, so Triton's ~/.triton and DeepSpeed's
+            # ~/.cache/torch_extensions too), and dlopen of a file on a noexec mount fails:
+            # "failed to map segment from shared object", at the job's first step on a GPU.
+            return Result(
+                "",
+                WARN,
+                f"{said} is writable but mounted noexec: what torch.compile (Triton, TorchInductor), "
+                "DeepSpeed's JIT ops and torch.utils.cpp_extension build there cannot be loaded "
+                "(ImportError: failed to map segment from shared object)",
+                hint="mount it exec (`--tmpfs /tmp:exec` for Docker/Podman; a Kubernetes emptyDir is exec), "
+                "or point TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and TORCH_EXTENSIONS_DIR at a writable "
+                "directory on an exec mount",
+                facts=facts,
+            )
         return Result("", OK, f"{said} is writable" + ("" if var else " (no TMPDIR, TEMP or TMP set)"), facts=facts)
     shm = "writable here" if not node.unwritable("/dev/shm") else "not writable here either: mount a tmpfs"
     return Result(
