@@ -69,14 +69,22 @@ def render(m: Matrix, root: Path, args: argparse.Namespace | None = None) -> int
 
     for path in cataloguemod.write(m, root):
         print(f"wrote {path} (the recipe tags changed)")
+    from ..render import figures  # counts in the docs' prose follow the matrix (issue 65)
+
+    changed_docs, unknown = figures.write(m, root)
+    for path in changed_docs:
+        print(f"wrote {path} (its figures follow the matrix)")
+    if unknown:
+        printing.drift(unknown)
+        return 2
     return 1 if stale else 0
 
 
 def check(m: Matrix, root: Path, args: argparse.Namespace) -> int:
-    from ..render import env_contract
+    from ..render import env_contract, figures
 
     rendered = rendermod.render_all(m, root=root)
-    problems = rendermod.check(m, rendered, root)
+    problems = rendermod.check(m, rendered, root) + figures.check(m, root)
     printing.leftovers(m.leftovers())
     if problems:
         printing.drift(problems)

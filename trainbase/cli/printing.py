@@ -39,9 +39,11 @@ def leftovers(lines: list[str]) -> None:
 
 
 def drift(problems: list[str]) -> None:
-    cells = sorted({p.split(":", 1)[0] for p in problems if not p.startswith("lock:")})
+    cells = sorted({p.split(":", 1)[0] for p in problems if not p.startswith(("lock:", "figures:"))})
     print(
-        f"drift: {len(problems)} problem(s) in {len(cells)} cell(s); run `{build_py()} render`"
+        f"drift: {len(problems)} problem(s)"
+        + (f" in {len(cells)} cell(s)" if cells else "")
+        + f"; run `{build_py()} render`"
         f" (or `{build_py()} lock`) and commit:",
         file=sys.stderr,
     )
