@@ -247,6 +247,22 @@ def test_registry_argument_is_checked(bad):
         (401, "unauthorized: authentication required", registry.RegistryAuthError),
         (403, "denied: permission_denied: write_package", registry.RegistryAuthError),
         (500, 'Get "https://ghcr.io/v2/": dial tcp: lookup ghcr.io: no such host', registry.RegistryError),
+        # issue 64: digits in a server error's body are not a status; the status it quotes is
+        (
+            500,
+            "received unexpected HTTP status: 500 Internal Server Error (request id 4031-9a)",
+            registry.RegistryError,
+        ),
+        (
+            500,
+            'Head "https://ghcr.io/v2/o/x/manifests/r1": unexpected status code 503 Service Unavailable: 403',
+            registry.RegistryError,
+        ),
+        (
+            500,
+            "unexpected status from HEAD request to https://ghcr.io/v2/o/x/manifests/r1: 401 Unauthorized",
+            registry.RegistryAuthError,
+        ),
     ],
 )
 def test_registry_answers_are_present_absent_or_an_error_never_unknown(monkeypatch, status, text, expected):
@@ -413,3 +429,39 @@ def test_a_platform_the_host_cannot_run_is_skipped_with_its_fix_and_the_run_is_i
     # a real failure besides it is a failure (1), not an incomplete run
     b, _ = make(m, names, fail={"openmpi4.1.4-cuda12.8-cudnn9-debian12"}, monkeypatch=monkeypatch)
     assert b.run() == 1
+
+
+@pytest.mark.parametrize(
+    "message, status",
+    [
+        ("unexpected status from PUT request to https://r/v2/a/manifests/t: 403 Forbidden", 403),
+        ("received unexpected HTTP status: 502 Bad Gateway", 502),
+        ("unexpected status code 401 Unauthorized", 401),
+        ("blob upload unknown: sha256:403a...", None),
+        ("denied: requested access to the resource is denied", None),
+    ],
+)
+def test_the_status_a_push_stream_quotes_is_read_from_its_words_not_its_digits(message, status):
+    assert engine.registry_status(message) == status
+
+
+def test_a_push_stream_error_is_auth_by_its_status_or_distributions_words(monkeypatch):
+    class Api:
+        def __init__(self, lines):
+            self.lines = lines
+
+        def push(self, repo, tag, stream, decode):
+            return iter(self.lines)
+
+    for line, auth in [
+        (
+            {"error": "unexpected status from PUT request to https://r/v2/x/blobs: 500 Internal Server Error, id 403"},
+            False,
+        ),
+        ({"errorDetail": {"message": "denied: requested access to the resource is denied"}}, True),
+        ({"error": "unexpected status from PUT request to https://r/v2/x/manifests/t: 403 Forbidden"}, True),
+    ]:
+        monkeypatch.setattr(engine.registry, "client", lambda line=line: type("C", (), {"images": Api([line])})())
+        with pytest.raises(registry.RegistryError) as e:
+            registry.push("r", "r/x:t")
+        assert isinstance(e.value, registry.RegistryAuthError) is auth, (line, e.value)

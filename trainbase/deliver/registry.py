@@ -18,11 +18,27 @@ from trainbase_common import engine
 
 from ..errors import TrainbaseError
 
-# How the engine words a refused request (distribution and the engine's own token client).
+# How a refusal is worded where no status is said: distribution's error codes (UNAUTHORIZED,
+# DENIED) and the engine's own token client. Never bare digits: a 500 whose body holds "403"
+# (a request id, a digest) was once told to "log in first" (issue 64).
 _AUTH = re.compile(
-    r"(?i)(unauthorized|authentication required|no basic auth credentials|denied|forbidden|"
-    r"incorrect username or password|401|403)"
+    r"(?i)(unauthorized|authentication required|no basic auth credentials|\bdenied\b|forbidden|"
+    r"incorrect username or password)"
 )
+
+
+def refused(message: str, status: int | None = None) -> bool:
+    """Whether the registry refused the credentials: by its status (401/403) where the answer
+    carries one -- the engine's own, else the one the message quotes -- and only where neither
+    does, by distribution's words."""
+    if status in (401, 403):
+        return True
+    said = engine.registry_status(message)
+    if said is not None:
+        return said in (401, 403)
+    return bool(_AUTH.search(message))
+
+
 _ABSENT = re.compile(r"(?i)(manifest unknown|not found|no such manifest|name unknown)")
 
 
@@ -54,11 +70,11 @@ def login_hint(host: str) -> str:
     return f"`docker login {host}`"
 
 
-def _classify(host: str, what: str, message: str) -> RegistryError:
-    refused = bool(_AUTH.search(str(message)))  # anywhere in it: skopeo puts the cause last
+def _classify(host: str, what: str, message: str, status: int | None = None) -> RegistryError:
+    is_refusal = refused(str(message), status)  # anywhere in it: skopeo puts the cause last
     message = " ".join(str(message).split())
     message = message[-300:] if len(message) > 300 else message
-    if refused:
+    if is_refusal:
         return RegistryAuthError(
             f"registry {host} refused to {what} ({message}): log in first with "
             f"{login_hint(host)}; trainbase uses the credentials `docker login` stored"
@@ -74,9 +90,9 @@ def digest(host: str, repo: str, tag: str) -> str | None:
     try:
         return engine.distribution_digest(ref)
     except engine.EngineAPIError as e:
-        if _ABSENT.search(str(e)) and not _AUTH.search(str(e)):
+        if (e.status == 404 or _ABSENT.search(str(e))) and not refused(str(e), e.status):
             return None
-        raise _classify(host, f"say whether {ref} exists", str(e)) from None
+        raise _classify(host, f"say whether {ref} exists", str(e), e.status) from None
     except engine.EngineError as e:
         raise RegistryError(f"no engine to ask registry {host} about {ref}: {e}") from None
 
@@ -91,7 +107,7 @@ def push(host: str, ref: str) -> str:
     try:
         return engine.push(ref)
     except engine.EngineError as e:
-        raise _classify(host, f"accept {ref}", str(e)) from None
+        raise _classify(host, f"accept {ref}", str(e), getattr(e, "status", None)) from None
 
 
 def pull(host: str, ref: str) -> None:
@@ -99,7 +115,7 @@ def pull(host: str, ref: str) -> None:
     try:
         engine.pull(ref)
     except engine.EngineError as e:
-        raise _classify(host, f"serve {ref}", str(e)) from None
+        raise _classify(host, f"serve {ref}", str(e), getattr(e, "status", None)) from None
 
 
 def _skopeo_copy(

@@ -43,7 +43,7 @@ from .images import (
     repository,
     tag,
 )
-from .registry import distribution_digest, pull, push
+from .registry import distribution_digest, pull, push, registry_status
 from .sdk import EngineAPIError, EngineError, EngineInfo, available, client, info, server_version
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "list_tags",
     "pull",
     "push",
+    "registry_status",
     "remove_container",
     "remove_image",
     "remove_network",

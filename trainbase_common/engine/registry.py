@@ -19,6 +19,21 @@ def pull(ref: str) -> None:
     call(client().images.pull, repo, tag=t)
 
 
+# The registry's HTTP status as the engine (and skopeo) word it inside a message: "unexpected
+# status from PUT request to https://...: 403 Forbidden", "received unexpected HTTP status: 500
+# Internal Server Error", "unexpected status code 401". Only these say a status: a request id or
+# a digest that happens to hold "403" does not (issue 64).
+_STATUS = re.compile(
+    r"(?i)\b(?:unexpected (?:http )?status(?: code)?(?: from \w+ request to \S+?)?|http status)[:\s]+(\d{3})\b"
+)
+
+
+def registry_status(message: str) -> int | None:
+    """The last HTTP status the message says the registry answered, None when it says none."""
+    found = _STATUS.findall(message)
+    return int(found[-1]) if found else None
+
+
 def push(ref: str) -> str:
     """Push with the stored credentials; the pushed manifest's digest."""
     repo, _, t = ref.rpartition(":")
@@ -26,8 +41,7 @@ def push(ref: str) -> str:
     for line in call(client().images.push, repo, tag=t, stream=True, decode=True):
         if "error" in line or "errorDetail" in line:
             msg = (line.get("errorDetail") or {}).get("message") or line.get("error") or "push failed"
-            m = re.search(r"\b(401|403)\b", msg)
-            raise EngineAPIError(int(m.group(1)) if m else None, " ".join(str(msg).split()))
+            raise EngineAPIError(registry_status(str(msg)), " ".join(str(msg).split()))
         digest = (line.get("aux") or {}).get("Digest", digest)
     if not digest:
         raise EngineAPIError(None, f"pushing {ref} reported no digest")
