@@ -328,6 +328,28 @@ def test_promotion_retags_the_alias_by_digest_and_follows_a_revert(reg):
     assert n == 1 and reg.manifests["reg.example:5000/tb/base:latest"] == "sha256:" + "1" * 64
 
 
+def test_promotion_compares_before_it_swaps(reg):
+    """Issue 64: `latest` moved between the plan and the retag (another promotion) is not
+    overwritten: the run stops naming what it planned from and what it found."""
+    from trainbase.deliver import promote, registry
+
+    new, theirs = "sha256:" + "2" * 64, "sha256:" + "8" * 64
+    reg.manifests["reg.example:5000/tb/base:r" + "2" * 12] = new
+    reg.manifests["reg.example:5000/tb/base:latest"] = "sha256:" + "1" * 64
+    steps = promote.plan([("base", "r" + "2" * 12)], "reg.example:5000/tb", registry.digest, {"base": ["linux/amd64"]})
+    reg.manifests["reg.example:5000/tb/base:latest"] = theirs  # the other run's move, after our plan
+    retags = []
+    with pytest.raises(registry.RegistryError) as e:
+        promote.promote(steps, None, lambda src, dst: retags.append(dst), registry.digest, io.StringIO())
+    assert retags == [] and reg.manifests["reg.example:5000/tb/base:latest"] == theirs
+    assert f"held sha256:{'1' * 64}, it holds {theirs} now" in str(e.value)
+    # moved to the very digest we would have set: nothing to do, said
+    reg.manifests["reg.example:5000/tb/base:latest"] = new
+    out = io.StringIO()
+    assert promote.promote(steps, None, lambda src, dst: retags.append(dst), registry.digest, out) == (1, 0)
+    assert retags == [] and "moved there since the plan" in out.getvalue()
+
+
 def test_promotion_waits_for_publication_and_for_the_gate(reg, tmp_path):
     """A candidate moves only on a pass from every required check; a held one holds only its own
     repository (issue 52: one red cell no longer stalls the others; test_promotion_gate.py)."""

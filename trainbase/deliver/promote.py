@@ -35,7 +35,9 @@ layer moves, no local image is involved, so no job can race another's push):
   (``--recipe-sha``, default the checkout's HEAD) is not main's head -- a re-run of an older
   run's flaky GPU job, a dispatch from another branch -- promotes nothing, and says so; the
   run for the head commit promotes (or the nightly), so `latest` never moves backwards.
-After each retag the alias is read back and must have the digest; anything else is an error.
+Compare and swap: just before each retag the alias is read again, and if it no longer holds the
+digest the verdicts were taken on (another promotion moved it), the run stops naming both. After
+each retag the alias is read back and must have the digest; anything else is an error.
 """
 
 from __future__ import annotations
@@ -283,9 +285,23 @@ def promote(
     for s, src, alias, want, was in moves:
         if was == want:
             continue
-        retag(src, alias)
         host, _, rest = alias.partition("/")
         repo, _, tag = rest.rpartition(":")
+        # compare, then swap (issue 64): the verdicts were taken on what the alias held at plan
+        # time; another promotion (a re-run, the nightly) or a hand retag may have moved it since,
+        # and overwriting that would be a move nobody judged. A registry has no conditional
+        # manifest PUT, so the window is this read to the retag, and the read-back below.
+        before = digest(host, repo, tag)
+        if before == want:
+            out.write(f"promote: {s.name}: {tag} is already {want} (moved there since the plan)\n")
+            continue
+        if before != was:
+            raise RegistryError(
+                f"promote: {s.name}: {alias} moved since the plan: it held {was or 'nothing'}, it holds "
+                f"{before or 'nothing'} now (another promotion or a hand retag moved it); {alias} left as it "
+                "is, the rest of this run stopped: promote again to plan from what the registry holds"
+            )
+        retag(src, alias)
         now = digest(host, repo, tag)
         if now != want:
             raise RegistryError(f"promote: {s.name}: {alias} is {now} after the retag, expected {want}")
