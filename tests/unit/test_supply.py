@@ -248,3 +248,49 @@ def test_a_tag_documented_before_the_verdict_record_reads_its_gates_documents(tm
     assert not sc.needs_step(j) and "CVE-2099-1 in libssl3" in sc.recorded_failure(j)
     (d / "audit.json").write_text(json.dumps({"ok": True}))
     assert sc.recorded_failure(j) is None
+
+
+def test_a_tag_killed_before_its_sbom_layer_is_finished_by_the_next_run(monkeypatch, tmp_path):
+    """Issue 64: a kill -9 after the documents were written but before the SBOM layer was
+    attached (and `latest` tagged) left four files that said "done": no rerun added the layer or
+    the alias, and --push published a tag without its SBOM. The layer (its label naming the
+    recorded SBOM) is now part of "documents complete", and a cached complete tag gets `latest`."""
+    m = load(ROOT / "matrix.yaml")
+    cell = m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")
+    rendered = recipes.render_all(m, [cell], root=ROOT)
+    sc = chain.SupplyChain(ROOT, chain.SupplyOptions(dir=tmp_path, python_audit="off"), {}, rendered)
+    b = executor.Executor(m, rendered, [cell], executor.Options(ca_bundle="none"), ROOT, out=io.StringIO())
+    b.supply = sc
+    j = b.jobs[cell.name]
+    d = sc.cell_dir(j)
+    d.mkdir(parents=True)
+    (d / "inputs.lock.json").write_text(json.dumps({"outputs": {"sbom_sha256": "sha256:5b0"}}))
+    (d / "sbom.cdx.json").write_text("{}")
+    for name in ("audit.json", "budget.json"):
+        (d / name).write_text(json.dumps({"ok": True}))
+    sc._record_verdict(j, [])  # the verdict too: the kill came after it, before the layer
+    labels: dict[str, str] = {}
+    monkeypatch.setattr(
+        engine, "inspect_image", lambda ref: engine.ImageInfo(id="sha256:1", size=1, labels=labels, env={}, raw={})
+    )
+    tags, steps = [], []
+    monkeypatch.setattr(engine, "tag", lambda src, dst: tags.append(dst))
+    assert sc.files_complete(j) and not sc.has_documents(j) and sc.needs_step(j)
+
+    def after_build(job, size):
+        steps.append(job.name)
+        labels["io.trainbase.sbom.sha256"] = "sha256:5b0"  # what _attach does
+        return None
+
+    monkeypatch.setattr(sc, "after_build", after_build)
+    j.status = JobState.CACHED
+    b._supply_for_cached(j)
+    assert steps == [cell.name] and j.status == JobState.CACHED and tags[-1].endswith(":latest")
+    assert "lacks its SBOM layer" in b.out.getvalue()
+    assert sc.has_documents(j) and not sc.needs_step(j)
+
+    # complete, but killed before `latest`: the next run tags it, and runs no step
+    tags.clear()
+    monkeypatch.setattr(sc, "after_build", lambda job, size: pytest.fail("a complete tag is not documented again"))
+    b._supply_for_cached(j)
+    assert j.status == JobState.CACHED and tags == [j.image.rsplit(":", 1)[0] + ":latest"]

@@ -296,12 +296,17 @@ class Executor:
             if why:
                 j.status, j.reason, j.failure_kind = JobState.FAILED, why, "recipe"
                 j.ended = time.monotonic()
+            else:
+                # `latest` is the last step of a build: a run killed just before it left the tag
+                # complete and the alias behind; this run finishes it (a no-op when it is there)
+                engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
             return
-        what = (
-            "judged under another allow-list: judging it again"
-            if self.supply.has_documents(j)
-            else "without supply-chain documents: making them"
-        )
+        if self.supply.has_documents(j):
+            what = "judged under another allow-list: judging it again"
+        elif self.supply.files_complete(j):
+            what = "documented, but the tag lacks its SBOM layer (a run stopped before attaching it): attaching it"
+        else:
+            what = "without supply-chain documents: making them"
         self.out.write(f"supply: {j.name}:{j.tag}: cached {what}\n")
         # the tag stays whatever the step says: the image is the one its recipe built, and
         # removing it would only make the next run rebuild what it already has

@@ -107,8 +107,30 @@ class SupplyChain:
         }
 
     def has_documents(self, j: Job) -> bool:
+        """The tag's documents are complete: its files, and -- for a tag the gates passed -- the
+        SBOM layer on the tag itself (its label names the recorded SBOM's digest). The files are
+        written before the layer is attached, so a kill between the two (issue 64: kill -9 in
+        the supply step) left files that said "done" on a tag without its SBOM, which no rerun
+        completed and --push published. A refused tag never gets the layer: its files suffice."""
+        if not self.files_complete(j):
+            return False
+        v = self._verdict(j)
+        if v is not None and not v.get("ok"):
+            return True
+        return self.sbom_attached(j)
+
+    def files_complete(self, j: Job) -> bool:
         d = self.cell_dir(j)
         return all((d / f).exists() for f in ("inputs.lock.json", "sbom.cdx.json", "audit.json", "budget.json"))
+
+    def sbom_attached(self, j: Job) -> bool:
+        """Whether the tag carries the SBOM its inputs.lock.json records (the label the SBOM layer sets)."""
+        try:
+            want = safe_io.load_json_object(self.cell_dir(j) / "inputs.lock.json").get("outputs", {}).get("sbom_sha256")
+        except (OSError, safe_io.InputError):
+            return False
+        info = engine.inspect_image(j.image)
+        return bool(want) and info is not None and info.labels.get("io.trainbase.sbom.sha256") == want
 
     # -- the verdict of the gates, kept with the tag (issue 64) --------------------------------
     def needs_step(self, j: Job) -> bool:
