@@ -217,23 +217,33 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     printing.build_summary(report, b)
     if args.report:
         print(f"report: {args.report}")
-    if args.test and code != 130:
+    if args.test and not b.stopped:
         import subprocess
 
-        tested = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                str(root / "trainbase_conformance" / "checks"),
-                "--report",
-                args.report,
-                "--junitxml",
-                str(root / "reports" / "conformance.xml"),
-            ],
-            cwd=root,
-            check=False,
-        )
+        from ..run import signals
+
+        try:
+            # a signal here: subprocess.run kills pytest (and pytest's `finally`s have removed its
+            # containers on the way), then the record says where the run stopped
+            tested = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    str(root / "trainbase_conformance" / "checks"),
+                    "--report",
+                    args.report,
+                    "--junitxml",
+                    str(root / "reports" / "conformance.xml"),
+                ],
+                cwd=root,
+                check=False,
+            )
+        except KeyboardInterrupt as e:
+            b.stopped = {"signal": signals.name_of(e), "stage": "conformance tests"}
+            report.write_report(b, args.report)
+            print(f"interrupted: {signals.name_of(e)} during the conformance tests; nothing pushed", file=sys.stderr)
+            return signals.exit_code(e)
         if tested.returncode and code in (0, executor.INCOMPLETE):
             code = 1  # a conformance failure outranks "incomplete"
         if args.push and code == 0:

@@ -11,6 +11,7 @@ import sys
 
 from ..define.matrix import load
 from ..errors import TrainbaseError
+from ..run import signals
 from . import checkout_lock, legacy
 from .actions import ACTIONS
 from .parser import PROG, parser, subparsers
@@ -50,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     args.argv = argv  # what the checkout lock says the holder runs
     try:
-        return run(args)
+        with signals.as_interrupt():
+            return run(args)
     except TrainbaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (signals.Stopped) where no stage handled it
+        print(f"interrupted ({signals.name_of(e)})", file=sys.stderr)
+        return signals.exit_code(e)
     except BrokenPipeError:  # `build.py list | head`: the reader left; no traceback (Python's docs' recipe)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141

@@ -36,7 +36,7 @@ from ..deliver.publish import ALIAS
 from ..errors import TrainbaseError
 from ..render.recipes import Rendered
 from ..supply.chain import SupplyChain, SupplyOptions
-from . import failures
+from . import failures, signals
 from .progress import Progress
 
 # The exit code of a run whose every buildable cell is usable but which skipped the cells of a
@@ -78,6 +78,9 @@ class Executor:
         self.lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.interrupted = False
+        # where a signal stopped the run (None: it was not stopped): {"signal", "stage"}
+        self.stopped: dict[str, str] | None = None
+        self.stage = "plan"
         self.ca = docker_build.ca_bundle(opts.ca_bundle)
         # unique per run, not per second: two runs started together get their own log folders
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -232,6 +235,7 @@ class Executor:
                 j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
                 return
             j.status, j.started = JobState.BUILDING, time.monotonic()
+        self._stop_leftover_builds(j)
         # line-buffered: `tail -f` on a running build's log (and anything waiting for a step's
         # output) sees each line as BuildKit prints it, not in 8 KiB chunks
         with open(j.log, "w", buffering=1) as log:
@@ -358,6 +362,31 @@ class Executor:
                 + ": run scripts/setup.sh (it starts one)"
             )
         self.check_space()
+        with signals.as_interrupt():
+            try:
+                return self._run_stages()
+            except KeyboardInterrupt as e:
+                # a stage outside the build loop (bases, the supply step of cached tags, publishing):
+                # its `finally`s have run (a supply container removed); stop any build and say so
+                return self._stopped(e)
+
+    def _stopped(self, e: BaseException) -> int:
+        """Ctrl-C or SIGTERM: every running build stopped, every cell not yet done marked, and
+        the run's record says which signal stopped it in which stage. 128 + the signal's number."""
+        self.stop()
+        self.stopped = {"signal": signals.name_of(e), "stage": self.stage}
+        for j in self.jobs.values():
+            if j.status in (JobState.QUEUED, JobState.STARTING):
+                j.status, j.reason = JobState.INTERRUPTED, f"not started: {signals.name_of(e)} during {self.stage}"
+        if self.stage == "publish":
+            self.publish_error = (
+                f"publish: STOPPED by {signals.name_of(e)}: the immutable tags pushed so far stay (a rerun "
+                "skips them), nothing else was published"
+            )
+        return signals.exit_code(e)
+
+    def _run_stages(self) -> int:
+        self.stage = "bases"
         self.ensure_emulation()
         self.ensure_bases()
         if self.supply and self.supply.opts.locked:
@@ -370,17 +399,22 @@ class Executor:
                     if why:
                         j.status, j.reason = JobState.REFUSED, why
             self.plan.propagate()
+        self.stage = "supply of cached tags"
+        if self.supply is not None:
+            from ..supply import chain
+
+            chain.remove_leftovers(self.out)
         for j in self.jobs.values():
             if j.status == JobState.CACHED:
                 self._inspect(j)
                 self._supply_for_cached(j)
         self.plan.propagate()
+        self.stage = "build"
         progress = Progress(self)
         progress.start()
         pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
         running: dict[Future[None], Job] = {}
-        old = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        stopped_by: BaseException | None = None
         try:
             while True:
                 for j in self.plan.ready():
@@ -399,7 +433,8 @@ class Executor:
                     progress.event(job)
                 self.plan.propagate()
                 progress.tick()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (signals.Stopped)
+            stopped_by = e
             self.stop()
             for f in list(running):
                 # only waiting for each build to stop: how it ended is on its job already (build_one)
@@ -409,13 +444,14 @@ class Executor:
                 if j.status in (JobState.QUEUED, JobState.STARTING):
                     j.status, j.reason = JobState.INTERRUPTED, "not started: interrupted"
         finally:
-            signal.signal(signal.SIGTERM, old)
             pool.shutdown(wait=True, cancel_futures=True)
             progress.stop()
+        if stopped_by is not None:
+            return self._stopped(stopped_by)
         if self.opts.push and not self.interrupted:
+            self.stage = "publish"
             self.push()
-        if self.interrupted:
-            return 130
+        self.stage = "done"
         return self.exit_code()
 
     def exit_code(self) -> int:
@@ -436,6 +472,23 @@ class Executor:
             grew = not more <= out
             out |= more
         return out
+
+    def _stop_leftover_builds(self, j: Job) -> None:
+        """A `docker build` of this very tag still running from a run that was killed (kill -9
+        of build.py leaves it: it runs in its own session so that Ctrl-C reaches it only through
+        stop()). Both would build and tag the same name; the leftover's result would carry no
+        documents. It is stopped, said, before this run builds."""
+        for pid in leftover_builds(j.image, os.getpid()):
+            self.out.write(
+                f"build: {j.name}: a docker build of {j.tag} left by a killed run (pid {pid}): stopping it\n"
+            )
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpgid(pid), signal.SIGINT)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and _alive(pid):
+                time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Ctrl-C: stop every running build (SIGINT to its process group, then SIGKILL).
@@ -479,3 +532,48 @@ class Executor:
         except TrainbaseError as e:  # the registry's answer, or a cell that cannot be attested
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited, not yet reaped by its parent) is gone for this purpose
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True
+
+
+def leftover_builds(image: str, me: int, proc: Path = Path("/proc")) -> list[int]:
+    """The pids of `docker build` processes tagging IMAGE that no live trainbase run owns: not
+    this process's, and re-parented (to init or a subreaper) because the run that started them
+    was killed. One whose parent is another live run (another checkout on this engine) is that
+    run's build, not a leftover."""
+    found = []
+    for d in proc.glob("[0-9]*"):
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        args = [a.decode(errors="replace") for a in argv if a]
+        if not args or Path(args[0]).name != "docker" or "build" not in args[1:3]:
+            continue
+        tags = {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-t", "--tag")}
+        tags |= {a.split("=", 1)[1] for a in args if a.startswith("--tag=")}
+        if image in tags and ppid != me and not _a_run(proc / str(ppid)):
+            found.append(int(d.name))
+    return sorted(found)
+
+
+def _a_run(parent: Path) -> bool:
+    """Whether the process at PARENT (a /proc entry) is a live trainbase run (build.py, or the
+    package's entry point)."""
+    try:
+        argv = parent.joinpath("cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(a.endswith(b"build.py") or a.startswith(b"trainbase") for a in argv)

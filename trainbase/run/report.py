@@ -65,6 +65,8 @@ def build_report(x: Run) -> dict[str, Any]:
         "namespace": x.m.spec.naming.namespace,
         "registry": x.opts.registry if x.opts.push else None,
         "publish_error": x.publish_error,
+        # Ctrl-C or SIGTERM: {"signal": "SIGTERM", "stage": "build" | "publish" | ...}; None: not stopped
+        "stopped": getattr(x, "stopped", None),
         "counts": counts(x),
         # cells skipped because this host cannot run their platform (exit 3): the run is incomplete
         "incomplete": sorted(x.incomplete_cells()) if hasattr(x, "incomplete_cells") else [],
@@ -152,6 +154,12 @@ def summary(b: Run, out: TextIO | None = None) -> None:
     console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts(b).items())))
     for line in incomplete_lines(b):
         console.print(line)
+    stopped = getattr(b, "stopped", None)
+    if stopped:
+        console.print(
+            f"interrupted: {stopped['signal']} during {stopped['stage']}; running builds were stopped "
+            "(no half-built image keeps a tag) and this record is complete: run the same command again"
+        )
 
 
 def incomplete_lines(b: Run) -> list[str]:

@@ -16,10 +16,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
+import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from trainbase_common import engine, safe_io
 
@@ -362,6 +365,42 @@ def _artifact_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
     return next((a for a in cands if a and a["key"] == key), None)
 
 
+OWNER = "io.trainbase.supply.owner"  # HOST:PID of the run that started a supply container
+
+
+def remove_leftovers(out: TextIO, host: str | None = None, alive: Callable[[int], bool] | None = None) -> list[str]:
+    """Remove the supply containers of runs on this host that are gone (a kill -9 skips the
+    `finally` that removes them): `sleep infinity` containers of a multi-GB image that nothing
+    would ever stop. Those of a live run, or of another host on a shared engine, are left. The
+    names removed, each said."""
+    host = host or socket.gethostname()
+    alive = alive or _pid_alive
+    removed: list[str] = []
+    try:
+        leftovers = engine.labelled_containers("io.trainbase.supply")
+    except engine.EngineError as e:  # housekeeping: the run goes on, said
+        out.write(f"supply: could not list leftover supply containers: {e}\n")
+        return removed
+    for cid, name, labels in leftovers:
+        owner_host, _, pid = labels.get(OWNER, "").rpartition(":")
+        if owner_host != host or not pid.isdigit() or alive(int(pid)):
+            continue
+        engine.remove_container(cid)
+        out.write(f"supply: removed {name}, left by a run that was killed (pid {pid})\n")
+        removed.append(name)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _run_in(image: str, script: str, timeout: int, network: str | None = None) -> str:
     """Run ``script`` in a throwaway container of ``image``; its stdout (the image is untouched)."""
     import uuid
@@ -370,7 +409,8 @@ def _run_in(image: str, script: str, timeout: int, network: str | None = None) -
         image,
         ["sleep", "infinity"],
         name=f"tb-supply-{uuid.uuid4().hex[:8]}",
-        labels={"io.trainbase.supply": "1"},
+        # who started it: a run killed with -9 cannot remove it; the next run does (remove_leftovers)
+        labels={"io.trainbase.supply": "1", OWNER: f"{socket.gethostname()}:{os.getpid()}"},
         opts=engine.RunOptions(init=False),
         network=network,
     )

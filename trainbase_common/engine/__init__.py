@@ -28,6 +28,7 @@ from .containers import (
     copy_into,
     create_network,
     exec_in,
+    labelled_containers,
     remove_container,
     remove_network,
     run_detached,
@@ -47,6 +48,7 @@ from .registry import distribution_digest, pull, push, registry_status
 from .sdk import EngineAPIError, EngineError, EngineInfo, available, client, info, server_version
 
 __all__ = [
+    "labelled_containers",
     "EngineAPIError",
     "EngineError",
     "EngineInfo",

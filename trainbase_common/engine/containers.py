@@ -139,6 +139,14 @@ def copy_into(cid: str, src: str | Path, dst_dir: str) -> None:
         raise EngineError(f"copying {src} into {cid[:12]}:{dst_dir} failed")
 
 
+def labelled_containers(label: str) -> list[tuple[str, str, dict[str, str]]]:
+    """(id, name, labels) of every container, running or not, that carries LABEL."""
+    return [
+        (str(c.id), str(c.name), dict(c.labels or {}))
+        for c in call(client().containers.list, all=True, filters={"label": label})
+    ]
+
+
 def remove_container(cid: str) -> None:
     unless_absent(client().api.remove_container, cid, force=True, v=True)
 
