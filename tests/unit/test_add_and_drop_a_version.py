@@ -68,6 +68,21 @@ def _clean_up(data: dict, gone: str) -> None:
             table["releases"] = [
                 r for r in table["releases"] if all(v in versions[p] for p, v in (r.get("requires") or {}).items())
             ]
+    # a framework left with no release leaves the matrix (the load's error names it)
+    for fw in [fw for fw, t in data["frameworks"].items() if "releases" in t and not t["releases"]]:
+        del data["frameworks"][fw]
+        data["axes"]["framework"].remove(fw)
+        data["holds"] = [h for h in data["holds"] if not str(h.get("where", "")).startswith(f"frameworks.{fw}.")]
+        data["rules"] = [r for r in data.get("rules") or [] if fw not in str(r.get("when")) + str(r.get("require"))]
+        for profile in data["profiles"].values():
+            sel = profile.get("select") or {}
+            if fw in (sel.get("framework") or []):
+                sel["framework"].remove(fw)
+            if profile.get("cells"):
+                profile["cells"] = [c for c in profile["cells"] if not c.startswith(fw)]
+                if not profile["cells"]:
+                    profile.pop("cells")
+                    profile["select"] = {"framework": ["none"]}
 
 
 def _write(path: Path, data: dict) -> None:

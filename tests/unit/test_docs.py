@@ -53,7 +53,8 @@ from unittest import mock
 
 import pytest
 
-from ..conftest import cell
+from trainbase.render.figures import as_read, excluded_example
+
 from .conftest import ROOT
 
 # --------------------------------------------------------------------------- the documents
@@ -1047,7 +1048,8 @@ VENV = ": the dependencies are in .venv (scripts/setup.sh): `.venv/bin/python {0
 
 def real_problems(checker: str) -> list[Problem]:
     check = CHECKERS[checker]
-    return [p for path in user_docs() for p in check(path.read_text(), str(path.relative_to(ROOT)))]
+    # as a reader sees the page: a figure's value without the markers the render keeps it by
+    return [p for path in user_docs() for p in check(as_read(path.read_text()), str(path.relative_to(ROOT)))]
 
 
 def test_the_user_docs_are_the_ones_expected():
@@ -1082,9 +1084,9 @@ python build.py --matrix --profile local --dry-run -j 2
 python build.py build --profile local --dry-run -j 2 --select platform=linux/amd64
 python build.py --list --all --select os=debian12 --select framework=pytorch,deepspeed
 python build.py list --all --json --profile local
-python build.py explain {PYTORCH_128}-openmpi4.1.4-cuda12.9-cudnn9-debian12
+python build.py explain {EXCLUDED}
 python build.py affected origin/main --json && python build.py bump torch --dry-run
-python build.py --explain {PYTORCH_128}-openmpi4.1.4-cuda12.9-cudnn9-debian12    # an excluded combination
+python build.py --explain {EXCLUDED}    # an excluded combination
 python build.py --ci-matrix --profile production \\
     --registry ghcr.io/OWNER/trainbase --only published
 mpirun -np 4 tb-launch tb-doctor --cluster --allreduce
@@ -1094,12 +1096,19 @@ trainbase-conformance IMAGE --tier gpu --require-hardware -k nccl --collect-only
 docker run --rm --gpus all --shm-size=16g IMAGE tb-doctor --json | jq .summary
 ```
 Options: `--select KEY=VALUE`, `--promote --registry R [--gate DIR]`, `--ulimit memlock=-1`,
-`openmpi5.0.11-cuda13.0-cudnn9-debian12-arm64`, and `build.py --affected origin/main`.
+`{ARM64}`, and `build.py --affected origin/main`.
 """
-# the 12.8 row's PyTorch (its version read from matrix.yaml, so a bump does not touch this test)
-HONEST_COMMANDS = HONEST_COMMANDS.replace(
-    "{PYTORCH_128}", cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="pytorch").split("-")[0]
-)
+# names read from matrix.yaml (issue 65: adding or dropping a version leaves this test green)
+EXAMPLES = {
+    "{EXCLUDED}": excluded_example(matrix())[0],
+    "{ARM64}": next(c.name for c in matrix().included if c.arch == "arm64" and not c.parent),
+    "{UBUNTU_PYTORCH}": next(
+        c.name for c in matrix().included if c.framework == "pytorch" and c.os.startswith("ubuntu")
+    ),
+    "{DEBIAN_BASE}": next(c.name for c in matrix().included if c.os.startswith("debian") and not c.parent),
+}
+for _key, _name in EXAMPLES.items():
+    HONEST_COMMANDS = HONEST_COMMANDS.replace(_key, _name)
 
 
 def test_commands_honest_lines_pass():
@@ -1162,12 +1171,14 @@ See [the matrix](docs/matrix.md), [its section](docs/matrix.md#add-a-cuda-versio
 [upstream](https://github.com/open-mpi/ompi/blob/main/README.md) and docs/arm64.md.
 `scripts/setup.sh`, `trainbase_conformance/checks/test_mpi.py::test_root_without_flags`, `locks/*.txt`,
 `images/<cell>/Dockerfile`, `reports/supply/<cell>/<tag>/`, `/opt/trainbase/venv`, `trainbase/refresh`,
-`trainbase/openmpi4.1.4-cuda12.8-cudnn9-debian12:latest`, `REGISTRY/trainbase/CELL@sha256:...`.
+`trainbase/{DEBIAN_BASE}:latest`, `REGISTRY/trainbase/CELL@sha256:...`.
 ```sh
 .venv/bin/python -m pytest tests/conformance/test_broken_variants.py --report reports/build.json
-srun --container-image=registry.example.com#trainbase/{PYTORCH_128}-openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04:rTAG true
+srun --container-image=registry.example.com#trainbase/{UBUNTU_PYTORCH}:rTAG true
 ```
 """
+for _key, _name in EXAMPLES.items():
+    HONEST_PATHS = HONEST_PATHS.replace(_key, _name)
 
 
 def test_paths_honest_lines_pass():

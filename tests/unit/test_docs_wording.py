@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainbase.define.matrix import load
+from trainbase.render.figures import as_read
 
 from .conftest import ROOT
 
@@ -268,7 +269,7 @@ def profile_figures(counts: dict[str, int], texts: list[tuple[str, str]]) -> lis
 
 
 def test_each_profile_size_quoted_is_the_matrixs(profile_counts: dict[str, int]) -> None:
-    problems = profile_figures(profile_counts, [(rel(doc), doc.read_text()) for doc in user_docs()])
+    problems = profile_figures(profile_counts, [(rel(doc), as_read(doc.read_text())) for doc in user_docs()])
     assert not problems, "\n".join(problems)
 
 
@@ -280,7 +281,7 @@ def test_a_stale_profile_size_is_found(profile_counts: dict[str, int]) -> None:
 
 def test_the_matrix_size_quoted_is_the_matrixs() -> None:
     m = load(ROOT / "matrix.yaml")
-    text = README.read_text()
+    text = as_read(README.read_text())
     quoted = re.search(r"Today's matrix: (\d+) cells", text)
     assert quoted, "README.md no longer says the matrix's size: drop this test or the figure's source"
     assert int(quoted.group(1)) == len(m.included)

@@ -163,6 +163,19 @@ def relock(
     return entries
 
 
+def drop_unused(m: Matrix, root: Path, log: Callable[[str], object]) -> list[str]:
+    """Drop the entries of locks/bases.json no cell uses any more (a dropped CUDA version's
+    bases), offline: `build.py lock` does it, so dropping a version is one edit and one command."""
+    entries = base_lock.load(root)
+    gone = sorted(set(entries) - used_bases(m))
+    for k in gone:
+        log(f"{k}: no cell of the matrix uses it any more: entry dropped")
+        del entries[k]
+    if gone:
+        base_lock.write(root, entries)
+    return gone
+
+
 # The config Env of each image base_identity inspected, by ref: what `lock-bases` records as a
 # base's environment (the environment contract, render/env_contract.py, starts a stage from it)
 # without asking the engine a second time.

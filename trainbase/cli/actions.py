@@ -101,6 +101,10 @@ def lock(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     written = lockmod.write(root, sets, only_stale=not args.all, log=lambda s: print(s, file=sys.stderr))
     gone = lockmod.remove_orphans(root, sets)
     printing.locks_written(len(written), len(sets) - len(written), len(gone))
+    if (root / base_lock.LOCK_FILE).exists():  # a dropped version's bases go too (issue 65)
+        from ..build import bases
+
+        bases.drop_unused(m, root, log=lambda s: print(f"base: {s}", file=sys.stderr))
     return render(m, root)
 
 

@@ -22,7 +22,7 @@ from trainbase_common import safe_io
 from ..define.matrix import Cell, Matrix
 
 # the files whose prose carries figures (relative to the checkout); others never have any
-DOCS = ("README.md", "docs")
+DOCS = ("README.md", "docs", "examples", "packaging", "trainbase_conformance/checks")
 MARK = re.compile(r"<!--fig:(?P<name>[\w.-]+)-->(?P<value>[^<\n]*)<!--/fig-->")
 
 
@@ -79,6 +79,52 @@ def figures(m: Matrix) -> dict[str, Callable[[], int]]:
     return out
 
 
+# A generated block: a whole fenced example between markers (outside the fence, so GitHub shows
+# only the fence), rewritten by the render. Its name is one of BLOCKS.
+BLOCK = re.compile(r"<!--block:(?P<name>[\w.-]+)-->\n(?P<body>.*?)<!--/block-->", re.S)
+
+
+def excluded_example(m: Matrix) -> tuple[str, str]:
+    """An excluded cell to show `explain` on, and why it is excluded: a PyTorch release on a CUDA
+    of the axis that no release is built for (the instructive case), on the first platform's
+    Debian row when there is one; else the first excluded framework cell. Chosen from the matrix,
+    so an example never names a version the matrix dropped."""
+    from ..cli import cells as cellmod
+
+    first = m.spec.axes.platform[0]
+    names = sorted(m.spec.frameworks, key=lambda n: n != "pytorch")
+    for fw in names:
+        releases = m.spec.frameworks[fw].releases
+        if not releases:
+            continue
+        for cuda in m.spec.axes.cuda:
+            if any(cuda in r.cuda for r in releases):
+                continue
+            bases = [c for c in m.included if c.framework == "none" and c.cuda == cuda and c.platform == first]
+            bases.sort(key=lambda c: not c.os.startswith("debian"))
+            if bases:
+                asked = f"{fw}{releases[0].version}-{bases[0].name}"
+                found = cellmod.find(m, asked)
+                if found is not None and found.excluded:
+                    return asked, found.excluded
+    c = next(c for c in m.cells if c.excluded and c.framework != "none" and c.platform == first)
+    return c.name, c.excluded
+
+
+def _explain_block(m: Matrix) -> str:
+    asked, why = excluded_example(m)
+    why = " ".join(why.split())
+    return f"```sh\n.venv/bin/python build.py explain {asked}\n#   ... EXCLUDED ... because {why}\n```\n"
+
+
+BLOCKS: dict[str, Callable[[Matrix], str]] = {"explain-excluded": _explain_block}
+
+
+def as_read(text: str) -> str:
+    """The text as a reader sees it: each figure's value without its markers."""
+    return MARK.sub(lambda m: m["value"], text)
+
+
 def doc_files(root: Path) -> list[Path]:
     found: list[Path] = []
     for entry in DOCS:
@@ -107,7 +153,19 @@ def _rewrite(m: Matrix, root: Path, path: Path) -> tuple[str, list[str]]:
             )
         return f"<!--fig:{name}-->{now}<!--/fig-->"
 
-    return MARK.sub(one, text), problems
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        line = text.count("\n", 0, match.start()) + 1
+        if name not in BLOCKS:
+            problems.append(f"figures: {rel}:{line}: no generated block named {name!r} (known: {', '.join(BLOCKS)})")
+            return match[0]
+        now = BLOCKS[name](m)
+        if match["body"] != now:
+            first = (match["body"].splitlines() or ["(empty)"])[min(1, len(match["body"].splitlines()) - 1)]
+            problems.append(f"figures: {rel}:{line}: the generated block {name} is stale ({first.strip()[:100]})")
+        return f"<!--block:{name}-->\n{now}<!--/block-->"
+
+    return BLOCK.sub(block, MARK.sub(one, text)), problems
 
 
 def check(m: Matrix, root: Path) -> list[str]:
@@ -121,7 +179,7 @@ def write(m: Matrix, root: Path) -> tuple[list[str], list[str]]:
     changed, unknown = [], []
     for path in doc_files(root):
         text, problems = _rewrite(m, root, path)
-        unknown += [p for p in problems if "no figure named" in p]
+        unknown += [p for p in problems if "no figure named" in p or "no generated block named" in p]
         if text != path.read_text():
             safe_io.atomic_write(path, text)
             changed.append(str(path.relative_to(root)))
