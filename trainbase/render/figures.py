@@ -108,7 +108,7 @@ def excluded_example(m: Matrix) -> tuple[str, str]:
                 if found is not None and found.excluded:
                     return asked, found.excluded
     c = next(c for c in m.cells if c.excluded and c.framework != "none" and c.platform == first)
-    return c.name, c.excluded
+    return c.name, c.excluded or ""
 
 
 def _explain_block(m: Matrix) -> str:
