@@ -172,3 +172,16 @@ def test_explain_echoes_the_name_it_was_given(capsys):
 def test_the_catalogue_sorts_versions_as_versions():
     names = ["pytorch2.15.0-x", "pytorch2.7.1-x", "pytorch2.10.0-x"]
     assert sorted(names, key=natural) == ["pytorch2.7.1-x", "pytorch2.10.0-x", "pytorch2.15.0-x"]
+
+
+def test_no_entry_of_matrix_yaml_borrows_from_another_by_a_yaml_alias():
+    """Dropping CUDA 12.9 once meant deleting the table that defined `&gpu-architectures`, and
+    the next load stopped at "found undefined alias" in the 13.x rows. Each versioned entry
+    states its own values, so any one can be deleted alone."""
+    import yaml as pyyaml
+
+    from .conftest import ROOT
+
+    events = pyyaml.parse((ROOT / "matrix.yaml").read_text())
+    anchored = [e.anchor for e in events if getattr(e, "anchor", None)]
+    assert not anchored, f"matrix.yaml defines YAML anchors {anchored}: write the value out in each entry"
