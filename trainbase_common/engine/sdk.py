@@ -26,15 +26,36 @@ class EngineAPIError(EngineError):
         super().__init__(message)
 
 
+# Seconds the engine has to answer its first request (the API version the client negotiates).
+# An engine that accepts connections and never answers (hung, or a socket some other process
+# holds) used to keep a run waiting 600 s per call before its first cell (issue 64).
+ANSWER_S = float(os.environ.get("TRAINBASE_ENGINE_ANSWER_S", "10"))
+# Seconds one request may take once the engine has answered: an image's export, a long pull.
+CALL_S = 600
+
+
+def _timed_out(e: BaseException) -> bool:
+    import requests
+
+    return isinstance(e, requests.exceptions.Timeout) or "timed out" in str(e).lower()
+
+
 @functools.lru_cache(maxsize=4)
 def _sdk(host: str, config: str) -> docker.DockerClient:
     import docker
 
+    where = f" at DOCKER_HOST={host}" if host else ""
     try:
-        return docker.from_env(timeout=600)
+        c = docker.from_env(timeout=int(ANSWER_S) or 1)  # negotiates the API version: one request
     except docker.errors.DockerException as e:
-        where = f" at DOCKER_HOST={host}" if host else ""
+        if _timed_out(e) or _timed_out(e.__cause__ or e.__context__ or e):
+            raise EngineError(
+                f"the Docker engine{where} accepted the connection but did not answer within {ANSWER_S:g} s "
+                "(a hung dockerd? `systemctl status docker`, or its log); TRAINBASE_ENGINE_ANSWER_S sets the wait"
+            ) from None
         raise EngineError(f"no Docker engine answers{where}: {e}") from None
+    c.api.timeout = CALL_S
+    return c
 
 
 def client() -> docker.DockerClient:
