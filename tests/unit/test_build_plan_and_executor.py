@@ -465,3 +465,21 @@ def test_a_push_stream_error_is_auth_by_its_status_or_distributions_words(monkey
         with pytest.raises(registry.RegistryError) as e:
             registry.push("r", "r/x:t")
         assert isinstance(e.value, registry.RegistryAuthError) is auth, (line, e.value)
+
+
+def test_a_push_stream_that_dies_is_a_registry_error_naming_it(monkeypatch):
+    """Issue 64: the engine restarted (or the read timed out) in the middle of a push: the
+    urllib3 exception came from inside the stream's iteration, past the adapter, as a traceback."""
+    import urllib3
+
+    def dying(repo, tag, stream, decode):
+        yield {"status": "Pushing"}
+        raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset by peer"))
+
+    monkeypatch.setattr(
+        engine.registry, "client", lambda: type("C", (), {"images": type("I", (), {"push": staticmethod(dying)})()})()
+    )
+    with pytest.raises(registry.RegistryError) as e:
+        registry.push("r", "r/x:t")
+    assert not isinstance(e.value, registry.RegistryAuthError)
+    assert "the push stream of r/x:t stopped: ProtocolError" in str(e.value) and "reset by peer" in str(e.value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .images import repository
-from .sdk import EngineAPIError, call, client
+from .sdk import EngineAPIError, EngineError, call, client
 
 
 def pull(ref: str) -> None:
@@ -38,11 +38,21 @@ def push(ref: str) -> str:
     """Push with the stored credentials; the pushed manifest's digest."""
     repo, _, t = ref.rpartition(":")
     digest = ""
-    for line in call(client().images.push, repo, tag=t, stream=True, decode=True):
-        if "error" in line or "errorDetail" in line:
-            msg = (line.get("errorDetail") or {}).get("message") or line.get("error") or "push failed"
-            raise EngineAPIError(registry_status(str(msg)), " ".join(str(msg).split()))
-        digest = (line.get("aux") or {}).get("Digest", digest)
+    stream = call(client().images.push, repo, tag=t, stream=True, decode=True)
+    try:
+        for line in stream:
+            if "error" in line or "errorDetail" in line:
+                msg = (line.get("errorDetail") or {}).get("message") or line.get("error") or "push failed"
+                raise EngineAPIError(registry_status(str(msg)), " ".join(str(msg).split()))
+            digest = (line.get("aux") or {}).get("Digest", digest)
+    except EngineError:
+        raise
+    except Exception as e:  # noqa: BLE001 -- the stream itself died (an engine restarted, a timeout)
+        # urllib3/requests raise from inside the iteration, past `call`: once a bare traceback
+        # after up to 600 s and no report (issue 64); now the push's error, named
+        raise EngineError(
+            f"the push stream of {ref} stopped: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        ) from None
     if not digest:
         raise EngineAPIError(None, f"pushing {ref} reported no digest")
     return digest
