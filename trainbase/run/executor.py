@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from trainbase_common import emulation, engine
+from trainbase_common import emulation, engine, failpoints
 from trainbase_common.states import JobState
 
 from ..build import bases, bootstrap, docker_build
@@ -285,6 +285,7 @@ class Executor:
                     j.status = JobState.BUILT
             if j.status == JobState.BUILT:
                 self._inspect(j)
+                failpoints.hit("build.before-latest")  # the tag complete, its alias not yet moved
                 engine.tag(j.image, j.image.rsplit(":", 1)[0] + ":" + ALIAS)
 
     def _supply_for_cached(self, j: Job) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainbase_common import engine, safe_io
+from trainbase_common import engine, failpoints, safe_io
 
 from ..build import bases
 from ..build.plan import Job
@@ -264,6 +264,7 @@ class SupplyChain:
         if failures:
             return f"{j.name}: " + " | ".join(failures)
         if _labels(j.image).get("io.trainbase.sbom.sha256") != sbom.sbom_digest(text):
+            failpoints.hit("supply.before-sbom-layer")  # documents written, the layer not yet
             self._attach(j, text, base)  # not again on a tag that already carries this SBOM (pulled)
         return None
 

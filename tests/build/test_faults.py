@@ -1,0 +1,261 @@
+"""Fault injection on the real engine and a real registry (issue 64): each case stops a real run
+at a chosen instant -- `kill -9` at a named point (trainbase_common/failpoints.py), a registry
+that answers a manifest with a 500 whose body holds "403" -- and ends with a rerun whose end
+state must be consistent: the tag, its SBOM layer (the label naming the SBOM its documents
+record), `latest`, the documents, the report, the registry's tags.
+
+One small cell: the `ci` profile's Open MPI 5 base, rebuilt in a scratch copy whose recipe
+differs by one comment (every layer comes from the build cache; a new tag, so the supply step
+and the tagging really run). Cases and their cost on 2 cores: each kill case ~2 minutes (two
+supply steps on a 2.6 GB image), the registry case ~1 minute (its blobs are already in the
+session registry). SIGINT/SIGTERM during a real build: test_build.py's Ctrl-C test, for both.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from trainbase_common import engine
+from trainbase_common.failpoints import ENV as FAILPOINT
+
+from ..conftest import ROOT, copy_inputs
+
+PY = os.environ.get("TRAINBASE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
+
+
+def _small_cell(build_report: dict) -> dict:
+    base = [c for c in build_report["cells"] if c["parent"] is None and c["status"] in ("built", "cached")]
+    if not base:
+        pytest.skip("the build under test has no usable base cell")
+    return min(base, key=lambda c: c.get("size_bytes") or 0)
+
+
+def _build(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.fixture
+def recipe(tmp_path, build_report, docker):
+    """A scratch checkout whose small cell has a new recipe (one comment more), rendered: its
+    name, new tag and image reference."""
+    cell = _small_cell(build_report)
+    scratch = copy_inputs(tmp_path / "checkout")
+    block = scratch / "templates" / "blocks" / "launch.j2"
+    block.write_text(block.read_text() + f"\n{{# fault test {uuid.uuid4().hex} #}}\n# fault test recipe\n")
+    r = subprocess.run(
+        [PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    listing = subprocess.run(
+        [
+            PY,
+            str(ROOT / "build.py"),
+            "list",
+            "--json",
+            "--select",
+            f"name={cell['name']}",
+            "--file",
+            str(scratch / "matrix.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    [row] = json.loads(listing.stdout)["cells"]
+    assert row["tag"] != cell["tag"], "the comment must give the cell a new recipe tag"
+    yield scratch, cell["name"], row["tag"], row["image"]
+    # the engine as the build under test left it: its `latest` on its own tag, no scratch tag
+    engine.tag(cell["image"], cell["image"].rsplit(":", 1)[0] + ":latest")
+    engine.remove_image(row["image"], force=True)
+
+
+def _documents(scratch: Path, name: str, tag: str) -> Path:
+    return scratch / "reports" / "supply" / name / tag
+
+
+def _sbom_label(image: str) -> str | None:
+    info = engine.inspect_image(image)
+    return info.labels.get("io.trainbase.sbom.sha256") if info else None
+
+
+def _latest(image: str) -> str | None:
+    info = engine.inspect_image(image.rsplit(":", 1)[0] + ":latest")
+    return info.id if info else None
+
+
+def _consistent(scratch: Path, name: str, tag: str, image: str) -> None:
+    """The end state every case must reach: the tag, its documents, its SBOM layer and `latest`
+    all describe the same image."""
+    docs = _documents(scratch, name, tag)
+    lock = json.loads((docs / "inputs.lock.json").read_text())
+    assert json.loads((docs / "verdict.json").read_text())["ok"] is True
+    assert _sbom_label(image) == lock["outputs"]["sbom_sha256"], "the tag lacks the SBOM its documents record"
+    info = engine.inspect_image(image)
+    assert info is not None and _latest(image) == info.id, "latest is not the tag"
+
+
+def test_kill_9_between_the_documents_and_the_sbom_layer_is_finished_by_the_rerun(recipe):
+    """Before: the four document files said "done", the tag had no SBOM layer, and no rerun
+    ever added it (or `latest`); --push then published a tag without its SBOM."""
+    scratch, name, tag, image = recipe
+    log = ["--select", f"name={name}", "--log-dir", str(scratch / "logs")]
+    killed = _build(scratch, *log, env={**os.environ, FAILPOINT: "supply.before-sbom-layer"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    docs = _documents(scratch, name, tag)
+    assert (docs / "inputs.lock.json").exists() and (docs / "sbom.cdx.json").exists()
+    assert (
+        engine.image_exists(image)
+        and _sbom_label(image) != json.loads((docs / "inputs.lock.json").read_text())["outputs"]["sbom_sha256"]
+    )
+    rerun = _build(scratch, *log, "--report", str(scratch / "reports" / "rerun.json"))
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    assert "lacks its SBOM layer" in rerun.stdout, rerun.stdout[-3000:]
+    _consistent(scratch, name, tag, image)
+    report = json.loads((scratch / "reports" / "rerun.json").read_text())
+    assert report["stopped"] is None and {c["name"]: c["status"] for c in report["cells"]}[name] == "cached"
+
+
+def test_kill_9_before_latest_moves_is_finished_by_the_rerun(recipe):
+    """The tag and its documents complete, `latest` not yet moved: the rerun moves it and runs no
+    supply step again (nothing else is missing)."""
+    scratch, name, tag, image = recipe
+    log = ["--select", f"name={name}", "--log-dir", str(scratch / "logs")]
+    before = _latest(image)
+    killed = _build(scratch, *log, env={**os.environ, FAILPOINT: "build.before-latest"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-2000:] + killed.stderr[-2000:]
+    info = engine.inspect_image(image)
+    assert info is not None and _latest(image) == before != info.id
+    rerun = _build(scratch, *log)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
+    assert f"supply: {name}:{tag}" not in rerun.stdout, "a complete tag was documented again"
+    _consistent(scratch, name, tag, image)
+
+
+class _FaultProxy:
+    """A registry's front door on another loopback port: passes every request through, except,
+    while ``fail_manifests`` is set, a manifest PUT, answered 500 with a body that holds "403"
+    (a request id), as a sick registry backend does."""
+
+    def __init__(self, upstream: str):
+        self.upstream, self.fail_manifests, self.failed = upstream, True, 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _pass(self):
+                if proxy.fail_manifests and self.command == "PUT" and "/manifests/" in self.path:
+                    body = json.dumps(
+                        {"errors": [{"code": "UNKNOWN", "message": "storage backend error, request id 40312-403"}]}
+                    ).encode()
+                    length = int(self.headers.get("Content-Length") or 0)
+                    self.rfile.read(length)
+                    proxy.failed += 1
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(length) if length else None
+                host, port = proxy.upstream.split(":")
+                conn = http.client.HTTPConnection(host, int(port), timeout=120)
+                # the Host the client asked (the proxy's): the registry's Location headers then
+                # point back through the proxy
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                conn.request(self.command, self.path, body=data, headers=headers)
+                r = conn.getresponse()
+                payload = r.read()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_completes(
+    registry, build_report, docker, tmp_path
+):
+    """Before: a 500 whose body held "403" was told to "log in first"; a push stream that died
+    was a urllib3 traceback with no report. Now: "publish: STOPPED" with the registry's words,
+    the report written, exit 1, no tag; the rerun through a healthy registry pushes it."""
+    cell = _small_cell(build_report)
+    proxy = _FaultProxy(registry.host)
+    try:
+        config = tmp_path / "docker-config"
+        config.mkdir()
+        env = {**os.environ, "DOCKER_CONFIG": str(config)}
+        login = subprocess.run(
+            ["docker", "login", proxy.host, "-u", registry.user, "--password-stdin"],
+            input=registry.password,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert login.returncode == 0, login.stderr
+        repo = f"faults{uuid.uuid4().hex[:8]}"
+        # the layers are put in the repository first, straight to the registry (a mount of the
+        # session's earlier pushes, or one upload): only the manifest then goes through the proxy
+        seed = f"{registry.host}/{repo}/{cell['name']}:seed"
+        for argv in (["tag", cell["image"], seed], ["push", seed], ["rmi", seed]):
+            r = subprocess.run(["docker", *argv], capture_output=True, text=True, env=registry.env(), check=False)
+            assert r.returncode == 0, r.stderr
+        report = tmp_path / "push.json"
+        args = ["--select", f"name={cell['name']}", "--push", "--registry", f"{proxy.host}/{repo}"]
+        stopped = _build(ROOT, *args, "--report", str(report), env=env)
+        said = stopped.stdout + stopped.stderr
+        assert stopped.returncode == 1 and proxy.failed, said[-3000:]
+        assert "publish: STOPPED" in said and "log in first" not in said, said[-3000:]
+        doc = json.loads(report.read_text())
+        assert doc["publish_error"] and "500" in doc["publish_error"], doc["publish_error"]
+        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) is None, "a tag was published after a 500"
+
+        proxy.fail_manifests = False
+        rerun = _build(ROOT, *args, "--report", str(report), env=env)
+        assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
+        doc = json.loads(report.read_text())
+        pushed = next(c for c in doc["cells"] if c["name"] == cell["name"])
+        assert doc["publish_error"] is None and pushed["repo_digest"]
+        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) == pushed["repo_digest"].rsplit("@", 1)[-1]
+    finally:
+        proxy.close()
