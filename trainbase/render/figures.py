@@ -89,8 +89,6 @@ def excluded_example(m: Matrix) -> tuple[str, str]:
     of the axis that no release is built for (the instructive case), on the first platform's
     Debian row when there is one; else the first excluded framework cell. Chosen from the matrix,
     so an example never names a version the matrix dropped."""
-    from ..cli import cells as cellmod
-
     first = m.spec.axes.platform[0]
     names = sorted(m.spec.frameworks, key=lambda n: n != "pytorch")
     for fw in names:
@@ -102,11 +100,19 @@ def excluded_example(m: Matrix) -> tuple[str, str]:
                 continue
             bases = [c for c in m.included if c.framework == "none" and c.cuda == cuda and c.platform == first]
             bases.sort(key=lambda c: not c.os.startswith("debian"))
-            if bases:
-                asked = f"{fw}{releases[0].version}-{bases[0].name}"
-                found = cellmod.find(m, asked)
-                if found is not None and found.excluded:
-                    return asked, found.excluded
+            for base in bases:
+                # the framework's cell on that base: excluded, named without a version (no release)
+                axes = {k: v for k, v in base.axes.items() if k != "framework"}
+                found = next(
+                    (
+                        c
+                        for c in m.cells
+                        if c.framework == fw and c.excluded and {k: c.axes.get(k) for k in axes} == axes
+                    ),
+                    None,
+                )
+                if found is not None:
+                    return f"{fw}{releases[0].version}-{base.name}", found.excluded or ""
     c = next(c for c in m.cells if c.excluded and c.framework != "none" and c.platform == first)
     return c.name, c.excluded or ""
 

@@ -35,9 +35,10 @@ CALL_S = 600
 
 
 def _timed_out(e: BaseException) -> bool:
-    import requests
-
-    return isinstance(e, requests.exceptions.Timeout) or "timed out" in str(e).lower()
+    # by name: requests/urllib3 are the SDK's own dependencies, not this package's
+    return type(e).__name__ in ("Timeout", "ReadTimeout", "ConnectTimeout", "ReadTimeoutError") or (
+        "timed out" in str(e).lower()
+    )
 
 
 @functools.lru_cache(maxsize=4)
