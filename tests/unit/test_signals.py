@@ -21,11 +21,21 @@ from .conftest import ROOT
 from .test_build_plan_and_executor import LOCAL, make
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_heard():
+    """Python's own SIGINT handler, whatever the test process inherited: under `nohup` or as a
+    shell's background job SIGINT arrives ignored, and as_interrupt rightly leaves it so."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def test_sigterm_raises_like_ctrl_c_and_keeps_its_number():
     with pytest.raises(KeyboardInterrupt) as e, signals.as_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
     assert signals.exit_code(e.value) == 143 and signals.name_of(e.value) == "SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with pytest.raises(KeyboardInterrupt) as e, signals.as_interrupt():
         os.kill(os.getpid(), signal.SIGINT)
     assert signals.exit_code(e.value) == 130
