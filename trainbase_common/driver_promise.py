@@ -110,7 +110,16 @@ class DriverPromise:
 
 
 def promise_for(cuda: str, base: str) -> DriverPromise:
-    """The promise of an image of CUDA row ``cuda`` (12.8) built FROM ``base``."""
+    """The promise of an image of CUDA row ``cuda`` (12.8) built FROM ``base``. An nvidia/cuda tag
+    whose branches are not recorded yet (a CUDA row just added) promises the native driver only:
+    never a driver the image may refuse; `build.py check` names the tag (unrecorded_bases), and
+    the static check on the built image finds any branch its requirement admits beyond that."""
     toolkit = nvidia_toolkit(base)
-    branches = NVIDIA_CUDA_BASES[toolkit][0] if toolkit else ()
+    branches = NVIDIA_CUDA_BASES[toolkit][0] if toolkit in NVIDIA_CUDA_BASES else ()
     return DriverPromise(cuda, first_driver_for(cuda), tuple(branches))
+
+
+def unrecorded(bases: list[str]) -> list[str]:
+    """The nvidia/cuda toolkit tags among ``bases`` whose forward-compatibility branches
+    NVIDIA_CUDA_BASES does not record."""
+    return sorted({t for b in bases if (t := nvidia_toolkit(b)) and t not in NVIDIA_CUDA_BASES})

@@ -200,3 +200,24 @@ def test_every_branch_and_brand_is_swept():
     assert {b for _, b in swept} == set(DATA_CENTER_BRANDS)  # consumer GPUs: refused, as promised
     assert {d for d, _ in swept} == {branch_driver(b) for b in (470, 535, 550, 560, 565)}
     assert len(DRIVER_BRANCHES) * len(DATA_CENTER_BRANDS + CONSUMER_BRANDS) == 88
+
+
+def test_a_cuda_row_whose_base_is_not_recorded_promises_its_native_driver_only(workdir, capsys):
+    """Adding CUDA 12.6 as docs/matrix.md says once ended the render in `KeyError: '12.6.3'`
+    (issue 65's walk): a toolkit whose branches are not recorded promises the native driver
+    (never one the image refuses) and `check` names it with where to record them."""
+    from trainbase_common.driver_promise import promise_for, unrecorded
+
+    from .conftest import run_cli
+
+    p = promise_for("12.6", "nvidia/cuda:12.6.3-base-ubuntu24.04")
+    assert p.forward_compat == () and p.native and p.text() == f"{p.native}+"
+    assert unrecorded(["nvidia/cuda:12.6.3-base-ubuntu24.04", "nvidia/cuda:12.8.1-base-ubuntu24.04", "debian:12"]) == [
+        "12.6.3"
+    ]
+    path = workdir / "matrix.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("toolkit: 12.8.1", "toolkit: 12.8.0", 1))
+    run_cli(["render", "--file", str(path)], capsys)
+    code, out, err = run_cli(["check", "--file", str(path)], capsys)
+    assert "warning: nvidia/cuda:12.8.0: the driver branches" in err and "NVIDIA_CUDA_BASES" in err, err

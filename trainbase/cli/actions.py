@@ -86,6 +86,7 @@ def check(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     rendered = rendermod.render_all(m, root=root)
     problems = rendermod.check(m, rendered, root) + figures.check(m, root)
     printing.leftovers(m.leftovers())
+    _unrecorded_driver_branches(rendered)
     if problems:
         printing.drift(problems)
         return 1
@@ -94,6 +95,22 @@ def check(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     return env_contract.report(
         env_contract.check(root, {r.cell.name: r.files[r.dockerfile] for r in rendered.values()})
     )
+
+
+def _unrecorded_driver_branches(rendered: dict[str, rendermod.Rendered]) -> None:
+    """A CUDA row just added names an nvidia/cuda tag whose forward-compatibility branches are
+    not recorded: said (a warning: the catalogue then promises the native driver only, which is
+    never a driver the image refuses), with where to record them."""
+    from trainbase_common import driver_promise
+
+    bases = [str(r.context.data["os"]["base"]) for r in rendered.values() if not r.cell.parent]
+    for toolkit in driver_promise.unrecorded(bases):
+        print(
+            f"warning: nvidia/cuda:{toolkit}: the driver branches its NVIDIA_REQUIRE_CUDA admits through forward "
+            "compatibility are not recorded (trainbase_common/driver_promise.py NVIDIA_CUDA_BASES, read from the "
+            "base's config); the catalogue promises its native driver only",
+            file=sys.stderr,
+        )
 
 
 def lock(m: Matrix, root: Path, args: argparse.Namespace) -> int:
