@@ -87,11 +87,22 @@ def test_a_bump_that_makes_a_cell_impossible_is_refused_and_writes_nothing(workd
     )
     nccl = data["cuda"][row]["wheels"]["nccl"]
     before = path.read_text()
+    # another row whose NCCL wheel is the same package at another version, pinned by no release
+    # (a CUDA row added for older fleets) would move: its bump is accepted and written, the
+    # refused one by name (the command's rule); then only a dry run keeps this test offline
+    others = [
+        k
+        for k, r in data["cuda"].items()
+        if k != row
+        and r["wheels"]["nccl"]["package"] == nccl["package"]
+        and r["wheels"]["nccl"]["version"] != nccl["version"]
+        and tuple(map(int, r["wheels"]["nccl"]["version"].split("."))) < (2, 27, 7)  # what the bump moves
+    ]
     out = io.StringIO()
     code = bump.command(
         path,
         [nccl["package"]],
-        False,
+        bool(others),
         out,
         releases=lambda name: [nccl["version"], "2.27.7"] if name == nccl["package"] else [],
     )
