@@ -57,6 +57,7 @@ def recipe(tmp_path, build_report, docker):
     """A scratch checkout whose small cell has a new recipe (one comment more), rendered: its
     name, new tag and image reference."""
     cell = _small_cell(build_report)
+    (tmp_path / "checkout").mkdir()
     scratch = copy_inputs(tmp_path / "checkout")
     block = scratch / "templates" / "blocks" / "launch.j2"
     block.write_text(block.read_text() + f"\n{{# fault test {uuid.uuid4().hex} #}}\n# fault test recipe\n")
