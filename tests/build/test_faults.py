@@ -29,6 +29,7 @@ from trainbase_common import engine
 from trainbase_common.failpoints import ENV as FAILPOINT
 
 from ..conftest import ROOT, copy_inputs
+from .test_build import _build
 
 PY = os.environ.get("TRAINBASE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 
@@ -38,18 +39,6 @@ def _small_cell(build_report: dict) -> dict:
     if not base:
         pytest.skip("the build under test has no usable base cell")
     return min(base, key=lambda c: c.get("size_bytes") or 0)
-
-
-def _build(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, str(ROOT / "build.py"), "--matrix", "--file", str(cwd / "matrix.yaml"), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=env,
-        check=False,
-    )
 
 
 @pytest.fixture

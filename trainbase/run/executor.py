@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from trainbase_common import emulation, engine, failpoints
+from trainbase_common import emulation, engine, failpoints, processes
 from trainbase_common.states import JobState
 
 from ..build import bases, bootstrap, docker_build
@@ -486,7 +486,7 @@ class Executor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(os.getpgid(pid), signal.SIGINT)
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and _alive(pid):
+            while time.monotonic() < deadline and processes.pid_alive(pid):
                 time.sleep(0.2)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -533,19 +533,6 @@ class Executor:
         except TrainbaseError as e:  # the registry's answer, or a cell that cannot be attested
             self.publish_error = str(e)
             self.out.write(f"publish: STOPPED: {e}\n")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (exited, not yet reaped by its parent) is gone for this purpose
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def leftover_builds(image: str, me: int, proc: Path = Path("/proc")) -> list[int]:

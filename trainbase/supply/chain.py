@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainbase_common import engine, failpoints, safe_io
+from trainbase_common import engine, failpoints, processes, safe_io
 
 from ..build import bases
 from ..build.plan import Job
@@ -375,7 +375,7 @@ def remove_leftovers(out: TextIO, host: str | None = None, alive: Callable[[int]
     would ever stop. Those of a live run, or of another host on a shared engine, are left. The
     names removed, each said."""
     host = host or socket.gethostname()
-    alive = alive or _pid_alive
+    alive = alive or processes.pid_alive
     removed: list[str] = []
     try:
         leftovers = engine.labelled_containers("io.trainbase.supply")
@@ -390,16 +390,6 @@ def remove_leftovers(out: TextIO, host: str | None = None, alive: Callable[[int]
         out.write(f"supply: removed {name}, left by a run that was killed (pid {pid})\n")
         removed.append(name)
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _run_in(image: str, script: str, timeout: int, network: str | None = None) -> str:
