@@ -268,10 +268,8 @@ class Executor:
             # stop() sets it from the main thread while this build ran (mypy keeps the narrowing
             # of the check before the build: False)
             if self.interrupted:
-                j.status, j.reason = (
-                    JobState.INTERRUPTED,
-                    "build stopped: interrupted by Ctrl-C or SIGTERM (no tag was written)",
-                )  # type: ignore[unreachable]
+                why = "build stopped: interrupted by Ctrl-C or SIGTERM (no tag was written)"  # type: ignore[unreachable]
+                j.status, j.reason = JobState.INTERRUPTED, why
             elif rc != 0:
                 j.status, j.reason = JobState.FAILED, docker_build.failure_reason(tail, rc)
                 found = failures.classify_build(j.reason, tail, arch=j.cell.arch)
