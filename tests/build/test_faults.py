@@ -5,8 +5,8 @@ state must be consistent: the tag, its SBOM layer (the label naming the SBOM its
 record), `latest`, the documents, the report, the registry's tags.
 
 One small cell: the `ci` profile's Open MPI 5 base, rebuilt in a scratch copy whose recipe
-differs by one comment (every layer comes from the build cache; a new tag, so the supply step
-and the tagging really run). Cases and their cost on 2 cores: each kill case ~2 minutes (two
+differs by one file in its tools layer (the layers before it come from the build cache; a new
+tag, so the supply step and the tagging really run). Cases and their cost on 2 cores: each kill case ~2 minutes (two
 supply steps on a 2.6 GB image), the registry case ~1 minute (its blobs are already in the
 session registry). SIGINT/SIGTERM during a real build: test_build.py's Ctrl-C test, for both.
 """
@@ -43,13 +43,14 @@ def _small_cell(build_report: dict) -> dict:
 
 @pytest.fixture
 def recipe(tmp_path, build_report, docker):
-    """A scratch checkout whose small cell has a new recipe (one comment more), rendered: its
-    name, new tag and image reference."""
+    """A scratch checkout whose small cell has a new recipe (one file more in its tools layer),
+    rendered: its name, new tag and image reference."""
     cell = _small_cell(build_report)
     (tmp_path / "checkout").mkdir()
     scratch = copy_inputs(tmp_path / "checkout")
-    block = scratch / "templates" / "blocks" / "launch.j2"
-    block.write_text(block.read_text() + f"\n{{# fault test {uuid.uuid4().hex} #}}\n# fault test recipe\n")
+    # a file more in what the image's tools layer COPYs: a new recipe (the tag hashes everything
+    # the build reads), and every layer before that COPY comes from the build cache
+    (scratch / "imagefs" / "opt" / "trainbase" / "lib" / f"fault-test-{uuid.uuid4().hex[:12]}").write_text("x\n")
     r = subprocess.run(
         [PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")],
         capture_output=True,
