@@ -203,6 +203,16 @@ class _FaultProxy:
         self.server.server_close()
 
 
+def _seed(registry, repo: str, cell: dict) -> None:
+    """The layers put in the repository first, straight to the registry (a mount of the session's
+    earlier pushes, or one upload): only the manifest then goes through the proxy, which relays
+    whole bodies and not Docker's chunked blob uploads."""
+    seed = f"{registry.host}/{repo}/{cell['name']}:seed"
+    for argv in (["tag", cell["image"], seed], ["push", seed], ["rmi", seed]):
+        r = subprocess.run(["docker", *argv], capture_output=True, text=True, env=registry.env(), check=False)
+        assert r.returncode == 0, r.stderr
+
+
 def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_completes(
     registry, build_report, docker, tmp_path
 ):
@@ -225,12 +235,7 @@ def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_comp
         )
         assert login.returncode == 0, login.stderr
         repo = f"faults{uuid.uuid4().hex[:8]}"
-        # the layers are put in the repository first, straight to the registry (a mount of the
-        # session's earlier pushes, or one upload): only the manifest then goes through the proxy
-        seed = f"{registry.host}/{repo}/{cell['name']}:seed"
-        for argv in (["tag", cell["image"], seed], ["push", seed], ["rmi", seed]):
-            r = subprocess.run(["docker", *argv], capture_output=True, text=True, env=registry.env(), check=False)
-            assert r.returncode == 0, r.stderr
+        _seed(registry, repo, cell)
         report = tmp_path / "push.json"
         args = ["--select", f"name={cell['name']}", "--push", "--registry", f"{proxy.host}/{repo}"]
         stopped = _build(ROOT, *args, "--report", str(report), env=env)
@@ -250,3 +255,182 @@ def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_comp
         assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) == pushed["repo_digest"].rsplit("@", 1)[-1]
     finally:
         proxy.close()
+
+
+class _HangingProxy(_FaultProxy):
+    """The fault proxy whose manifest PUT never answers (a registry that hangs mid-push): it
+    holds the request until released, then answers 500."""
+
+    def __init__(self, upstream: str):
+        super().__init__(upstream)
+        self.arrived, self.release = threading.Event(), threading.Event()
+        self.fail_manifests = False
+        proxy = self
+        base = self.server.RequestHandlerClass
+
+        class Hang(base):  # type: ignore[misc,valid-type]
+            def _pass(self):
+                if proxy.hang and self.command == "PUT" and "/manifests/" in self.path:
+                    proxy.arrived.set()
+                    proxy.release.wait(120)
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                base._pass(self)
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _pass
+
+        self.hang = True
+        self.server.RequestHandlerClass = Hang
+
+
+def _login(host: str, registry, tmp_path: Path) -> dict:
+    config = tmp_path / "docker-config"
+    config.mkdir(exist_ok=True)
+    env = {**os.environ, "DOCKER_CONFIG": str(config)}
+    login = subprocess.run(
+        ["docker", "login", host, "-u", registry.user, "--password-stdin"],
+        input=registry.password,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert login.returncode == 0, login.stderr
+    return env
+
+
+def test_sigterm_while_a_push_waits_on_the_registry_stops_with_143_and_the_rerun_publishes(
+    registry, build_report, docker, tmp_path
+):
+    """Before: SIGTERM during --push died with 143 and no record (or, with the registry hung, a
+    urllib3 traceback after 600 s). Now, timed inside a real push -- the manifest PUT sent, the
+    registry silent: exit 143 at once, "publish: STOPPED by SIGTERM" in the report, no tag in
+    the registry; the rerun through a healthy registry publishes the tag."""
+    cell = _small_cell(build_report)
+    proxy = _HangingProxy(registry.host)
+    try:
+        env = _login(proxy.host, registry, tmp_path)
+        repo = f"faults{uuid.uuid4().hex[:8]}"
+        _seed(registry, repo, cell)
+        report = tmp_path / "push.json"
+        args = ["--select", f"name={cell['name']}", "--push", "--registry", f"{proxy.host}/{repo}"]
+        run = subprocess.Popen(
+            [
+                PY,
+                str(ROOT / "build.py"),
+                "--matrix",
+                "--file",
+                str(ROOT / "matrix.yaml"),
+                *args,
+                "--report",
+                str(report),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert proxy.arrived.wait(300), "the push never reached its manifest"
+            run.send_signal(signal.SIGTERM)
+            said, _ = run.communicate(timeout=60)
+        finally:
+            proxy.release.set()
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 143, said[-3000:]
+        assert "interrupted" in said and "SIGTERM" in said, said[-3000:]
+        doc = json.loads(report.read_text())
+        assert doc["stopped"]["signal"] == "SIGTERM" and doc["stopped"]["stage"] == "publish", doc["stopped"]
+        assert doc["publish_error"].startswith("publish: STOPPED by SIGTERM"), doc["publish_error"]
+        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) is None, "a tag was published after SIGTERM"
+
+        proxy.hang = False
+        rerun = _build(ROOT, *args, "--report", str(report), env=env)
+        assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
+        pushed = next(c for c in json.loads(report.read_text())["cells"] if c["name"] == cell["name"])
+        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) == pushed["repo_digest"].rsplit("@", 1)[-1]
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 24 MiB tmpfs (root only: `mount`), unmounted after the test."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(mnt: Path, leave: int) -> Path:
+    """Fill MNT's file system so that about LEAVE bytes stay free: a real full disk."""
+    filler = mnt / "filler"
+    free = os.statvfs(mnt).f_bavail * os.statvfs(mnt).f_frsize
+    with open(filler, "wb") as f:
+        f.truncate(0)
+        chunk = b"\0" * (1 << 20)
+        remaining = max(free - leave, 0)
+        while remaining > 0:
+            n = f.write(chunk[: min(len(chunk), remaining)])
+            remaining -= n
+        f.flush()
+        os.fsync(f.fileno())
+    return filler
+
+
+def test_render_on_a_full_disk_leaves_every_recipe_whole_and_the_next_render_is_clean(small_tmpfs, tmp_path):
+    """Before: a full disk under `render` left a truncated Dockerfile that `check` then reported as
+    162 drift problems. Now, on a real full tmpfs: one line naming the disk, exit 1, every
+    recipe either its old text or its new one (none cut short), no temporary file left; once
+    there is room, `render` then `check` pass."""
+    (small_tmpfs / "checkout").mkdir()
+    (tmp_path / "wanted").mkdir()
+    scratch = copy_inputs(small_tmpfs / "checkout")
+    wanted = copy_inputs(tmp_path / "wanted")
+    # every recipe grows by more than a page: rewritten in place (truncate, then write) on a full
+    # disk, each would be cut short -- what the check below must tell apart from a whole file
+    grown = "-- DO NOT EDIT. (fault test: " + "x" * 4200 + ")"
+    for root in (scratch, wanted):
+        t = root / "templates" / "Dockerfile.j2"
+        t.write_text(t.read_text().replace("-- DO NOT EDIT.", grown))
+    assert subprocess.run([PY, str(ROOT / "build.py"), "render", "--file", str(wanted / "matrix.yaml")]).returncode == 0
+    old = {p.relative_to(scratch): p.read_bytes() for p in (scratch / "images").rglob("*") if p.is_file()}
+    # a rename frees the old file as it lands the new one: the disk is full for a recipe longer
+    # than what stays free (the recipes are 6 to 21 KB now)
+    filler = _fill(small_tmpfs, leave=12 * 1024)
+    r = subprocess.run(
+        [PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 1 and "No space left on device" in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    changed = 0
+    for rel, before in old.items():
+        now = (scratch / rel).read_bytes()
+        assert now in (before, (wanted / rel).read_bytes()), f"{rel} is neither its old text nor its new one"
+        changed += now != before
+    assert changed < len(old), "the disk was not full: every recipe was rewritten"
+    assert not list((scratch / "images").rglob("*.tmp")), "a temporary file was left behind"
+    filler.unlink()
+    assert (
+        subprocess.run([PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")]).returncode == 0
+    )
+    check = subprocess.run(
+        [PY, str(ROOT / "build.py"), "check", "--file", str(scratch / "matrix.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]

@@ -291,6 +291,16 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
         for r in fw.releases:
             at = f"frameworks.{k}.releases[{r.version}]"
             artifact(r.artifact, at + ".artifact")
+            # a release's sdist is the release (Horovod's, TransformerEngine's PyTorch extension):
+            # a file of another version builds one release under another's name
+            if r.artifact and r.artifact in s.artifacts:
+                file = s.artifacts[r.artifact].url.rsplit("/", 1)[-1]
+                sdist = re.fullmatch(r"[A-Za-z0-9_.]+?-(\d[A-Za-z0-9.]*)\.(?:tar\.gz|tar\.bz2|zip)", file)
+                if sdist and sdist.group(1) != r.version:
+                    fail(
+                        f"{at}.artifact: {r.artifact} is {file} (version {sdist.group(1)}), but the release is "
+                        f"{r.version}: the sdist and the release move together"
+                    )
             # the release's own wheel is what the release is: a pin of another version (a bump
             # that moved `torch==` but not `version:`) builds one framework under another's name
             for pin in r.packages:

@@ -182,6 +182,11 @@ def test_compiled_cuda_code_targets_every_declared_gpu(target):
     for the newest (so newer GPUs JIT it): read from the binaries with cuobjdump. Code built
     for the build machine's GPU alone -- or for none -- fails on the GPUs users run."""
     comp = compiler(target)
+    fws = target.manifest.get("frameworks") or {}
+    if not any(f in fws for f in ("horovod", "deepspeed")):
+        # TransformerEngine's extension is host C++: nvcc's tree gives it headers; its kernels
+        # come compiled in NVIDIA's core wheel (test_llm_stack.py reads them)
+        pytest.skip(f"n/a: no framework of {target.name} compiles device code in the image ({', '.join(fws)})")
     want = [sm(a) for a in comp["architectures"]]
     info = py_json(
         target,

@@ -391,3 +391,57 @@ def launch_contract(node: Node) -> Result:
         f"{world.local_world_size}, node {world.node_rank}/{world.nnodes}, master {facts['master']}",
         facts=facts,
     )
+
+
+def llm_capabilities(cc: tuple[int, int]) -> dict[str, bool]:
+    """What the LLM stack (TransformerEngine + FlashAttention-4) can run on a GPU of compute
+    capability ``cc``: FP8 GEMMs with delayed or current scaling need sm_89+ (Ada, Hopper,
+    Blackwell; TE's fp8_autocast raises below), MXFP8 block scaling Blackwell (sm_100+), and
+    FlashAttention-4's CuTe DSL kernels exist for Hopper (sm_90) and Blackwell data-center GPUs
+    (sm_100, sm_103) only."""
+    return {"fp8": cc >= (8, 9), "mxfp8": cc >= (10, 0), "fa4": cc[0] in (9, 10)}
+
+
+@check("gpu.llm_stack", "the GPUs can use the image's FP8 (TransformerEngine) and FlashAttention-4 kernels", "fp8/fa4")
+def gpu_llm_stack(node: Node) -> Result:
+    frameworks = (node.manifest() or {}).get("frameworks") or {}
+    if "te" not in frameworks:
+        return Result(
+            "", SKIP, f"skipped: this image has no TransformerEngine (frameworks: {', '.join(frameworks) or 'none'})"
+        )
+    info = cuda_driver(node)
+    if info.get("error") or not info.get("count"):
+        return absent(node, "gpu", "no GPU, so no FP8 or FlashAttention-4 kernel to choose", GPU_FLAGS)
+    gpus = []
+    for d in info.get("devices") or []:
+        m = re.search(r"^(.*) \(cc (\d+)\.(\d+)\)$", d)
+        if m:
+            cc = (int(m.group(2)), int(m.group(3)))
+            gpus.append({"name": m.group(1), "cc": f"{cc[0]}.{cc[1]}", **llm_capabilities(cc)})
+    facts = {
+        "fp8": all(g["fp8"] for g in gpus),
+        "mxfp8": all(g["mxfp8"] for g in gpus),
+        "fa4": all(g["fa4"] for g in gpus),
+        "gpus": gpus,
+    }
+    lacking = []
+    for g in gpus:
+        missing = [what for what, key in (("FP8", "fp8"), ("FlashAttention-4", "fa4")) if not g[key]]
+        if missing:
+            lacking.append(f"{g['name']} (cc {g['cc']}): no {' or '.join(missing)}")
+    names = ", ".join(sorted({f"{g['name']} (cc {g['cc']})" for g in gpus}))
+    if not gpus:
+        return Result(
+            "", WARN, "the CUDA driver named no compute capability", hint="run tb-doctor --only gpu", facts=facts
+        )
+    if lacking:
+        return Result(
+            "",
+            WARN,
+            "; ".join(lacking),
+            hint="on these GPUs train in bf16 (TransformerEngine without fp8_autocast) and use torch's "
+            "scaled_dot_product_attention instead of FlashAttention-4; FP8 needs sm_89+, FA4 sm_90 or sm_100",
+            facts=facts,
+        )
+    extra = " and MXFP8" if facts["mxfp8"] else ""
+    return Result("", OK, f"FP8{extra} (TransformerEngine) and FlashAttention-4 on every GPU: {names}", facts=facts)
