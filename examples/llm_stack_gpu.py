@@ -1,4 +1,4 @@
-"""The LLM stack on one GPU (issue 66): TransformerEngine's FP8 Linear against a bf16 reference,
+"""The LLM stack on one GPU: TransformerEngine's FP8 Linear against a bf16 reference,
 one TransformerLayer training step, and FlashAttention-4 against torch's
 scaled_dot_product_attention -- forward and backward, each within a stated tolerance.
 

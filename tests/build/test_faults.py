@@ -13,6 +13,7 @@ session registry). SIGINT/SIGTERM during a real build: test_build.py's Ctrl-C te
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -41,13 +42,13 @@ def _small_cell(build_report: dict) -> dict:
     return min(base, key=lambda c: c.get("size_bytes") or 0)
 
 
-@pytest.fixture
-def recipe(tmp_path, build_report, docker):
-    """A scratch checkout whose small cell has a new recipe (one file more in its tools layer),
-    rendered: its name, new tag and image reference."""
+@contextlib.contextmanager
+def _new_recipe(where: Path, build_report: dict):
+    """A scratch checkout under WHERE whose small cell has a new recipe (one file more in its
+    tools layer), rendered: its name, new tag and image reference."""
     cell = _small_cell(build_report)
-    (tmp_path / "checkout").mkdir()
-    scratch = copy_inputs(tmp_path / "checkout")
+    (where / "checkout").mkdir()
+    scratch = copy_inputs(where / "checkout")
     # a file more in what the image's tools layer COPYs: a new recipe (the tag hashes everything
     # the build reads), and every layer before that COPY comes from the build cache
     (scratch / "imagefs" / "opt" / "trainbase" / "lib" / f"fault-test-{uuid.uuid4().hex[:12]}").write_text("x\n")
@@ -75,10 +76,18 @@ def recipe(tmp_path, build_report, docker):
     )
     [row] = json.loads(listing.stdout)["cells"]
     assert row["tag"] != cell["tag"], "the comment must give the cell a new recipe tag"
-    yield scratch, cell["name"], row["tag"], row["image"]
-    # the engine as the build under test left it: its `latest` on its own tag, no scratch tag
-    engine.tag(cell["image"], cell["image"].rsplit(":", 1)[0] + ":latest")
-    engine.remove_image(row["image"], force=True)
+    try:
+        yield scratch, cell["name"], row["tag"], row["image"]
+    finally:
+        # the engine as the build under test left it: its `latest` on its own tag, no scratch tag
+        engine.tag(cell["image"], cell["image"].rsplit(":", 1)[0] + ":latest")
+        engine.remove_image(row["image"], force=True)
+
+
+@pytest.fixture
+def recipe(tmp_path, build_report, docker):
+    with _new_recipe(tmp_path, build_report) as r:
+        yield r
 
 
 def _documents(scratch: Path, name: str, tag: str) -> Path:
@@ -144,7 +153,8 @@ def test_kill_9_before_latest_moves_is_finished_by_the_rerun(recipe):
 
 
 class _FaultProxy:
-    """A registry's front door on another loopback port: passes every request through, except,
+    """A registry's front door on another loopback port: passes every request through (bodies
+    relayed whole, chunked uploads too), except,
     while ``fail_manifests`` is set, a manifest PUT, answered 500 with a body that holds "403"
     (a request id), as a sick registry backend does."""
 
@@ -157,6 +167,19 @@ class _FaultProxy:
 
             def log_message(self, *a):  # quiet
                 pass
+
+            def _body(self) -> bytes | None:
+                """The request's body, whole: the engine uploads a layer in chunked encoding."""
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                    data = bytearray()
+                    while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+                        data += self.rfile.read(size)
+                        self.rfile.readline()  # the chunk's CRLF
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                        pass
+                    return bytes(data)
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else None
 
             def _pass(self):
                 if proxy.fail_manifests and self.command == "PUT" and "/manifests/" in self.path:
@@ -172,13 +195,18 @@ class _FaultProxy:
                     self.end_headers()
                     self.wfile.write(body)
                     return
-                length = int(self.headers.get("Content-Length") or 0)
-                data = self.rfile.read(length) if length else None
+                data = self._body()
                 host, port = proxy.upstream.split(":")
                 conn = http.client.HTTPConnection(host, int(port), timeout=120)
                 # the Host the client asked (the proxy's): the registry's Location headers then
-                # point back through the proxy
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                # point back through the proxy; the body goes on whole, with its length
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("connection", "transfer-encoding", "content-length")
+                }
+                if data is not None:
+                    headers["Content-Length"] = str(len(data))
                 conn.request(self.command, self.path, body=data, headers=headers)
                 r = conn.getresponse()
                 payload = r.read()
@@ -186,7 +214,11 @@ class _FaultProxy:
                 for k, v in r.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
+                # a HEAD's Content-Length is the blob's size, not this empty body's: an answer of 0
+                # makes the engine take every layer as missing and upload it through the proxy,
+                # which relays whole bodies only (the engine then retries its chunked upload forever)
+                length = r.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length if length is not None else str(len(payload)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(payload)
@@ -252,7 +284,11 @@ def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_comp
         doc = json.loads(report.read_text())
         pushed = next(c for c in doc["cells"] if c["name"] == cell["name"])
         assert doc["publish_error"] is None and pushed["repo_digest"]
-        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) == pushed["repo_digest"].rsplit("@", 1)[-1]
+        assert registry.digest(f"{repo}/{cell['name']}", cell["tag"]) == pushed["repo_digest"].rsplit("@", 1)[-1], (
+            registry.tags(f"{repo}/{cell['name']}"),
+            pushed,
+            rerun.stdout[-2500:],
+        )
     finally:
         proxy.close()
 
@@ -363,7 +399,9 @@ def small_tmpfs(tmp_path):
     """A real 24 MiB tmpfs (root only: `mount`), unmounted after the test."""
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], capture_output=True, text=True, check=False
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -403,7 +441,12 @@ def test_render_on_a_full_disk_leaves_every_recipe_whole_and_the_next_render_is_
     for root in (scratch, wanted):
         t = root / "templates" / "Dockerfile.j2"
         t.write_text(t.read_text().replace("-- DO NOT EDIT.", grown))
-    assert subprocess.run([PY, str(ROOT / "build.py"), "render", "--file", str(wanted / "matrix.yaml")]).returncode == 0
+    assert (
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "render", "--file", str(wanted / "matrix.yaml")], check=False
+        ).returncode
+        == 0
+    )
     old = {p.relative_to(scratch): p.read_bytes() for p in (scratch / "images").rglob("*") if p.is_file()}
     # a rename frees the old file as it lands the new one: the disk is full for a recipe longer
     # than what stays free (the recipes are 6 to 21 KB now)
@@ -425,7 +468,10 @@ def test_render_on_a_full_disk_leaves_every_recipe_whole_and_the_next_render_is_
     assert not list((scratch / "images").rglob("*.tmp")), "a temporary file was left behind"
     filler.unlink()
     assert (
-        subprocess.run([PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")]).returncode == 0
+        subprocess.run(
+            [PY, str(ROOT / "build.py"), "render", "--file", str(scratch / "matrix.yaml")], check=False
+        ).returncode
+        == 0
     )
     check = subprocess.run(
         [PY, str(ROOT / "build.py"), "check", "--file", str(scratch / "matrix.yaml")],
@@ -434,3 +480,30 @@ def test_render_on_a_full_disk_leaves_every_recipe_whole_and_the_next_render_is_
         check=False,
     )
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+
+
+def test_a_full_disk_under_the_supply_documents_fails_the_cell_and_the_rerun_completes(
+    small_tmpfs, tmp_path, build_report, docker
+):
+    """The checkout on a real tmpfs with 96 KB left: the image builds, its supply documents (an
+    SBOM of ~140 KB) cannot be written. The cell fails naming the full disk, exit 1, `latest` not
+    moved, no document says "done"; once there is room, the rerun makes the documents and the
+    SBOM layer and moves `latest` -- the consistent end state."""
+    with _new_recipe(small_tmpfs, build_report) as (scratch, name, tag, image):
+        before = _latest(image)
+        args = ["--select", f"name={name}", "--log-dir", str(tmp_path / "logs")]
+        filler = _fill(small_tmpfs, leave=96 * 1024)
+        full = _build(scratch, *args, "--report", str(tmp_path / "full.json"))
+        said = full.stdout + full.stderr
+        assert full.returncode == 1, said[-3000:]
+        assert "No space left on device" in said or "disk" in said.lower(), said[-3000:]
+        assert "Traceback" not in said, said[-3000:]
+        assert _latest(image) == before, "latest moved to a tag without its documents"
+        docs = _documents(scratch, name, tag)
+        assert not (docs / "verdict.json").exists() or not json.loads((docs / "verdict.json").read_text())["ok"]
+        report = json.loads((tmp_path / "full.json").read_text())
+        assert {c["name"]: c["status"] for c in report["cells"]}[name] == "failed", report["cells"]
+        filler.unlink()
+        rerun = _build(scratch, *args, "--report", str(tmp_path / "rerun.json"))
+        assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-3000:]
+        _consistent(scratch, name, tag, image)

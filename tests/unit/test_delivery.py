@@ -88,7 +88,7 @@ def test_cells_with_an_unverified_artifact_are_left_out_with_the_reason(workdir,
     code, o, _ = ci(["--select", "os=debian12", "--cover"], capsys, workdir / "matrix.yaml")
     m = load(workdir / "matrix.yaml")
     built = set().union(*(ci_matrix.chain_values(m, m.cell(e["name"])) for e in o["cells"]))
-    assert {v for axis, v in built if axis == "framework"} == {"none", "pytorch", "tensorflow", "deepspeed"}
+    assert {v for axis, v in built if axis == "framework"} == {"none", "pytorch", "tensorflow", "deepspeed", "te"}
 
 
 def test_the_pull_request_subset_covers_every_axis_value_of_the_affected_cells():

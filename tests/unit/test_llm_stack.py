@@ -55,7 +55,8 @@ def test_the_stack_is_a_framework_on_the_cuda13_pytorch_rows(m):
     [
         (
             "te2.20.2-pytorch2.10.0-openmpi4.1.4-cuda12.8-cudnn9-debian12",
-            "rule te-on-cuda13: TransformerEngine's PyTorch extension takes the core library of torch's CUDA major",
+            "te has no release for CUDA 12.8 built on pytorch 2.10.0 (declared: 2.20.2 -> CUDA 13.0, 13.2): "
+            "TransformerEngine's PyTorch extension takes the core library of torch's CUDA major",
         ),
         (
             "te2.20.2-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64",
@@ -82,8 +83,17 @@ def test_the_block_builds_the_extension_from_the_pinned_sdist_and_never_the_gues
     # the compiler's tree is gone after the layer, the versions asserted in it
     assert "python -m pip uninstall -y -q nvidia-cuda-nvcc" in text
     assert "v('transformer_engine_torch') == v('transformer_engine_cu13') == '2.20.2'" in text
-    # the pins include the metapackage TE's import requires
-    assert "transformer-engine==2.20.2" in spec.packages
+    # the pins include the metapackage TE's import requires, and cuRAND, which it loads at import
+    assert "transformer-engine==2.20.2" in spec.packages and "curand" in spec.cuda_libraries
+    # the DSL's aarch64 link stubs never ship in an amd64 image
+    assert 'rm -rf "$site"/nvidia_cutlass_dsl/cu*/lib/stubs/aarch64-*' in text
+    manifest = json.loads(
+        (
+            ROOT / "images" / "te2.20.2-pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12" / "manifest.json"
+        ).read_text()
+    )
+    assert manifest["framework_packages"]["te"]["nvidia-curand"] == "10.4.2.66"
+    assert "libcute_dsl_runtime.so" in {d["soname"] for d in manifest["duplicate_libraries"]}
 
 
 # ----------------------------------------------------------------------------- static checks
@@ -191,6 +201,10 @@ def test_the_linkage_check_fails_on_a_second_cudnn_a_wheel_brought():
     with pytest.raises(AssertionError, match="libnccl.so.2 mapped from 2 files"):
         llm.test_te_loads_the_images_one_cudnn_nccl_cublas_and_torch(
             _Target(MANIFEST, {"maps": mapped_twice, "found": ONE, "te": MAPS[-2:]})
+        )
+    with pytest.raises(AssertionError, match="the TE core library was not loaded"):
+        llm.test_te_loads_the_images_one_cudnn_nccl_cublas_and_torch(
+            _Target(MANIFEST, {"maps": MAPS, "found": ONE, "te": MAPS[-1:]})
         )
     with pytest.raises(AssertionError, match="the extension was not loaded"):
         llm.test_te_loads_the_images_one_cudnn_nccl_cublas_and_torch(
@@ -357,3 +371,11 @@ def test_bump_holds_the_core_with_its_extension_and_the_extensions_floors_hold(m
         assert Version(torch) >= Version("2.1"), c.name
     pins = dict(p.split("==") for p in m.spec.frameworks["te"].releases[0].packages)
     assert Version(pins["nvidia-cudnn-frontend"]) >= Version("1.29.0")
+
+
+def test_the_gpu_check_fails_when_no_training_step_ran():
+    """Every check skipped (a GPU the example wrongly thought too old for all of them): nothing
+    was shown working, so the check fails instead of passing on an empty list."""
+    none_ran = _gpu_output([], {"te.fp8_linear": "FP8 needs sm_89+; this GPU is sm_90"})
+    with pytest.raises(AssertionError, match="te.transformer_layer"):
+        llm.test_fp8_transformer_engine_and_flash_attention_4_on_the_gpu(_Target(MANIFEST, sh=none_ran))

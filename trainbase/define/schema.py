@@ -320,6 +320,10 @@ class Framework(Strict):
     # must be the release's own version (a bumped pin with an old `version:` is refused)
     distribution: str | None = None
     releases: list[Release] = []
+    # why the CUDA rows no release lists have none, where that is a decision and not just "not
+    # yet released": `explain` adds it to the exclusion (a rule naming CUDA versions would break
+    # the day a version is dropped)
+    unreleased_reason: str | None = None
 
 
 class PythonPackages(Strict):

@@ -400,7 +400,7 @@ def _manifest(m: Matrix, cell: Cell, d: dict[str, Any], chain: list[Cell]) -> di
     }
     if framework_packages:
         out["framework_packages"] = framework_packages
-    dups = duplicates.declared(m, cell, has_pytorch="pytorch" in frameworks)
+    dups = duplicates.declared(m, cell, has_pytorch="pytorch" in frameworks, has_te="te" in frameworks)
     if dups:
         out["duplicate_libraries"] = dups
     # nvcc and the GPUs code is compiled for, where a release of the chain compiles CUDA: the

@@ -74,7 +74,7 @@ CONDA_RUNTIME_SONAMES = [
 ]
 
 
-def declared(m: Matrix, cell: Cell, has_pytorch: bool) -> list[dict[str, Any]]:
+def declared(m: Matrix, cell: Cell, has_pytorch: bool, has_te: bool = False) -> list[dict[str, Any]]:
     """The sonames this image carries twice on purpose, each with its reason (the conformance
     suite's test_one_copy_of_each_library fails on any other, and on a declaration the image
     does not need -- except the if_present family rules)."""
@@ -122,6 +122,16 @@ def declared(m: Matrix, cell: Cell, has_pytorch: bool) -> list[dict[str, Any]]:
                 "distro's is gcc's, for what the image's compiler builds (measured on the 12.8 PyTorch image; "
                 "a wheel that renames its copy by hash has no second soname, hence if_present)",
                 "if_present": True,
+            }
+        )
+    if has_te:
+        out.append(
+            {
+                "soname": "libcute_dsl_runtime.so",
+                "reason": "nvidia-cutlass-dsl 4.8.1 requires its cu12 libraries unconditionally (its metadata), "
+                "beside the cu13 ones FlashAttention-4 and cuDNN's frontend load on a CUDA 13 row (the DSL picks "
+                "the libraries of the CUDA it runs with); the cu12 copy is never loaded here (measured on the "
+                "13.2 te image)",
             }
         )
     if osr.python.manager == "conda":

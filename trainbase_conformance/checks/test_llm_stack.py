@@ -70,16 +70,16 @@ def test_te_and_fa4_are_the_releases_versions(target):
     info = py_json(
         target,
         """
-        from importlib.metadata import version as v, PackageNotFoundError
+        import importlib.metadata as md, re
         out = {}
         for d in ("transformer_engine", "transformer_engine_torch", "flash_attn_4"):
             try:
-                out[d] = v(d)
-            except PackageNotFoundError:
+                out[d] = md.version(d)
+            except md.PackageNotFoundError:
                 out[d] = None
-        import glob
-        out["core"] = {p.rsplit("/", 1)[-1].split("-")[0]: p.rsplit("/", 1)[-1].split("-")[1]
-                       for p in glob.glob(__import__("site").getsitepackages()[0] + "/transformer_engine_cu*.dist-info")}
+        # every core wheel installed (transformer-engine-cu12, -cu13), by its metadata's name
+        out["core"] = {re.sub(r"[-_.]+", "_", d.metadata["Name"]).lower(): d.version for d in md.distributions()
+                       if re.fullmatch(r"transformer[-_.]engine[-_.]cu\d+", d.metadata["Name"] or "", re.I)}
         print(json.dumps(out))
     """,
     )
