@@ -79,7 +79,7 @@ def test_te_and_fa4_are_the_releases_versions(target):
                 out[d] = None
         # every core wheel installed (transformer-engine-cu12, -cu13), by its metadata's name
         out["core"] = {re.sub(r"[-_.]+", "_", d.metadata["Name"]).lower(): d.version for d in md.distributions()
-                       if re.fullmatch(r"transformer[-_.]engine[-_.]cu\d+", d.metadata["Name"] or "", re.I)}
+                       if re.fullmatch(r"transformer[-_.]engine[-_.]cu\\d+", d.metadata["Name"] or "", re.I)}
         print(json.dumps(out))
     """,
     )
