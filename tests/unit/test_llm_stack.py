@@ -339,6 +339,9 @@ def test_the_doctor_warns_on_an_a100_and_an_l40s_with_what_to_do(tmp_path):
 def test_the_doctor_skips_without_a_gpu_or_without_the_stack(tmp_path):
     assert result(_node(tmp_path, []), "gpu.llm_stack").status == "skip"
     assert result(_node(tmp_path / "x", [], expect=("gpu",)), "gpu.llm_stack").status == "fail"
+    # --expect gpu without a GPU fails every gpu check, on an image without the stack too
+    no_te = dict(TE_IMAGE, frameworks={"pytorch": "2.15.0"})
+    assert result(_node(tmp_path / "y", [], manifest=no_te, expect=("gpu",)), "gpu.llm_stack").status == "fail"
     plain = dict(TE_IMAGE, frameworks={"pytorch": "2.15.0"})
     r = result(_node(tmp_path / "p", ["NVIDIA H200 (cc 9.0)"], manifest=plain), "gpu.llm_stack")
     assert r.status == "skip" and "no TransformerEngine" in r.summary

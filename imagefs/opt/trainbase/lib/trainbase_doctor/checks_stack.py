@@ -404,14 +404,15 @@ def llm_capabilities(cc: tuple[int, int]) -> dict[str, bool]:
 
 @check("gpu.llm_stack", "the GPUs can use the image's FP8 (TransformerEngine) and FlashAttention-4 kernels", "fp8/fa4")
 def gpu_llm_stack(node: Node) -> Result:
+    # the GPU first, like every gpu check: --expect gpu on a node without one fails them all
+    info = cuda_driver(node)
+    if info.get("error") or not info.get("count"):
+        return absent(node, "gpu", "no GPU, so no FP8 or FlashAttention-4 kernel to choose", GPU_FLAGS)
     frameworks = (node.manifest() or {}).get("frameworks") or {}
     if "te" not in frameworks:
         return Result(
             "", SKIP, f"skipped: this image has no TransformerEngine (frameworks: {', '.join(frameworks) or 'none'})"
         )
-    info = cuda_driver(node)
-    if info.get("error") or not info.get("count"):
-        return absent(node, "gpu", "no GPU, so no FP8 or FlashAttention-4 kernel to choose", GPU_FLAGS)
     gpus = []
     for d in info.get("devices") or []:
         m = re.search(r"^(.*) \(cc (\d+)\.(\d+)\)$", d)
