@@ -190,41 +190,18 @@ def test_the_foreign_images_recorded_verdict_names_real_checks():
     assert set(outcomes["states"].values()) <= {"passed", "skipped"}
 
 
-def _tiers_of_each_check() -> dict[str, set[str]]:
-    """``module::check`` -> the tiers its markers (its own, or the module's ``pytestmark``) put it
-    in, read from the source as collection would."""
-    import ast
-
-    def marks(nodes: list[ast.expr]) -> set[str]:
-        names = set()
-        for decorator in nodes:
-            node = decorator.func if isinstance(decorator, ast.Call) else decorator
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "mark":
-                names.add(node.attr)
-        return names
-
-    found = {}
-    for path in sorted(CHECKS.glob("test_*.py")):
-        tree = ast.parse(path.read_text())
-        module_marks: set[str] = set()
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
-                module_marks |= marks(node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value])
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
-                found[f"{path.stem}::{node.name}"] = (marks(node.decorator_list) | module_marks) & set(TIERS)
-    return found
-
-
 def test_the_foreign_images_recorded_verdict_covers_every_check_of_its_tiers():
     """Every check of the tiers the foreign image is run in has a recorded state, and none of
     another tier is recorded: a new check (test_llm_stack's, which reddened CI at the last step of
     a 53-minute run) is named here, in the unit tests, not only after the image is rebuilt."""
+    from tests.conformance import failures
+
     outcomes = json.loads((AZUREML.parent / "outcomes.json").read_text())
     tiers = set(outcomes["tiers"].split(","))
-    checks = _tiers_of_each_check()
-    assert all(len(t) == 1 for t in checks.values()), {k: t for k, t in checks.items() if len(t) != 1}
-    run = {name for name, t in checks.items() if t & tiers}
+    # the failure table's reading of the checks (imported, marks applied any way count)
+    checks, problems = failures.collect_checks()
+    assert not problems, problems
+    run = {f"{c.file.removesuffix('.py')}::{c.name}" for c in checks.values() if c.tier in tiers}
     recorded = set(outcomes["must_fail"]) | set(outcomes["states"])
     assert not run - recorded, (
         f"checks of tiers {outcomes['tiers']} with no recorded state (run scripts/foreign-image.sh, review, then tests.conformance.verdict --record): {sorted(run - recorded)}"
