@@ -153,10 +153,27 @@ class PythonEnv(Strict):
         return self
 
 
+class SecuritySupport(Strict):
+    """The dates a release's security support ends (the distribution's own announcements): the
+    catalogue prints them beside every image of the row, and a row past `regular` says so."""
+
+    regular: str  # YYYY-MM-DD: the security team's regular support
+    extended: str | None = None  # YYYY-MM-DD: paid or volunteer extended support (Debian LTS, Ubuntu Pro's ESM)
+    source: str  # where the dates are announced
+
+    @field_validator("regular", "extended")
+    @classmethod
+    def _date(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+            raise ValueError(f"support date {v!r} is not YYYY-MM-DD")
+        return v
+
+
 class OsRow(Strict):
     family: Literal["ubuntu", "debian"]
     codename: str
     base: str
+    support: SecuritySupport | None = None  # the real matrix gives every row its dates (a unit test)
     # the image the compile stages (UCX, Open MPI) start FROM when the shipped base has no CUDA
     # headers: its toolkit builds CUDA-aware MPI, and none of its bytes reach the image
     build_base: str | None = None
@@ -406,6 +423,12 @@ class Hold(Strict):
         return v
 
 
+# A distro package's name on every OS row: one name for all, or {name: [os rows]} where the
+# releases disagree (the 2024 64-bit time_t transition renamed libpmix2 to libpmix2t64 on
+# Ubuntu 24.04 and Debian 13). Each row must get exactly one name (MatrixFile checks).
+DistroPackage = str | dict[str, list[str]]
+
+
 class MatrixFile(Strict):
     schema_version: Literal[1]
     naming: Naming
@@ -421,3 +444,29 @@ class MatrixFile(Strict):
     rules: list[Rule] = []
     holds: list[Hold] = []
     profiles: dict[str, Profile] = {}
+    # the apt package names every block installs, by what they are (pmix-runtime, verbs-dev ...)
+    distro_packages: dict[str, DistroPackage] = {}
+
+    @model_validator(mode="after")
+    def _one_name_per_row(self) -> MatrixFile:
+        for what, names in self.distro_packages.items():
+            if isinstance(names, str):
+                continue
+            seen: dict[str, str] = {}
+            for name, rows in names.items():
+                for row in rows:
+                    if row not in self.os:
+                        raise ValueError(f"distro_packages.{what}: {name} names os row {row!r}, which os has not")
+                    if row in seen:
+                        raise ValueError(f"distro_packages.{what}: os row {row} has two names ({seen[row]}, {name})")
+                    seen[row] = name
+            missing = sorted(set(self.os) - set(seen))
+            if missing:
+                raise ValueError(f"distro_packages.{what}: no name for os row(s) {', '.join(missing)}")
+        return self
+
+    def package_name(self, what: str, os_key: str) -> str:
+        names = self.distro_packages[what]
+        if isinstance(names, str):
+            return names
+        return next(name for name, rows in names.items() if os_key in rows)

@@ -295,6 +295,9 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         },
         "framework": fw_data,
         "manifest_path": MANIFEST_PATH,
+        # every distro package's name on this cell's OS (matrix.yaml's distro_packages): the
+        # blocks name packages by what they are, through apt("what") (render/recipes.py)
+        "packages": {what: s.package_name(what, cell.os) for what in s.distro_packages},
     }
     manifest = _manifest(m, cell, data, chain)
     own_locks = fw_locks if cell.parent else list(base_locks.values())

@@ -13,6 +13,7 @@ import re
 import sys
 import traceback
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import jinja2
@@ -60,6 +61,20 @@ def environment(root: Path) -> jinja2.Environment:
         lstrip_blocks=False,
         autoescape=False,  # noqa: S701 -- it renders Dockerfiles and shell, not HTML: escaping would corrupt them
     )
+
+
+def _apt_names(packages: dict[str, str]) -> Callable[..., str]:
+    """apt("ucx-dev", "ucx-utils") in a block: the cell's OS's names for those packages
+    (matrix.yaml's distro_packages), space-separated. A block that names a package the table
+    has not fails the render, naming the block's line."""
+
+    def apt(*whats: str) -> str:
+        missing = [w for w in whats if w not in packages]
+        if missing:
+            raise KeyError(f"distro_packages has no entry {', '.join(missing)} (matrix.yaml)")
+        return " ".join(packages[w] for w in whats)
+
+    return apt
 
 
 def _template_error(e: Exception, cell: Cell) -> TemplateError:
@@ -118,6 +133,7 @@ def render_all(m: Matrix, cells: list[Cell] | None = None, root: Path | None = N
             base_from=base.from_ref(),
             build_base_from=build_base.from_ref() if build_base else None,
             security_rebuild=security_rebuilds.epoch(rebuilds, cell.os),
+            apt=_apt_names(cc.data["packages"]),
         )
         try:
             text = env.get_template("Dockerfile.j2").render(**data)
