@@ -1142,8 +1142,8 @@ def test_commands_honest_lines_pass():
         ("`python build.py --list --profile nightly`", "build.py --profile nightly: no such profile"),
         ("`python build.py --list --select gpu=h100`", "build.py --select gpu=h100: unknown key 'gpu'"),
         (
-            "`python build.py --list --select os=debian13`",
-            "build.py --select os=debian13: os 'debian13' is not declared",
+            "`python build.py --list --select os=debian11`",
+            "build.py --select os=debian11: os 'debian11' is not declared",
         ),
         (
             "`python build.py --matrix --select name=openmpi9.9-cuda12.8-cudnn9-debian12`",
@@ -1158,7 +1158,7 @@ def test_commands_honest_lines_pass():
             "`python build.py explain openmpi9.9-cuda12.8-cudnn9-debian12`",
             "build.py explain openmpi9.9-cuda12.8-cudnn9-debian12: no such cell",
         ),
-        ("`python build.py list --select os=debian13`", "build.py --select os=debian13: os 'debian13' is not declared"),
+        ("`python build.py list --select os=debian11`", "build.py --select os=debian11: os 'debian11' is not declared"),
     ],
 )
 def test_commands_report_a_planted_option_or_value(planted, reported):

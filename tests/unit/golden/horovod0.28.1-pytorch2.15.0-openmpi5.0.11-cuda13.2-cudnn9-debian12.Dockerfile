@@ -88,4 +88,7 @@ RUN /opt/trainbase/lib/tb-entrypoints \
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip
 # install that brings a second NCCL or moves the launcher fails the build, not the first job.
-RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher
+# tb-no-driver: no driver package and no libcuda.so.1 outside compat/ (a pip wheel or a COPY
+# can bring one past apt's pin, see the os block): the node's driver is the one that loads.
+RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher \
+ && tb-no-driver

@@ -25,9 +25,15 @@ COPY imagefs/usr/local/bin/ /usr/local/bin/
 # upgrade: a base image is a snapshot of its release day; the distro's pending (security)
 # updates are taken at build time, and the audit gate (trainbase/supply/audit.py) fails a cell that
 # still misses one. The first build with the gate found 4 in debian:12.15-slim (apt, pcre2, tzdata).
+# No NVIDIA driver userspace ever enters an image (issue 71): the node's runtime mounts its own,
+# and one in the image shadows it (CUDA error 803). NVIDIA's repositories (configured in the
+# nvidia/cuda bases) have shipped packages that hard-depend on it (ucx-cuda, openucx/ucx#11140):
+# apt refuses every driver package here (tb-no-driver --pin), so such an install fails where it
+# happens, naming the package; the manifest block checks the finished image again.
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
-    apt-get update \
+    tb-no-driver --pin \
+ && apt-get update \
  && apt-get upgrade -y \
  && apt-get install -y --no-install-recommends \
       ca-certificates curl xz-utils bzip2 patch \
@@ -178,4 +184,7 @@ RUN /opt/trainbase/lib/tb-entrypoints \
 # is readable, the linker loads exactly one NCCL at the manifest's version, and the launcher
 # answers at its version in plain and login shells. A framework image runs them again: a pip
 # install that brings a second NCCL or moves the launcher fails the build, not the first job.
-RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher
+# tb-no-driver: no driver package and no libcuda.so.1 outside compat/ (a pip wheel or a COPY
+# can bring one past apt's pin, see the os block): the node's driver is the one that loads.
+RUN tb-doctor --only image.manifest,nccl.library,nccl.shadow,mpi.launcher \
+ && tb-no-driver
