@@ -2,8 +2,9 @@
 matrix.yaml (a scratch git checkout of the repository) and the loopback registry:
 
 - build.yml's plan (`build.py --ci-matrix --only unpublished`) over a multi-arch repository
-  (Debian, amd64 + arm64) and one whose arm64 twin is refused (Ubuntu: Miniforge's aarch64
-  checksum pending);
+  (Debian, amd64 + arm64) and one whose arm64 twin is refused (Ubuntu: the scratch checkout sets
+  Miniforge's aarch64 checksum back to pending, as it was until 2e267c3, so the build refuses
+  that platform);
 - each platform runner's stage step (publish.publish, what `--push stage` calls; the images are
   tiny FROM-scratch stand-ins pushed under the cells' real recipe tags, with a signed SBOM and
   provenance attached);
@@ -37,13 +38,13 @@ from trainbase.deliver import attest, promote, publish
 from trainbase.supply import vulnscan
 from trainbase_common.states import JobState
 
-from ..conftest import ROOT, copy_inputs
+from ..conftest import ROOT, copy_inputs, pend_miniforge_arm64
 from .test_registry_side import _keypair
 
 pytestmark = pytest.mark.engine
 NS, MIRROR_NS = "trainbase", "mirror"
 MULTI = "openmpi5.0.11-cuda13.0-cudnn9-debian12"  # amd64 + arm64: one index
-SINGLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"  # its arm64 twin is refused
+SINGLE = "openmpi4.1.8-cuda12.8-cudnn9-ubuntu24.04"  # its arm64 twin is refused (pend_miniforge_arm64)
 CELLS = [MULTI, f"{MULTI}-arm64", SINGLE, f"{SINGLE}-arm64"]
 SELECT = [arg for name in CELLS for arg in ("--select", f"name={name}")]
 
@@ -197,11 +198,13 @@ def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_r
     request.addfinalizer(lambda: _remove_stand_ins(docker))
     (tmp_path / "main").mkdir()
     main = copy_inputs(tmp_path / "main")
+    key, pub = _keypair(tmp_path, "refresh-week")
+    w = Week(main, registry, docker, key, tmp_path)
+    pend_miniforge_arm64(main / "matrix.yaml")
+    w.run("--render")  # images/ as the edited matrix renders it, so only the week's changes show
     _git(main, "init", "-q", "-b", "main")
     _git(main, "add", "-A")
     _git(main, "commit", "-q", "-m", "main")
-    key, pub = _keypair(tmp_path, "refresh-week")
-    w = Week(main, registry, docker, key, tmp_path)
     table, names = [], {}
 
     def day(

@@ -57,8 +57,8 @@ class Release:
 
 def publishable(m: Matrix, rendered: dict[str, Rendered], selected: list[Cell]) -> dict[str, Release]:
     """Repository -> its Release, for every repository a selected cell belongs to: the selected
-    cells that can be built -- not refused (an artifact without a verified checksum, such as the
-    Ubuntu arm64 twins while Miniforge's aarch64 sha256 is pending) and not built on a parent
+    cells that can be built -- not refused (an artifact without a verified checksum: the Ubuntu
+    arm64 twins until Miniforge's aarch64 sha256 was pinned) and not built on a parent
     that is -- and the release tag over their recipe tags. A repository whose every selected cell
     is left out has no tag (``Release.tag`` None): nothing of it is ever published. ``rendered``
     holds every selected cell and its parents (render_all)."""
