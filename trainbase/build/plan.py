@@ -140,6 +140,22 @@ class Plan:
                     (f"artifact {pending[0]} has no verified sha256 ({' '.join((a.pending_reason or '').split())})"),
                 )
 
+    def sources_needed(self) -> list[str]:
+        """The pinned sources the queued jobs' Dockerfiles mount (staged before any build)."""
+        return list(
+            dict.fromkeys(
+                k for j in self.jobs.values() if j.status == JobState.QUEUED for k in j.rendered.context.sources
+            )
+        )
+
+    def refuse_unsourced(self, failed: dict[str, str]) -> None:
+        """A cell whose pinned source could not be staged (neither GitHub nor the mirror gave the
+        pinned tree: ``failed`` says why per source) is refused; the rest builds."""
+        for j in self.jobs.values():
+            missing = [k for k in j.rendered.context.sources if k in failed]
+            if missing and j.status == JobState.QUEUED:
+                j.status, j.reason = JobState.REFUSED, failed[missing[0]]
+
     def mark_cached(self, exists: Callable[[str], bool]) -> None:
         """Jobs whose immutable tag ``exists`` (in the engine) need no build."""
         for j in self.jobs.values():

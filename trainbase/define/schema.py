@@ -423,6 +423,46 @@ class Hold(Strict):
         return v
 
 
+GIT_ID = re.compile(r"^[0-9a-f]{40}$")
+GITHUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class Source(Strict):
+    """An upstream source tree that no package registry ships (aws-ofi-nccl, libfabric, gdrcopy,
+    nccl-tests, ucc), pinned by its commit and by its content: the git tree id of the unpacked
+    archive (`git add -A -f && git write-tree` in its top folder). GitHub's archive of the commit
+    and a mirror's `git archive` of it have other bytes (another gzip) but that one tree, so both
+    ways of getting it are verified the same way (trainbase/build/sources.py)."""
+
+    repository: str  # owner/name on GitHub
+    tag: str  # the release tag the commit is (for people and `--outdated`; never fetched by)
+    commit: str
+    tree: str
+    # the archive's file name in a source mirror (TRAINBASE_SOURCE_MIRROR, ../shared/sources)
+    mirror_file: str
+
+    @field_validator("repository")
+    @classmethod
+    def _github_repo(cls, v: str) -> str:
+        if not GITHUB_REPO.match(v):
+            raise ValueError(f"repository {v!r} is not a GitHub owner/name")
+        return v
+
+    @field_validator("commit", "tree")
+    @classmethod
+    def _git_id(cls, v: str) -> str:
+        if not GIT_ID.match(v):
+            raise ValueError(f"{v!r} is not a 40-digit lowercase git object id")
+        return v
+
+    @field_validator("mirror_file")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if "/" in v or not v.endswith(".tar.gz"):
+            raise ValueError(f"mirror_file {v!r} is not a plain NAME.tar.gz")
+        return v
+
+
 # A distro package's name on every OS row: one name for all, or {name: [os rows]} where the
 # releases disagree (the 2024 64-bit time_t transition renamed libpmix2 to libpmix2t64 on
 # Ubuntu 24.04 and Debian 13). Each row must get exactly one name (MatrixFile checks).
@@ -446,6 +486,8 @@ class MatrixFile(Strict):
     profiles: dict[str, Profile] = {}
     # the apt package names every block installs, by what they are (pmix-runtime, verbs-dev ...)
     distro_packages: dict[str, DistroPackage] = {}
+    # source trees no registry ships, by commit and tree id (Source)
+    sources: dict[str, Source] = {}
 
     @model_validator(mode="after")
     def _one_name_per_row(self) -> MatrixFile:

@@ -26,6 +26,7 @@ class CellContext:
     locks: list[LockSet]  # pip sets this cell's own Dockerfile installs
     manifest: dict[str, Any]  # what the image claims to contain
     artifacts: list[str]  # artifact keys this cell's own Dockerfile downloads
+    sources: list[str]  # source keys (matrix.yaml's sources) its Dockerfile mounts, staged before the build
 
 
 def framework_chain(m: Matrix, cell: Cell) -> list[Cell]:
@@ -48,6 +49,7 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     data: dict[str, Any] = {"name": cell.name, "cell": cell.axes, "parent": cell.parent}
     locks: list[LockSet] = []
     artifacts: list[str] = []
+    source_keys: list[str] = []
     own_layer = "framework" if cell.parent else "base"
     for key, component in COMPONENTS:
         block = component(f)
@@ -55,12 +57,13 @@ def build(m: Matrix, cell: Cell) -> CellContext:
         if block.layer == own_layer:
             locks += block.locks
             artifacts += block.artifacts
+            source_keys += block.sources
     data["manifest_path"] = MANIFEST_PATH
     # every distro package's name on this cell's OS (matrix.yaml's distro_packages): the
     # blocks name packages by what they are, through apt("what") (render/recipes.py)
     data["packages"] = {what: m.spec.package_name(what, cell.os) for what in m.spec.distro_packages}
     manifest = _manifest(f, data, framework.chain(f))
-    return CellContext(cell=cell, data=data, locks=locks, manifest=manifest, artifacts=artifacts)
+    return CellContext(cell=cell, data=data, locks=locks, manifest=manifest, artifacts=artifacts, sources=source_keys)
 
 
 def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import TextIO
 from trainbase_common import emulation, engine, failpoints, processes
 from trainbase_common.states import JobState
 
-from ..build import bases, bootstrap, docker_build
+from ..build import bases, bootstrap, docker_build, sources
 from ..build.plan import Job, Plan
 from ..define import base_lock
 from ..define.matrix import Cell, Matrix
@@ -106,7 +106,22 @@ class Executor:
             for j in self.jobs.values():
                 if j.status == JobState.QUEUED:
                     self._pull_from_registry(j)
+        if not self.opts.dry_run:
+            self._stage_sources()
         self.plan.propagate()
+
+    def _stage_sources(self) -> None:
+        """The pinned sources the builds mount, verified into build-sources/ (GitHub, else the
+        mirror); a cell whose source neither gives is refused, loudly, and the rest builds."""
+        needed = self.plan.sources_needed()
+        if not needed:
+            return
+        staged, failed = sources.stage_all(self.m.spec.sources, needed, self.root)
+        for s in staged.values():
+            print(f"source: {s.key}: verified ({s.origin})", file=self.out)
+        for key, why in failed.items():
+            print(f"source: {key}: NOT AVAILABLE: {why}", file=self.out)
+        self.plan.refuse_unsourced(failed)
 
     def _locked_images(self) -> set[str]:
         """--locked: the selected cells, rebuilt without cache to prove their lock reproduces."""

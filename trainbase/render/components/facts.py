@@ -9,7 +9,7 @@ only lists blocks."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...define.matrix import Cell, Matrix
@@ -89,6 +89,21 @@ class Facts:
         wheel_platform = self.plat.wheel_platform if self.other_platform else None
         return LockSet(name + self.plat.name_tag, self.py, tuple(requirements), tuple(context), wheel_platform)
 
+    def source(self, key: str) -> dict[str, str]:
+        """A pinned source tree as the templates mount it: the verified archive the build staged
+        (trainbase/build/sources.py) and the pin it was verified against."""
+        from ...build.sources import staged_path
+
+        src = self.spec.sources[key]
+        return {
+            "key": key,
+            "repository": src.repository,
+            "tag": src.tag,
+            "commit": src.commit,
+            "tree": src.tree,
+            "archive": staged_path(key),
+        }
+
     def artifact(self, key: str | None) -> dict[str, str | None] | None:
         """The artifact's file for this cell's platform (an architecture's own installer where it
         has one), as the templates download and verify it."""
@@ -108,9 +123,11 @@ class Facts:
 @dataclass(frozen=True)
 class Block:
     """A component's part of a cell: its template data, and what it installs (pip lock sets, in
-    install order; artifact keys) in the image of the layer it belongs to."""
+    install order; artifact keys; source keys, matrix.yaml's ``sources``, which the build stages
+    verified beforehand) in the image of the layer it belongs to."""
 
     data: dict[str, Any] | None
     layer: Literal["base", "framework"] = "base"  # which Dockerfile installs it
     locks: tuple[LockSet, ...] = ()
-    artifacts: tuple[str, ...] = field(default=())
+    artifacts: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
