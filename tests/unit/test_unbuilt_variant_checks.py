@@ -293,6 +293,7 @@ def host_at_10_gbs(monkeypatch):
     monkeypatch.setattr(speed, "host_reference", lambda *a, **k: speed.parse(tbspeed(10.0)))
     monkeypatch.setattr(speed, "settle", lambda: None)
     monkeypatch.setattr(test_speed, "_transport", lambda target: "pml ob1 (btl tcp,self)")
+    monkeypatch.setattr(test_speed, "_contention", lambda target: "host load 1.00 1.00 1.00; in the container: (fake)")
     return test_speed
 
 

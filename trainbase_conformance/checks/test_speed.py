@@ -6,7 +6,9 @@ passed. This check runs the same mpi4py ping-pong on the host's own MPI and in t
 the same run, and fails an image below FLOOR_4MIB of the host, naming the transport it used.
 Ratios only, never an absolute time (trainbase_conformance/speed.py)."""
 
+import os
 import re
+import subprocess
 
 import pytest
 
@@ -37,6 +39,24 @@ def _transport(target) -> str:
     r = target.sh(f"I_MPI_DEBUG=5 {mpi.local(2)} {barrier} 2>&1", timeout=120)
     said = [ln.split("):", 1)[-1].strip() for ln in r.stdout.splitlines() if re.search(r"provider|shm|fabric", ln)]
     return "; ".join(dict.fromkeys(said))[:300] or "?"
+
+
+def _contention(target) -> str:
+    """What else held the cores and the shared memory when the image was slow: the host's load,
+    the container's busiest processes (a rank left spinning by an earlier check takes a core
+    from the ping-pong's two) and its /dev/shm (Open MPI's backing files live there)."""
+
+    def busiest(text: str) -> str:
+        return "; ".join(" ".join(ln.split())[:120] for ln in text.splitlines() if ln.strip())
+
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    ps = ["ps", "-eo", "pcpu=,etimes=,args=", "--sort=-pcpu"]
+    host = subprocess.run(ps, capture_output=True, text=True, timeout=30, check=False).stdout.splitlines()[:4]
+    r = target.sh("ps -eo pcpu=,etimes=,args= --sort=-pcpu | head -n 4; df -k /dev/shm | tail -n 1", timeout=30)
+    return (
+        f"host load {load}, its busiest: {busiest(chr(10).join(host))}; "
+        f"in the container: {busiest(r.stdout or '') or '(ps printed nothing)'}"
+    )
 
 
 @pytest.mark.cpu
@@ -72,7 +92,8 @@ def test_intra_node_bandwidth_is_near_the_hosts(target):
             f"below {speed.FLOOR_4MIB}x; the image's MPI "
             f"used: {_transport(target)}. Cross-memory attach is refused in this container (Docker's "
             f"default seccomp profile without SYS_PTRACE): a transport that falls back to TCP "
-            f"for large intra-node messages is the usual cause (docs/performance.md)"
+            f"for large intra-node messages is the usual cause (docs/performance.md). While it ran: "
+            f"{_contention(target)}"
         )
 
 
