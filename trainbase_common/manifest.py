@@ -27,6 +27,8 @@ def labels(manifest: dict[str, Any]) -> dict[str, str]:
         "io.trainbase.ib": c["ib"]["kind"],
         "io.trainbase.python": c["python"]["version"],
     }
+    if "gdrcopy" in c:  # the fabric libraries an image carries (manifests before issue 70 have none)
+        out["io.trainbase.gdrcopy"] = c["gdrcopy"]["version"]
     for fw, ver in manifest["frameworks"].items():
         out[f"io.trainbase.framework.{fw}"] = ver
     return out

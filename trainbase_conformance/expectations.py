@@ -58,6 +58,7 @@ COMPONENTS = {
     "cudnn": Component("cuDNN", ("libcudnn.so*",), 'cudnn: {version: "9.10.2.21"}'),
     "ucx": Component("UCX", ("libucp.so*",), 'ucx: {version: "1.16.0"}'),
     "ib": Component("the InfiniBand userspace (libibverbs)", ("libibverbs.so*",), "ib: {providers: [mlx5]}"),
+    "gdrcopy": Component("GDRCopy's userspace library", ("libgdrapi.so*",), 'gdrcopy: {version: "2.6"}'),
 }
 # frameworks.NAME: the Python package the framework installs (found as a package directory)
 FRAMEWORKS = {"pytorch": "torch", "tensorflow": "tensorflow", "horovod": "horovod", "deepspeed": "deepspeed"}
@@ -77,6 +78,7 @@ READERS = {
     "nccl.version": "test_nccl.py::test_nccl_version_from_the_library",
     "ucx.version": "test_ib.py::test_ucx_version",
     "ib.providers": "test_ib.py::test_verbs_providers",
+    "gdrcopy.version": "test_gdrcopy.py::test_libgdrapi_loads_and_is_the_declared_release",
     "duplicate_libraries": "test_libraries.py::test_one_copy_of_each_library",
     "frameworks.pytorch": "test_frameworks.py::test_pytorch_build_matches_manifest",
     "frameworks.tensorflow": "test_frameworks.py::test_tensorflow_build_matches_manifest",

@@ -27,6 +27,7 @@ LOCK = {
             "ref": "nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04",
         },
         "artifacts": {"ucx": {"url": "https://example.org/ucx-1.19.0.tar.gz", "sha256": "d" * 64}},
+        "sources": {"gdrcopy-2.6": {"repository": "NVIDIA/gdrcopy", "commit": "9" * 40, "tree": "8" * 40}},
         "pip_locks": {"locks/python-py3.11.txt": "e" * 64},
         "patches": {},
         "parent_tag": "trainbase/base:r" + "f" * 12,
@@ -69,6 +70,12 @@ def test_provenance_names_every_input_by_digest_and_the_workflow_run_that_built_
         "name": "artifact:ucx",
         "uri": "https://example.org/ucx-1.19.0.tar.gz",
         "digest": {"sha256": "d" * 64},
+    }
+    # a source tree is pinned by its commit and its tree id, not by an archive's bytes
+    assert deps["source:gdrcopy-2.6"] == {
+        "name": "source:gdrcopy-2.6",
+        "uri": "git+https://github.com/NVIDIA/gdrcopy@" + "9" * 40,
+        "digest": {"gitCommit": "9" * 40, "gitTree": "8" * 40},
     }
     assert (
         deps["pip_locks:locks/python-py3.11.txt"]["uri"]

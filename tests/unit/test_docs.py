@@ -317,6 +317,7 @@ EXTERNAL_FLAGS = frozenset(
         "--enable-prte-prefix-by-default",
         # Open MPI's and UCX's configure (docs/cuda-aware-mpi.md: how each row is built)
         "--with-cuda",
+        "--with-gdrcopy",
         "--without-cuda",
         "--with-cuda-libdir",
         "--disable-dlopen",

@@ -369,3 +369,44 @@ def test_the_real_cma_probe_reads_a_sibling_process_on_this_host():
     """The probe itself, for real: on this host (no seccomp filter on the test process) two
     sibling processes can read each other's memory."""
     assert core.Node().cma_probe() == 0
+
+
+# --- the fabric NCCL finds (issue 70): EFA is not InfiniBand ----------------------------------------
+
+PLUGIN_LOG = """h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.21.1
+h:1:1 [0] NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 4 nics)
+h:1:1 [0] NCCL INFO Using network Libfabric
+"""
+
+
+def _node_with(tmp_path, device: str, driver: str, log: str, link_layer: str | None = None) -> FakeNode:
+    n = FakeNode(tmp_path, libs={"libcuda.so.1": (FakeCuda(), "/usr/lib/libcuda.so.1")})
+    n.rdma_device(device, uverbs=0, driver=driver)
+    if link_layer:
+        n.write(f"/sys/class/infiniband/{device}/ports/1/link_layer", link_layer)
+    n.commands = {"": (0, log)}
+    return n
+
+
+def test_efa_devices_with_nccl_on_sockets_fail_with_the_plugin_fix_not_ib_settings(tmp_path):
+    r = result(_node_with(tmp_path, "rdmap16s27", "efa", SOCKET_LOG), "nccl.network")
+    assert r.status == core.FAIL and "AWS EFA devices here (rdmap16s27)" in r.summary, r.summary
+    assert "aws-ofi-nccl" in r.hint and "never NCCL_NET=IB" in r.hint and "NCCL_IB_DISABLE" not in r.hint
+    assert r.facts["fabric"] == ["efa"]
+
+
+def test_efa_devices_with_the_plugin_selected_pass_naming_the_fabric(tmp_path):
+    r = result(_node_with(tmp_path, "rdmap16s27", "efa", PLUGIN_LOG), "nccl.network")
+    assert r.status == core.OK and r.summary == "NCCL selected Libfabric on efa", r.summary
+
+
+def test_a_plugin_on_an_infiniband_node_warns_as_a_stray(tmp_path):
+    r = result(_node_with(tmp_path, "mlx5_0", "mlx5_core", PLUGIN_LOG), "nccl.network")
+    assert r.status == core.WARN and "without EFA devices (infiniband here)" in r.summary, r.summary
+
+
+def test_roce_on_sockets_names_the_gid_index_and_ib_names_itself(tmp_path):
+    r = result(_node_with(tmp_path / "roce", "mlx5_0", "mlx5_core", SOCKET_LOG, link_layer="Ethernet"), "nccl.network")
+    assert r.status == core.FAIL and "NCCL_IB_GID_INDEX" in r.hint and r.facts["fabric"] == ["roce"]
+    ok = result(_node_with(tmp_path / "ib", "mlx5_0", "mlx5_core", IB_LOG), "nccl.network")
+    assert ok.status == core.OK and ok.summary.startswith("NCCL selected IB on infiniband"), ok.summary

@@ -346,5 +346,10 @@ def test_every_manifest_claims_what_its_dockerfile_builds():
             assert mpi["cuda_aware"] is False, name
         seen.add((comp["os"]["id"][:6], mpi["install"], comp["cuda"]["from"]))
         want_ucx = [] if comp["ucx"]["from"] == "distro" else ["cuda_copy", "cuda_ipc"]
+        dockerfile = (manifest_path.parent / "Dockerfile").read_text()
+        if comp["ucx"]["from"] == "source":
+            # gdr_copy only where UCX is built against the image's libgdrapi
+            assert "--with-gdrcopy=/opt/gdrcopy" in dockerfile and "gdrcopy" in comp, name
+            want_ucx.append("gdr_copy")
         assert comp["ucx"]["cuda_transports"] == want_ucx, name
     assert {("debian", "source", "wheels"), ("debian", "pypi", "wheels"), ("ubuntu", "source", "wheels")} <= seen, seen

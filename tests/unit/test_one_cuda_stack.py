@@ -81,7 +81,9 @@ def test_cuda_aware_mpi_is_compiled_in_the_toolchain_stage_on_ubuntu(rendered):
     assert text.count("--with-cuda=/usr/local/cuda") == 2
     m = _manifest(r)
     assert m["components"]["mpi"]["cuda_aware"] is True
-    assert m["components"]["ucx"]["cuda_transports"] == ["cuda_copy", "cuda_ipc"]
+    # and gdr_copy: UCX is built --with-gdrcopy against the image's libgdrapi (the gdrcopy stage)
+    assert "FROM os AS gdrcopy-build" in text and "--with-gdrcopy=/opt/gdrcopy" in text
+    assert m["components"]["ucx"]["cuda_transports"] == ["cuda_copy", "cuda_ipc", "gdr_copy"]
 
 
 def test_ubuntu_pytorch_images_plan_within_budget_of_the_debian_ones(rendered):

@@ -120,7 +120,7 @@ def test_github_first_then_the_mirror_and_the_staged_copy_is_reused(upstream, tm
 def test_without_github_the_mirror_serves_and_is_verified(upstream, tmp_path):
     src, archive = upstream
     got = sources.stage("up-1.0", src, tmp_path / "checkout", mirror=archive.parent, download=_offline)
-    assert got.origin == f"the mirror ({archive})"
+    assert got.origin.startswith(f"the mirror ({archive}); GitHub did not answer"), got.origin
     assert sources.tree_of(got.path)[0] == src.tree
 
 
@@ -192,12 +192,17 @@ def test_a_cell_whose_source_cannot_be_staged_is_refused_and_its_children_skippe
     )
     rendered = recipes.render_all(m, [base, child, other], root=ROOT)
     r = rendered[base.name]
-    rendered[base.name] = dataclasses.replace(r, context=dataclasses.replace(r.context, sources=["gdrcopy-2.6"]))
+    assert r.context.sources == ["gdrcopy-2.6"]  # every base cell builds libgdrapi (fabric.gdrcopy)
+    rendered[base.name] = dataclasses.replace(
+        r, context=dataclasses.replace(r.context, sources=[*r.context.sources, "libfabric-2.6.0"])
+    )
     plan = Plan(m, rendered, [base, child, other])
-    assert plan.sources_needed() == ["gdrcopy-2.6"]
-    plan.refuse_unsourced({"gdrcopy-2.6": "source gdrcopy-2.6 (NVIDIA/gdrcopy v2.6): GitHub did not answer; ..."})
+    assert plan.sources_needed() == ["gdrcopy-2.6", "libfabric-2.6.0"]
+    plan.refuse_unsourced(
+        {"libfabric-2.6.0": "source libfabric-2.6.0 (ofiwg/libfabric v2.6.0): GitHub did not answer; ..."}
+    )
     plan.propagate()
     assert plan.jobs[base.name].status == JobState.REFUSED
-    assert plan.jobs[base.name].reason.startswith("source gdrcopy-2.6")
+    assert plan.jobs[base.name].reason.startswith("source libfabric-2.6.0")
     assert plan.jobs[child.name].status == JobState.SKIPPED and base.name in plan.jobs[child.name].reason
     assert plan.jobs[other.name].status == JobState.QUEUED

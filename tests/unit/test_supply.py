@@ -61,6 +61,20 @@ def test_inventory_from_the_images_answer():
         inventory_reader.parse("@@os\nID=debian\n@@deb\n", "c", "r1", "i", base, [])
 
 
+def test_a_pinned_source_is_a_component_named_by_its_repository_at_its_commit():
+    got = inventory_reader.components_of(
+        [],
+        "f" * 64,
+        [{"key": "gdrcopy-2.6", "repository": "NVIDIA/gdrcopy", "tag": "v2.6", "commit": "9" * 40, "tree": "8" * 40}],
+    )
+    gdrcopy = next(p for p in got if p.name == "gdrcopy")
+    assert (gdrcopy.version, gdrcopy.source, gdrcopy.sha256) == (
+        "2.6",
+        "git+https://github.com/NVIDIA/gdrcopy@" + "9" * 40,
+        "",
+    )
+
+
 def test_component_names_and_versions_from_artifact_keys():
     got = inventory_reader.components_of(
         [

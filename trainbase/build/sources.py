@@ -26,10 +26,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..define.schema import Source
+from ..define.schema import Source, staged_source
 from ..errors import TrainbaseError
 
-STAGE_DIR = "build-sources"  # under the checkout; the Dockerfiles mount STAGE_DIR/<key>.tar.gz
 MIRROR_ENV = "TRAINBASE_SOURCE_MIRROR"
 GITHUB_TIMEOUT_S = 60
 
@@ -41,11 +40,6 @@ class SourceError(TrainbaseError):
 def github_url(src: Source) -> str:
     """GitHub's archive of the pinned commit (never of the tag: a tag can be moved)."""
     return f"https://codeload.github.com/{src.repository}/tar.gz/{src.commit}"
-
-
-def staged_path(key: str) -> str:
-    """Where a cell's Dockerfile finds the verified archive, relative to the build context."""
-    return f"{STAGE_DIR}/{key}.tar.gz"
 
 
 def default_mirror(root: Path) -> Path:
@@ -126,7 +120,7 @@ def _download(url: str, dest: Path) -> None:
 @dataclass(frozen=True)
 class Staged:
     key: str
-    path: Path  # the verified archive in the checkout's STAGE_DIR
+    path: Path  # the verified archive in the checkout (staged_source)
     origin: str  # where it came from: "staged before", "GitHub (URL)", "the mirror (PATH)"
 
 
@@ -137,10 +131,10 @@ def stage(
     mirror: Path | None = None,
     download: Callable[[str, Path], None] = _download,
 ) -> Staged:
-    """The verified archive of ``src`` in ``root/build-sources``: the one staged before if it still
+    """The verified archive of ``src`` in the checkout (staged_source): the one staged before if it still
     verifies, else GitHub's archive of the commit, else the mirror's file. Raises SourceError with
     every way's reason when none gives the pinned tree; a mismatching archive is never staged."""
-    dest = root / staged_path(key)
+    dest = root / staged_source(key)
     reasons: list[str] = []
     if dest.exists():
         try:
@@ -170,7 +164,7 @@ def stage(
             tmp_dest = dest.with_suffix(".partial")
             tmp_dest.write_bytes(candidate.read_bytes())
             tmp_dest.replace(dest)
-            return Staged(key, dest, f"the mirror ({candidate})")
+            return Staged(key, dest, f"the mirror ({candidate}); " + "; ".join(reasons))
         except SourceError as e:
             reasons.append(f"the mirror's file: {e}")
     else:

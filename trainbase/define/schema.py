@@ -427,6 +427,15 @@ GIT_ID = re.compile(r"^[0-9a-f]{40}$")
 GITHUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+SOURCE_STAGE_DIR = "build-sources"  # under the checkout: the verified archives the Dockerfiles mount
+
+
+def staged_source(key: str) -> str:
+    """Where a cell's Dockerfile finds source ``key``'s verified archive, relative to the build
+    context (build.py stages it there before the build: trainbase/build/sources.py)."""
+    return f"{SOURCE_STAGE_DIR}/{key}.tar.gz"
+
+
 class Source(Strict):
     """An upstream source tree that no package registry ships (aws-ofi-nccl, libfabric, gdrcopy,
     nccl-tests, ucc), pinned by its commit and by its content: the git tree id of the unpacked
@@ -463,6 +472,23 @@ class Source(Strict):
         return v
 
 
+class SourceBuilt(Strict):
+    """A component built from a pinned source (``sources``), at the version that source is."""
+
+    version: str
+    source: str  # a key of matrix.yaml's sources
+
+
+class Fabric(Strict):
+    """The fabric libraries every image carries beside its MPI and NCCL (issue 70): each one a
+    block of its own (templates/blocks/<name>.j2, trainbase/render/components/<name>.py) and a
+    check module (trainbase_conformance/checks/test_<name>.py)."""
+
+    # GDRCopy's userspace library (libgdrapi): CPU-mapped GPU memory for UCX's gdr_copy and
+    # NCCL; the gdrdrv kernel module it talks to stays the node's
+    gdrcopy: SourceBuilt | None = None
+
+
 # A distro package's name on every OS row: one name for all, or {name: [os rows]} where the
 # releases disagree (the 2024 64-bit time_t transition renamed libpmix2 to libpmix2t64 on
 # Ubuntu 24.04 and Debian 13). Each row must get exactly one name (MatrixFile checks).
@@ -488,6 +514,16 @@ class MatrixFile(Strict):
     distro_packages: dict[str, DistroPackage] = {}
     # source trees no registry ships, by commit and tree id (Source)
     sources: dict[str, Source] = {}
+    fabric: Fabric = Fabric()
+
+    @model_validator(mode="after")
+    def _fabric_sources_are_pinned(self) -> MatrixFile:
+        for name, built in self.fabric:
+            if built is not None and built.source not in self.sources:
+                raise ValueError(
+                    f"fabric.{name}: source {built.source!r} is not one of sources ({', '.join(self.sources)})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _one_name_per_row(self) -> MatrixFile:

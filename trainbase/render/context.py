@@ -50,10 +50,13 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     locks: list[LockSet] = []
     artifacts: list[str] = []
     source_keys: list[str] = []
+    claims: dict[str, Any] = {}
     own_layer = "framework" if cell.parent else "base"
     for key, component in COMPONENTS:
         block = component(f)
         data[key] = block.data
+        if block.manifest:
+            claims[key] = block.manifest
         if block.layer == own_layer:
             locks += block.locks
             artifacts += block.artifacts
@@ -62,11 +65,11 @@ def build(m: Matrix, cell: Cell) -> CellContext:
     # every distro package's name on this cell's OS (matrix.yaml's distro_packages): the
     # blocks name packages by what they are, through apt("what") (render/recipes.py)
     data["packages"] = {what: m.spec.package_name(what, cell.os) for what in m.spec.distro_packages}
-    manifest = _manifest(f, data, framework.chain(f))
+    manifest = _manifest(f, data, framework.chain(f), claims)
     return CellContext(cell=cell, data=data, locks=locks, manifest=manifest, artifacts=artifacts, sources=source_keys)
 
 
-def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:
+def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell], claims: dict[str, Any]) -> dict[str, Any]:
     """What the image claims: component -> version. Written into the image as JSON and as
     OCI labels; the conformance suite checks the image against it (name == content)."""
     m, cell, mpir = f.m, f.cell, f.mpir
@@ -111,6 +114,7 @@ def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell]) -> dict[str, Any]:
             "mpi4py": _pin_version(m.spec.python.packages, "mpi4py"),
         },
     }
+    components.update(claims)  # what the components that say it themselves claim (Block.manifest)
     frameworks = {c.framework: c.framework_version for c in chain}
     # What matrix.yaml pins per framework (e.g. lightning with pytorch), and the CUDA libraries a
     # release adds at its CUDA row's versions: each is checked in the image.

@@ -88,6 +88,14 @@ def provenance(cell: str, platform: str, lock: dict[str, Any], labels: dict[str,
         )
     for name, a in sorted((inputs.get("artifacts") or {}).items()):
         deps.append({"name": f"artifact:{name}", "uri": a["url"], "digest": {"sha256": a["sha256"]}})
+    for name, src in sorted((inputs.get("sources") or {}).items()):
+        deps.append(
+            {
+                "name": f"source:{name}",
+                "uri": f"git+https://github.com/{src['repository']}@{src['commit']}",
+                "digest": {"gitCommit": src["commit"], "gitTree": src["tree"]},
+            }
+        )
     source, revision = (
         labels.get("org.opencontainers.image.source", ""),
         labels.get("org.opencontainers.image.revision", ""),

@@ -92,6 +92,19 @@ class SupplyChain:
             r = self.rendered[r.cell.parent] if r.cell.parent else None
         return sorted(out, key=lambda a: a["key"])
 
+    def sources(self, j: Job) -> list[dict[str, Any]]:
+        """Every pinned source tree built into the cell and the cells it is built FROM (its
+        repository, commit and tree id: what the build verified the archive against)."""
+        out: dict[str, dict[str, Any]] = {}
+        r: Rendered | None = j.rendered
+        while r is not None:
+            for key in r.context.sources:
+                found = _source_by_key(r.context.data, key)
+                if found:
+                    out[key] = found
+            r = self.rendered[r.cell.parent] if r.cell.parent else None
+        return [out[k] for k in sorted(out)]
+
     def inputs(self, j: Job) -> dict[str, Any]:
         """The inputs a rebuild must find unchanged: base identity, downloads, pip locks, patches."""
         ctx = j.rendered.context
@@ -100,6 +113,10 @@ class SupplyChain:
         return {
             "base": bases.base_identity(base_ref) if not j.cell.parent else {"parent": j.cell.parent},
             "artifacts": {a["key"]: {"url": a["url"], "sha256": a["sha256"]} for a in self.artifacts(j)},
+            "sources": {
+                s["key"]: {"repository": s["repository"], "commit": s["commit"], "tree": s["tree"]}
+                for s in self.sources(j)
+            },
             "pip_locks": {ls.path: _file_sha256(self.root / ls.path) for ls in ctx.locks},
             "patches": (
                 {ctx.data["framework"]["patch"]["file"]: ctx.data["framework"]["patch"]["sha256"]}
@@ -221,7 +238,7 @@ class SupplyChain:
             inputs["base"] = recorded  # what this image was built FROM, not what resolves today
         base = recorded or (inputs["base"] if not j.cell.parent else self._parent_base(j))
         inv = inventory_reader.read(
-            j.image, j.name, j.tag, base, inventory_reader.components_of(self.artifacts(j), self.tools)
+            j.image, j.name, j.tag, base, inventory_reader.components_of(self.artifacts(j), self.tools, self.sources(j))
         )
         text = sbom.to_cyclonedx(inv)
         sbom.validate(text)
@@ -364,6 +381,12 @@ def _artifact_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
         (data.get("framework") or {}).get("sdist"),
     ]
     return next((a for a in cands if a and a["key"] == key), None)
+
+
+def _source_by_key(data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The pinned source a block of the context builds from (Facts.source: gdrcopy's ...)."""
+    cands = [v.get("source") for v in data.values() if isinstance(v, dict)]
+    return next((c for c in cands if isinstance(c, dict) and c.get("key") == key), None)
 
 
 OWNER = "io.trainbase.supply.owner"  # HOST:PID of the run that started a supply container

@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,26 @@ def parse(text: str, cell: str, tag: str, image_id: str, base: dict[str, str], c
     )
 
 
-def components_of(artifacts: list[dict[str, Any]], tools_digest: str) -> list[Package]:
+def components_of(
+    artifacts: list[dict[str, Any]],
+    tools_digest: str,
+    sources: Sequence[dict[str, Any]] = (),
+) -> list[Package]:
     """What trainbase itself put into the image from pinned downloads (name, version from the
-    artifact key, URL, sha256) and its own tools (tb-launch, tb-doctor, ...)."""
+    artifact key, URL, sha256), from pinned source trees (name, the tag's version, the GitHub
+    repository at the commit: sources carry no file digest, their pin is commit + tree id) and
+    its own tools (tb-launch, tb-doctor, ...)."""
     out = [Package("component", "trainbase-tools", tools_digest[:12], source="imagefs/")]
+    for src in sources:
+        name = src["repository"].rsplit("/", 1)[-1]
+        out.append(
+            Package(
+                "component",
+                name,
+                src["tag"].removeprefix("v"),
+                source=f"git+https://github.com/{src['repository']}@{src['commit']}",
+            )
+        )
     for a in artifacts:
         # matrix.yaml's keys read NAME-VERSION[-what]: openmpi-4.1.4-debian, miniforge-25.3.0-3
         m = re.match(r"(.+?)-(\d[\w.]*(?:-\d+)?)(?:-[a-z]+)?$", a["key"])

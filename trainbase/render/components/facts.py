@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from ...define.matrix import Cell, Matrix
 from ...define.pip_locks import LockSet
-from ...define.schema import CudaRow, IbRow, MatrixFile, MpiRow, OsRow, Platform, UcxChoice
+from ...define.schema import CudaRow, IbRow, MatrixFile, MpiRow, OsRow, Platform, UcxChoice, staged_source
 
 VENV_PREFIX = "/opt/trainbase/venv"
 CONDA_PREFIX = "/opt/conda"
@@ -92,8 +92,6 @@ class Facts:
     def source(self, key: str) -> dict[str, str]:
         """A pinned source tree as the templates mount it: the verified archive the build staged
         (trainbase/build/sources.py) and the pin it was verified against."""
-        from ...build.sources import staged_path
-
         src = self.spec.sources[key]
         return {
             "key": key,
@@ -101,7 +99,7 @@ class Facts:
             "tag": src.tag,
             "commit": src.commit,
             "tree": src.tree,
-            "archive": staged_path(key),
+            "archive": staged_source(key),
         }
 
     def artifact(self, key: str | None) -> dict[str, str | None] | None:
@@ -131,3 +129,6 @@ class Block:
     locks: tuple[LockSet, ...] = ()
     artifacts: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    # what the image claims of this component (the manifest's components.<key>), where the
+    # component says it itself; None: the manifest's own code writes it (context._manifest)
+    manifest: dict[str, Any] | None = None

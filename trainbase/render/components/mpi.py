@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import cuda, ucx
+from .cuda import runtime_tree
 from .facts import Block, Facts
+from .ucx import cuda_transports
 
 OPENMPI_PREFIX = "/opt/openmpi"
 
@@ -17,9 +18,9 @@ def cuda_support(f: Facts) -> dict[str, Any]:
     at run time, so the CUDA runtime wheel's headers suffice (no libcuda stub)."""
     kind, install = f.mpir.kind, f.mpir.install
     if kind == "openmpi" and install == "source":
-        with_cuda = "/usr/local/cuda" if f.build_has_cuda else cuda.runtime_tree(f)
+        with_cuda = "/usr/local/cuda" if f.build_has_cuda else runtime_tree(f)
         why = f"Open MPI configured --with-cuda={with_cuda} (cuda.h; the driver's libcuda.so.1 is loaded at run time)"
-        if not ucx.cuda_transports(f):
+        if not cuda_transports(f):
             # ob1 (what runs without an RDMA device) stages device buffers itself; UCX cannot
             why += (
                 "; its UCX has no CUDA transports, so CUDA buffers take ob1 (smcuda within a node, "

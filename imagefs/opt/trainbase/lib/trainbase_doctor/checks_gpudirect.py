@@ -1,6 +1,7 @@
 """GPUDirect RDMA: does NCCL move data between nodes straight between GPU memory and the HCA
 (GDRDMA), or through a bounce buffer in host memory (a fraction of the bandwidth, and nothing
-else says so)? Two checks, both "not applicable" without RDMA devices and GPUs:
+else says so)? Two checks, both "not applicable" without RDMA devices and GPUs (and, beside them,
+``gpu.gdrcopy``: the node's gdrdrv module and /dev/gdrdrv for the image's libgdrapi):
 
 - ``gpudirect.kernel``: what the kernel offers the HCA for GPU memory -- nvidia_peermem, or
   DMA-BUF -- and where each GPU sits against each HCA (PCIe root, NUMA node), from sysfs;
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .core import FAIL, OK, WARN, Node, Result, check
+from .core import FAIL, OK, SKIP, WARN, Node, Result, check
 from .hardware import GPU_FLAGS, absent, cuda_driver, nccl_settings, rdma
 from .nccl_log import parse_nccl_gdr, path_type_names
 
@@ -319,6 +320,62 @@ def gpudirect_kernel(node: Node) -> Result:
         + where,
         hint=PEERMEM_FIX,
         facts=k,
+    )
+
+
+GDRDRV_FIX = (
+    "load NVIDIA's gdrdrv kernel module on the node (GDRCopy's gdrdrv-dkms package, or the GPU Operator "
+    "with gdrcopy enabled) and pass its device to the container (`--device=/dev/gdrdrv`; Kubernetes: "
+    "the device plugin or a hostPath device); the image carries the library"
+)
+
+
+@check("gpu.gdrcopy", "GDRCopy can map GPU memory: the node's gdrdrv module and its device", "gdrcopy")
+def gdrcopy(node: Node) -> Result:
+    """GDRCopy's two halves: the image's libgdrapi (the manifest's components.gdrcopy) and the
+    node's gdrdrv kernel module with its /dev/gdrdrv. Without the module UCX's gdr_copy transport
+    is not opened and NCCL copies small GPU buffers with cudaMemcpy instead: jobs run, small
+    messages to and from GPU memory are slower -- a warning, never a failure."""
+    library = node.component("gdrcopy")
+    module = node.path("/sys/module/gdrdrv").is_dir() or bool(
+        re.search(r"^gdrdrv\s", node.read("/proc/modules") or "", re.M)
+    )
+    device = node.path("/dev/gdrdrv").exists()
+    facts = {
+        "library": (library or {}).get("version"),
+        "gdrdrv_loaded": module,
+        "device": device,
+    }
+    info = cuda_driver(node)
+    if info.get("error") or not info.get("count"):
+        return absent(
+            node, "gpu", "not applicable: no GPU in this container, nothing for gdrdrv to map", GPU_FLAGS, facts
+        )
+    if not library:
+        return Result("", SKIP, "skipped: this image carries no GDRCopy library", facts=facts)
+    if device:
+        return Result(
+            "",
+            OK,
+            f"/dev/gdrdrv is here (gdrdrv {'loaded' if module else 'module not visible from here'}): UCX's "
+            f"gdr_copy and NCCL map GPU memory through libgdrapi {library['version']}",
+            facts=facts,
+        )
+    if module:
+        return Result(
+            "",
+            WARN,
+            "the node loads gdrdrv but /dev/gdrdrv is not in this container: GDRCopy is off",
+            hint="pass the device: `--device=/dev/gdrdrv` (Kubernetes: the device plugin or a hostPath device)",
+            facts=facts,
+        )
+    return Result(
+        "",
+        WARN,
+        "the node does not load gdrdrv: UCX's gdr_copy transport is off and NCCL copies small GPU "
+        "buffers with cudaMemcpy (slower small messages to and from GPU memory)",
+        hint=GDRDRV_FIX,
+        facts=facts,
     )
 
 

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .core import FAIL, OK, SKIP, WARN, Node, Result, check
-from .hardware import GPU_FLAGS, absent, cuda_driver, rdma
+from .hardware import GPU_FLAGS, absent, cuda_driver, fabric, rdma
 
 NCCL = "libnccl.so.2"
 # Per MPI kind (the manifest's components.mpi.kind): the launchers users type, and how their
@@ -262,6 +262,14 @@ def parse_nccl_network(log: str) -> dict:
     return out
 
 
+EFA_FIX = (
+    "AWS EFA needs NCCL's aws-ofi-nccl plugin (libnccl-net-ofi.so) over libfabric's efa provider, "
+    "which this image does not carry yet: use an image that carries it, or add AWS's "
+    "EFA installer (libfabric, aws-ofi-nccl) in an image built FROM this one; never NCCL_NET=IB "
+    "(NCCL aborts on EFA). Check `fi_info -p efa` and that the EFA devices are passed in"
+)
+
+
 @check("nccl.network", "a one-process NCCL init shows which network NCCL selects", "nccl.net")
 def nccl_network(node: Node) -> Result:
     info = cuda_driver(node)
@@ -294,7 +302,31 @@ def nccl_network(node: Node) -> Result:
             facts=facts,
         )
     usable = sorted(rdma(node)["uverbs"])
+    found = fabric(node)
+    facts["fabric"] = found["kinds"]
     chosen = net["network"] or "?"
+    efa = sorted(n for n, k in found["devices"].items() if k == "efa")
+    plugin_used = not chosen.lower().startswith(("socket", "ib")) and net["network"] is not None
+    if efa and not plugin_used:
+        # EFA is no InfiniBand: NCCL's IB transport does not drive it, NCCL_NET=IB aborts there
+        return Result(
+            "",
+            FAIL,
+            f"AWS EFA devices here ({', '.join(efa)}) and NCCL selected {chosen}: without a network "
+            "plugin for EFA NCCL runs its collectives over TCP sockets",
+            hint=EFA_FIX,
+            facts=facts,
+        )
+    if plugin_used and not efa:
+        return Result(
+            "",
+            WARN,
+            f"NCCL selected the network plugin {chosen} on a node without EFA devices "
+            f"({'/'.join(found['kinds']) or 'no RDMA device'} here): a plugin for another fabric runs "
+            "instead of NCCL's own transport",
+            hint="unset NCCL_NET / NCCL_NET_PLUGIN for this node, or remove the plugin from the image",
+            facts=facts,
+        )
     if chosen.lower().startswith("socket"):
         if usable:
             why = f"NET/IB said: {net['ib']}" if net["ib"] else "no NET/IB line"
@@ -303,7 +335,12 @@ def nccl_network(node: Node) -> Result:
                 FAIL,
                 f"NCCL selected sockets although {', '.join(usable)} are here ({why})",
                 hint="check ib.provider, mem.memlock and nccl.env (NCCL_IB_DISABLE, NCCL_IB_HCA); a net "
-                "plugin that fails to load also drops NCCL to sockets",
+                "plugin that fails to load also drops NCCL to sockets"
+                + (
+                    "; RoCE: NCCL_IB_GID_INDEX names the RoCE v2 GID where the default is not"
+                    if "roce" in found["kinds"]
+                    else ""
+                ),
                 facts=facts,
             )
         return Result(
@@ -321,7 +358,8 @@ def nccl_network(node: Node) -> Result:
             facts=facts,
             hint="NCCL_DEBUG_FILE may be overridden; run with NCCL_DEBUG=INFO and read the NET/ lines",
         )
-    return Result("", OK, f"NCCL selected {chosen}" + (f" ({net['ib']})" if net["ib"] else ""), facts=facts)
+    on = f" on {'/'.join(found['kinds'])}" if found["kinds"] else ""
+    return Result("", OK, f"NCCL selected {chosen}{on}" + (f" ({net['ib']})" if net["ib"] else ""), facts=facts)
 
 
 CONTRACT_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")

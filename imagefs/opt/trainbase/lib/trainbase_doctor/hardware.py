@@ -144,6 +144,26 @@ def rdma(node: Node) -> dict[str, Any]:
     return node.cache["rdma"]
 
 
+def fabric(node: Node) -> dict[str, Any]:
+    """What the RDMA devices handed to this container are, by what NCCL needs for each: ``efa``
+    (AWS EFA, the efa verbs provider: NCCL reaches it only through a net plugin, aws-ofi-nccl over
+    libfabric), ``infiniband`` and ``roce`` (an Ethernet link layer: NCCL's own IB transport,
+    with NCCL_IB_GID_INDEX where the default GID is not RoCE v2). {"devices": {name: kind},
+    "kinds": [...]} over the devices with a verbs node here."""
+    r = rdma(node)
+    kinds: dict[str, str] = {}
+    for name in r["uverbs"]:
+        d = r["devices"].get(name, {})
+        layers = {p.get("link_layer") for p in d.get("ports", {}).values()}
+        if d.get("provider") == "efa":
+            kinds[name] = "efa"
+        elif "Ethernet" in layers:
+            kinds[name] = "roce"
+        else:
+            kinds[name] = "infiniband"
+    return {"devices": kinds, "kinds": sorted(set(kinds.values()))}
+
+
 def nccl_settings(node: Node) -> dict[str, tuple[str, str]]:
     """NCCL_* from /etc/nccl.conf, then the environment (which wins, as in NCCL): {name: (value, source)}."""
     out: dict[str, tuple[str, str]] = {}
