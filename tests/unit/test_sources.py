@@ -206,3 +206,16 @@ def test_a_cell_whose_source_cannot_be_staged_is_refused_and_its_children_skippe
     assert plan.jobs[base.name].reason.startswith("source libfabric-2.6.0")
     assert plan.jobs[child.name].status == JobState.SKIPPED and base.name in plan.jobs[child.name].reason
     assert plan.jobs[other.name].status == JobState.QUEUED
+
+
+def test_a_scratch_checkout_finds_the_mirror_beside_the_checkout_trainbase_runs_from(tmp_path, monkeypatch):
+    """A build of a checkout elsewhere (the build tests' scratch copies) takes the team's mirror
+    beside the checkout trainbase runs from; the variable wins over both."""
+    monkeypatch.delenv(sources.MIRROR_ENV, raising=False)
+    beside_tool = sources.TOOL_ROOT.parent / "shared" / "sources"
+    want = beside_tool if beside_tool.is_dir() else tmp_path / "scratch" / ".." / "shared" / "sources"
+    assert sources.default_mirror(tmp_path / "scratch").resolve() == want.resolve()
+    (tmp_path / "shared" / "sources").mkdir(parents=True)
+    assert sources.default_mirror(tmp_path / "scratch") == tmp_path / "shared" / "sources"
+    monkeypatch.setenv(sources.MIRROR_ENV, str(tmp_path / "elsewhere"))
+    assert sources.default_mirror(tmp_path / "scratch") == tmp_path / "elsewhere"

@@ -16,6 +16,7 @@ build context is the only way into a classic BuildKit build (Docker 20.10 has no
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import tarfile
@@ -42,10 +43,19 @@ def github_url(src: Source) -> str:
     return f"https://codeload.github.com/{src.repository}/tar.gz/{src.commit}"
 
 
+# the checkout this trainbase runs from: a scratch checkout elsewhere (a test's, a second
+# worktree) still finds the team's mirror beside it
+TOOL_ROOT = Path(__file__).resolve().parents[2]
+
+
 def default_mirror(root: Path) -> Path:
-    """TRAINBASE_SOURCE_MIRROR, else the team's mirror beside the checkout (../shared/sources)."""
+    """TRAINBASE_SOURCE_MIRROR, else the team's mirror beside the checkout being built
+    (../shared/sources), else the one beside the checkout trainbase runs from."""
     env = os.environ.get(MIRROR_ENV)
-    return Path(env) if env else root.resolve().parent / "shared" / "sources"
+    if env:
+        return Path(env)
+    candidates = [d.parent / "shared" / "sources" for d in dict.fromkeys((root.resolve(), TOOL_ROOT))]
+    return next((c for c in candidates if c.is_dir()), candidates[0])
 
 
 # -- the tree id -----------------------------------------------------------------------------------
@@ -154,7 +164,7 @@ def stage(
             return Staged(key, dest, f"GitHub ({url})")
         except SourceError as e:
             reasons.append(f"GitHub's archive: {e}")
-        except (urllib.error.URLError, OSError, TimeoutError) as e:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError) as e:
             reasons.append(f"GitHub did not answer ({url}: {getattr(e, 'reason', e)})")
     mirror = mirror if mirror is not None else default_mirror(root)
     candidate = mirror / src.mirror_file
