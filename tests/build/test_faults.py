@@ -492,6 +492,14 @@ def test_a_full_disk_under_the_supply_documents_fails_the_cell_and_the_rerun_com
     with _new_recipe(small_tmpfs, build_report) as (scratch, name, tag, image):
         before = _latest(image)
         args = ["--select", f"name={name}", "--log-dir", str(tmp_path / "logs")]
+        # the build's inputs staged before the disk fills (the pinned sources the blocks mount):
+        # this test's full disk is the supply documents', written after the image is built
+        from trainbase.build import sources
+        from trainbase.define.matrix import load
+
+        spec = load(scratch / "matrix.yaml").spec
+        _, unstaged = sources.stage_all(spec.sources, [b.source for _, b in spec.fabric if b], scratch)
+        assert not unstaged, unstaged
         filler = _fill(small_tmpfs, leave=96 * 1024)
         full = _build(scratch, *args, "--report", str(tmp_path / "full.json"))
         said = full.stdout + full.stderr

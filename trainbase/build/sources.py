@@ -171,12 +171,17 @@ def stage(
     if candidate.is_file():
         try:
             verify(candidate, key, src)
-            tmp_dest = dest.with_suffix(".partial")
-            tmp_dest.write_bytes(candidate.read_bytes())
-            tmp_dest.replace(dest)
-            return Staged(key, dest, f"the mirror ({candidate}); " + "; ".join(reasons))
         except SourceError as e:
             reasons.append(f"the mirror's file: {e}")
+        else:
+            tmp_dest = dest.with_suffix(".partial")
+            try:
+                tmp_dest.write_bytes(candidate.read_bytes())
+                tmp_dest.replace(dest)
+                return Staged(key, dest, f"the mirror ({candidate}); " + "; ".join(reasons))
+            except OSError as e:  # a full disk under the checkout: said, never half-staged
+                tmp_dest.unlink(missing_ok=True)
+                reasons.append(f"the mirror's verified file could not be staged in {dest.parent}: {e.strerror or e}")
     else:
         reasons.append(f"the mirror has no {src.mirror_file} ({mirror}; set {MIRROR_ENV} to another)")
     raise SourceError(f"source {key} ({src.repository} {src.tag}): " + "; ".join(reasons))
