@@ -11,7 +11,8 @@ from trainbase_conformance.checks import test_gdrcopy as check
 
 
 class Image:
-    """A target whose gdrapi.py probe prints ``probe`` and whose manifest declares GDRCopy 2.6."""
+    """A target whose libversions.py probe answers ``probe`` for gdrcopy and whose manifest
+    declares GDRCopy 2.6."""
 
     def __init__(self, probe: dict, label: str | None = "2.6", foreign: bool = False):
         self.python, self.foreign, self.probe = "/opt/trainbase/venv/bin/python", foreign, probe
@@ -24,7 +25,7 @@ class Image:
 
     def json_probe(self, cmd: str, timeout: int = 120) -> dict:
         self.asked.append(cmd)
-        return json.loads(json.dumps(self.probe))
+        return {"gdrcopy": json.loads(json.dumps(self.probe))}
 
 
 LOADED = {"version": "2.6", "path": "/opt/gdrcopy/lib/libgdrapi.so.2.6"}
@@ -33,11 +34,16 @@ LOADED = {"version": "2.6", "path": "/opt/gdrcopy/lib/libgdrapi.so.2.6"}
 def test_the_declared_release_loaded_by_its_soname_passes():
     image = Image(LOADED)
     check.test_libgdrapi_loads_and_is_the_declared_release(image)
-    assert image.asked and image.asked[0].endswith("gdrapi.py libgdrapi.so.2")
+    assert image.asked and image.asked[0].endswith("libversions.py gdrcopy=libgdrapi.so.2")
 
 
 def test_a_library_that_does_not_load_fails_with_the_linkers_words():
-    image = Image({"error": "libgdrapi.so.2: cannot open shared object file: No such file or directory"})
+    image = Image(
+        {
+            "soname": "libgdrapi.so.2",
+            "error": "libgdrapi.so.2: cannot open shared object file: No such file or directory",
+        }
+    )
     with pytest.raises(AssertionError, match=r"libgdrapi\.so\.2 does not load: libgdrapi\.so\.2: cannot open shared"):
         check.test_libgdrapi_loads_and_is_the_declared_release(image)
 

@@ -27,7 +27,7 @@ def test_libgdrapi_loads_and_is_the_declared_release(target):
     trainbase image the io.trainbase.gdrcopy label names it too."""
     target.require("gdrcopy")
     declared = target.components["gdrcopy"]["version"]
-    got = target.json_probe(f"{target.python} {PROBE_DIR}/gdrapi.py {soname(declared)}")
+    got = target.json_probe(f"{target.python} {PROBE_DIR}/libversions.py gdrcopy={soname(declared)}")["gdrcopy"]
     assert "error" not in got, f"{soname(declared)} does not load: {got.get('error')}"
     assert got["version"] == declared, (
         f"the manifest says GDRCopy {declared}, the loaded {got['path']} is {got['version']} (gdr_runtime_get_version)"

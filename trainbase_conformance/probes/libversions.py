@@ -1,7 +1,7 @@
 """Load CUDA-stack libraries with ctypes (no GPU, no driver needed) and report their
 versions and the file each one was really loaded from, as one JSON object.
 
-usage: python libversions.py NAME=SONAME ...   NAME in cudart, cublas, cudnn, nccl"""
+usage: python libversions.py NAME=SONAME ...   NAME in cudart, cublas, cudnn, nccl, gdrcopy"""
 
 import ctypes
 import json
@@ -42,6 +42,10 @@ def query(name, lib):
                 return fail(f"cublasGetProperty returned {rc}")
             parts.append(v.value)
         return ".".join(map(str, parts))
+    if name == "gdrcopy":  # GDR_API_MAJOR/MINOR_VERSION of the build; no gdrdrv needed
+        major, minor = ctypes.c_int(-1), ctypes.c_int(-1)
+        lib.gdr_runtime_get_version(ctypes.byref(major), ctypes.byref(minor))
+        return f"{major.value}.{minor.value}"
     raise SystemExit(f"unknown library {name}")
 
 
