@@ -29,6 +29,11 @@ def labels(manifest: dict[str, Any]) -> dict[str, str]:
     }
     if "gdrcopy" in c:  # the fabric libraries an image carries (manifests before issue 70 have none)
         out["io.trainbase.gdrcopy"] = c["gdrcopy"]["version"]
+    if "libfabric" in c:
+        out["io.trainbase.libfabric"] = c["libfabric"]["version"]
+    if "nccl_net_plugin" in c:  # the NCCL network plugin NCCL takes on its fabric: name-version
+        p = c["nccl_net_plugin"]
+        out["io.trainbase.nccl-net-plugin"] = f"{p['name']}-{p['version']}"
     for fw, ver in manifest["frameworks"].items():
         out[f"io.trainbase.framework.{fw}"] = ver
     return out

@@ -59,6 +59,12 @@ COMPONENTS = {
     "ucx": Component("UCX", ("libucp.so*",), 'ucx: {version: "1.16.0"}'),
     "ib": Component("the InfiniBand userspace (libibverbs)", ("libibverbs.so*",), "ib: {providers: [mlx5]}"),
     "gdrcopy": Component("GDRCopy's userspace library", ("libgdrapi.so*",), 'gdrcopy: {version: "2.6"}'),
+    "libfabric": Component("libfabric", ("libfabric.so*",), 'libfabric: {version: "2.6.0", providers: [efa]}'),
+    "nccl_net_plugin": Component(
+        "an NCCL network plugin",
+        ("libnccl-net*.so",),
+        "nccl_net_plugin: {name: aws-ofi-nccl, version: 1.21.1, files: [/opt/amazon/ofi-nccl/lib/libnccl-net.so]}",
+    ),
 }
 # frameworks.NAME: the Python package the framework installs (found as a package directory)
 FRAMEWORKS = {"pytorch": "torch", "tensorflow": "tensorflow", "horovod": "horovod", "deepspeed": "deepspeed"}
@@ -79,6 +85,11 @@ READERS = {
     "ucx.version": "test_ib.py::test_ucx_version",
     "ib.providers": "test_ib.py::test_verbs_providers",
     "gdrcopy.version": "test_gdrcopy.py::test_libgdrapi_loads_and_is_the_declared_release",
+    "libfabric.version": "test_libfabric.py::test_libfabric_is_the_declared_release_with_its_providers",
+    "libfabric.providers": "test_libfabric.py::test_libfabric_is_the_declared_release_with_its_providers",
+    "nccl_net_plugin.name": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
+    "nccl_net_plugin.version": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
+    "nccl_net_plugin.files": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
     "duplicate_libraries": "test_libraries.py::test_one_copy_of_each_library",
     "frameworks.pytorch": "test_frameworks.py::test_pytorch_build_matches_manifest",
     "frameworks.tensorflow": "test_frameworks.py::test_tensorflow_build_matches_manifest",

@@ -379,8 +379,29 @@ h:1:1 [0] NCCL INFO Using network Libfabric
 """
 
 
-def _node_with(tmp_path, device: str, driver: str, log: str, link_layer: str | None = None) -> FakeNode:
-    n = FakeNode(tmp_path, libs={"libcuda.so.1": (FakeCuda(), "/usr/lib/libcuda.so.1")})
+# NCCL 2.30's log where the image's aws-ofi-nccl declines a node without EFA (it asks libfabric
+# for efa only) and NCCL takes its own IB transport
+DECLINED_LOG = """h:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin Libfabric (v12)
+h:1:1 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.21.1
+h:1:1 [0] NCCL WARN NET/OFI Couldn't find any optimal provider
+h:1:1 [0] NCCL INFO Failed to initialize NET plugin Libfabric
+h:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>
+h:1:1 [0] NCCL INFO Using network IB
+"""
+PLUGIN_FILES = [f"/opt/amazon/ofi-nccl/lib/{n}" for n in ("libnccl-net.so", "libnccl-net-ofi.so")]
+WITH_PLUGIN = {
+    **MANIFEST,
+    "components": {
+        **MANIFEST["components"],
+        "nccl_net_plugin": {"name": "aws-ofi-nccl", "version": "1.21.1", "files": PLUGIN_FILES},
+    },
+}
+
+
+def _node_with(
+    tmp_path, device: str, driver: str, log: str, link_layer: str | None = None, manifest: dict = MANIFEST
+) -> FakeNode:
+    n = FakeNode(tmp_path, libs={"libcuda.so.1": (FakeCuda(), "/usr/lib/libcuda.so.1")}, manifest=manifest)
     n.rdma_device(device, uverbs=0, driver=driver)
     if link_layer:
         n.write(f"/sys/class/infiniband/{device}/ports/1/link_layer", link_layer)
@@ -410,3 +431,20 @@ def test_roce_on_sockets_names_the_gid_index_and_ib_names_itself(tmp_path):
     assert r.status == core.FAIL and "NCCL_IB_GID_INDEX" in r.hint and r.facts["fabric"] == ["roce"]
     ok = result(_node_with(tmp_path / "ib", "mlx5_0", "mlx5_core", IB_LOG), "nccl.network")
     assert ok.status == core.OK and ok.summary.startswith("NCCL selected IB on infiniband"), ok.summary
+
+
+def test_efa_node_whose_image_carries_the_plugin_but_nccl_took_sockets_says_why_not_install_it(tmp_path):
+    """The same EFA node on an image with aws-ofi-nccl: the fix is not "install a plugin" but why
+    the image's plugin did not take EFA (variables that keep it out, the devices, memlock)."""
+    r = result(_node_with(tmp_path, "rdmap16s27", "efa", SOCKET_LOG, manifest=WITH_PLUGIN), "nccl.network")
+    assert r.status == core.FAIL and "AWS EFA devices here" in r.summary, r.summary
+    assert "this image carries aws-ofi-nccl 1.21.1 (/opt/amazon/ofi-nccl/lib/libnccl-net.so)" in r.hint, r.hint
+    assert "NCCL_NET_PLUGIN" in r.hint and "FI_PROVIDER" in r.hint and "uverbs" in r.hint
+    assert "use a trainbase amd64 image" not in r.hint
+
+
+def test_infiniband_node_where_the_images_plugin_declines_keeps_nccls_ib_and_passes(tmp_path):
+    """An InfiniBand node on an image with the plugin: the plugin is tried and declines, NCCL
+    keeps its own IB transport, exactly as on an image without it."""
+    r = result(_node_with(tmp_path, "mlx5_0", "mlx5_core", DECLINED_LOG, manifest=WITH_PLUGIN), "nccl.network")
+    assert r.status == core.OK and r.summary.startswith("NCCL selected IB on infiniband"), r.summary

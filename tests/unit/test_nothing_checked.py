@@ -160,6 +160,7 @@ def test_what_the_image_holds_is_sorted_by_component():
         "frameworks.pytorch": ["/opt/v/lib/python3.11/site-packages/torch/__init__.py"],
         "ib": ["/usr/lib/x86_64-linux-gnu/libibverbs.so.1"],
         "nccl": ["/opt/v/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"],
+        "nccl_net_plugin": ["/usr/lib/libnccl-net.so"],
     }
     assert "-name 'libnccl.so*'" in expectations.find_command() and "-xdev" in expectations.find_command()
 

@@ -78,7 +78,9 @@ def test_cuda_aware_mpi_is_compiled_in_the_toolchain_stage_on_ubuntu(rendered):
     text = _dockerfile(r)
     assert re.search(r"^FROM nvidia/cuda:12\.8\.1-devel-ubuntu24\.04(@sha256:\w+)? AS toolchain$", text, flags=re.M)
     assert "FROM toolchain AS ucx-build" in text and "FROM toolchain AS openmpi-build" in text
-    assert text.count("--with-cuda=/usr/local/cuda") == 2
+    # UCX's and Open MPI's configure, and the fabric's (libfabric's CUDA support, the NCCL plugin)
+    assert text.count("--with-cuda=/usr/local/cuda") == 4
+    assert "FROM toolchain AS libfabric-build" in text
     m = _manifest(r)
     assert m["components"]["mpi"]["cuda_aware"] is True
     # and gdr_copy: UCX is built --with-gdrcopy against the image's libgdrapi (the gdrcopy stage)

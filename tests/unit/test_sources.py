@@ -192,12 +192,13 @@ def test_a_cell_whose_source_cannot_be_staged_is_refused_and_its_children_skippe
     )
     rendered = recipes.render_all(m, [base, child, other], root=ROOT)
     r = rendered[base.name]
-    assert r.context.sources == ["gdrcopy-2.6"]  # every base cell builds libgdrapi (fabric.gdrcopy)
-    rendered[base.name] = dataclasses.replace(
-        r, context=dataclasses.replace(r.context, sources=[*r.context.sources, "libfabric-2.6.0"])
-    )
+    # every base cell builds libgdrapi (fabric.gdrcopy); an amd64 Open MPI cell on the inbox row
+    # libfabric and the NCCL plugin too
+    assert r.context.sources == ["gdrcopy-2.6", "libfabric-2.6.0", "aws-ofi-nccl-1.21.1"]
+    # the Intel MPI cell carries no libfabric of its own (fabric.on: Intel MPI ships one)
+    assert rendered[other.name].context.sources == ["gdrcopy-2.6"]
     plan = Plan(m, rendered, [base, child, other])
-    assert plan.sources_needed() == ["gdrcopy-2.6", "libfabric-2.6.0"]
+    assert plan.sources_needed() == ["gdrcopy-2.6", "libfabric-2.6.0", "aws-ofi-nccl-1.21.1"]
     plan.refuse_unsourced(
         {"libfabric-2.6.0": "source libfabric-2.6.0 (ofiwg/libfabric v2.6.0): GitHub did not answer; ..."}
     )

@@ -54,7 +54,11 @@ def explain(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     if c is None:
         printing.no_such_cell(m, args.name)
         return 2
-    printing.explanation(c, args.name)
+    fabric = None
+    if not c.excluded:
+        carried = m.spec.fabric.on(c.platform, m.spec.ib[c.ib].providers, m.spec.mpi[c.mpi].kind)
+        fabric = [f"{name} {getattr(built, 'name', name)} {built.version}".replace(f"{name} {name} ", f"{name} ") for name, built in carried.items()]
+    printing.explanation(c, args.name, fabric)
     return 0
 
 

@@ -82,7 +82,7 @@ def cells(records: list[dict[str, Any]], *, as_json: bool) -> None:
     print(f"{len(records) - n_ex} cells" + (f", {n_ex} excluded" if n_ex else ""))
 
 
-def explanation(c: Cell, asked: str | None = None) -> None:
+def explanation(c: Cell, asked: str | None = None, fabric: list[str] | None = None) -> None:
     """``asked``: the name the person typed; an excluded framework cell has no release, so its
     own name lacks the version they asked about (`pytorch-...`): theirs is echoed (issue 65)."""
     axes = " ".join(f"{k}={v}" for k, v in c.axes.items())
@@ -91,6 +91,10 @@ def explanation(c: Cell, asked: str | None = None) -> None:
     else:
         chain = f"\n  built on: {c.parent}" if c.parent else ""
         print(f"{c.name}: INCLUDED ({axes}){chain}\n  profiles: {', '.join(c.profiles) or '-'}")
+        if fabric is not None:
+            # matrix.yaml's fabric: what this cell's platform and IB row carry (nccl_net_plugin:
+            # the NCCL network plugin NCCL loads by itself)
+            print(f"  fabric: {', '.join(fabric) or '-'}")
 
 
 def no_such_cell(m: Matrix, name: str) -> None:

@@ -223,6 +223,10 @@ class CudaRow(Strict):
     # releases that compile CUDA code (Release.cuda_compiler) on OS rows whose CUDA comes from
     # wheels. Empty where no wheel carries nvcc (the cu12 nvcc wheels hold ptxas only).
     compiler: dict[str, Wheel] = {}
+    # The header wheels a compile stage without a toolkit needs beside the runtime wheel's
+    # include/ (libfabric's CUDA support, aws-ofi-nccl): the crt/ headers cuda_runtime.h includes
+    # (cu12's nvcc wheel, cu13's crt wheel) and nvml.h
+    build_headers: dict[Literal["crt", "nvml"], Wheel] = {}
 
     @field_validator("architectures")
     @classmethod
@@ -479,6 +483,30 @@ class SourceBuilt(Strict):
     source: str  # a key of matrix.yaml's sources
 
 
+class PlatformScoped(SourceBuilt):
+    """A source-built component that only some platforms carry (each omission says why in
+    matrix.yaml)."""
+
+    platforms: list[str]
+
+
+class Libfabric(PlatformScoped):
+    """libfabric, built with exactly these providers (configure --enable-<p>, the rest disabled)."""
+
+    providers: list[str]
+
+
+class NcclNetPlugin(PlatformScoped):
+    """An NCCL network plugin built against the image's NCCL interface and CUDA: its project
+    (``name``), the libfabric provider it serves (``fabric``), and its platform support."""
+
+    name: str
+    fabric: str
+    # the plugin's platform support compiled in (aws-ofi-nccl's --enable-platform-aws): without
+    # it, aws-ofi-nccl turns AWS support on only when the build itself runs on EC2
+    platform_support: str | None = None
+
+
 class Fabric(Strict):
     """The fabric libraries every image carries beside its MPI and NCCL (issue 70): each one a
     block of its own (templates/blocks/<name>.j2, trainbase/render/components/<name>.py) and a
@@ -487,6 +515,42 @@ class Fabric(Strict):
     # GDRCopy's userspace library (libgdrapi): CPU-mapped GPU memory for UCX's gdr_copy and
     # NCCL; the gdrdrv kernel module it talks to stays the node's
     gdrcopy: SourceBuilt | None = None
+    # libfabric with the providers named: what NCCL's OFI plugin and Open MPI's OFI MTL talk to
+    libfabric: Libfabric | None = None
+    # the NCCL network plugin NCCL dlopens by itself (libnccl-net.so) on the fabric it serves
+    nccl_net_plugin: NcclNetPlugin | None = None
+
+    @model_validator(mode="after")
+    def _plugin_has_its_libfabric(self) -> Fabric:
+        p, lf = self.nccl_net_plugin, self.libfabric
+        if p is not None and p.fabric not in (lf.providers if lf else []):
+            raise ValueError(
+                f"fabric.nccl_net_plugin: {p.name} serves {p.fabric!r}, which fabric.libfabric's providers "
+                f"({', '.join(lf.providers) if lf else 'none: no libfabric declared'}) do not include"
+            )
+        if p is not None and lf is not None and not set(p.platforms) <= set(lf.platforms):
+            raise ValueError(
+                f"fabric.nccl_net_plugin: {p.name} is declared for {sorted(set(p.platforms) - set(lf.platforms))}, "
+                "where fabric.libfabric is not built"
+            )
+        return self
+
+    def on(self, platform: str, ib_providers: list[str], mpi_kind: str = "openmpi") -> dict[str, SourceBuilt]:
+        """The fabric components a cell of this platform, IB row (its verbs providers) and MPI
+        carries, by name. libfabric's efa provider, and the plugin on it, are built on rdma-core's
+        libefa: a row without the efa verbs provider (DOCA-OFED's: mlx5 only) carries neither.
+        Nor does an Intel MPI cell: Intel MPI ships its own libfabric.so.1 (with its mlx provider),
+        and a process holds one library of a soname, so the plugin would run on whichever of the
+        two the process loaded first."""
+        efa = self.nccl_net_plugin.fabric if self.nccl_net_plugin else "efa"
+        out: dict[str, SourceBuilt] = {}
+        for name, built in self:
+            if built is None or (isinstance(built, PlatformScoped) and platform not in built.platforms):
+                continue
+            if isinstance(built, Libfabric | NcclNetPlugin) and (efa not in ib_providers or mpi_kind == "intelmpi"):
+                continue
+            out[name] = built
+        return out
 
 
 # A distro package's name on every OS row: one name for all, or {name: [os rows]} where the
@@ -523,6 +587,9 @@ class MatrixFile(Strict):
                 raise ValueError(
                     f"fabric.{name}: source {built.source!r} is not one of sources ({', '.join(self.sources)})"
                 )
+            unknown = sorted(set(getattr(built, "platforms", [])) - set(self.platforms))
+            if unknown:
+                raise ValueError(f"fabric.{name}: platforms {unknown} are not platforms ({', '.join(self.platforms)})")
         return self
 
     @model_validator(mode="after")

@@ -48,6 +48,8 @@ class Row:
     cuda_from: str
     cudnn: str
     nccl: str
+    # the NCCL network plugin NCCL loads by itself, and the fabric it serves ("-": NCCL's own transports only)
+    net_plugin: str
     mpi: str
     ucx: str
     ib: str
@@ -107,6 +109,11 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
         cuda_from=str(cuda.get("from", "-")),
         cudnn=_version(comp.get("cudnn")),
         nccl=_version(comp.get("nccl")),
+        net_plugin=(
+            f"{comp['nccl_net_plugin']['name']} {comp['nccl_net_plugin']['version']} ({comp['nccl_net_plugin'].get('fabric', '?')})"
+            if comp.get("nccl_net_plugin")
+            else "-"
+        ),
         mpi=f"{mpi.get('kind', '-')} {mpi.get('version', '')}".strip()
         + (f" ({mpi['install']})" if mpi.get("install") else ""),
         # the UCX the MPI loads (a wheel's bundled copy where it has one), as the label says
@@ -268,7 +275,7 @@ def markdown(all_rows: Iterable[Row]) -> str:
     ]
     current = None
     header = (
-        "| image | platform | Python | CUDA | cuDNN | NCCL | MPI / UCX | IB userspace | frameworks | GPU arch "
+        "| image | platform | Python | CUDA | cuDNN | NCCL | NCCL net plugin | MPI / UCX | IB userspace | frameworks | GPU arch "
         "| driver | size | tiers (where built) |"
     )
     for r in ordered:
@@ -280,11 +287,11 @@ def markdown(all_rows: Iterable[Row]) -> str:
             f" ({base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
         )
         if heading != current:
-            lines += ["", f"## {heading}", "", header, "|" + "---|" * 13]
+            lines += ["", f"## {heading}", "", header, "|" + "---|" * 14]
             current = heading
         where = f" ({r.built['where']}, {r.built['date']})" if r.built else ""
         lines.append(
-            f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | "
+            f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | {r.net_plugin} | "
             f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
             f"{r.promise.text()} | {_size(r)} | {_tiers(r)}{where} |"
         )

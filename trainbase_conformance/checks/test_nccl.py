@@ -114,6 +114,8 @@ def test_nccl_plugins_declared_and_load(target):
         p if isinstance(p, str) else (p.get("path") or p.get("lib") or "")
         for p in target.components["nccl"].get("plugins") or []
     ]
+    # the network plugin's own claim (test_nccl_net_plugin.py checks what it exports)
+    declared += (target.components.get("nccl_net_plugin") or {}).get("files") or []
     r = target.sh(
         "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o \\( -type f -o -type l \\) "
         "-name 'libnccl-*.so*' -print"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import base_os, cuda, framework, gdrcopy, ib, mpi, nccl, platform, python, ucx
+from . import base_os, cuda, framework, gdrcopy, ib, libfabric, mpi, nccl, nccl_net_plugin, platform, python, ucx
 from .facts import Block, Facts
 
 # data key -> the component's function; the base image's layers in install order, then the
@@ -18,6 +18,8 @@ COMPONENTS: tuple[tuple[str, Callable[[Facts], Block]], ...] = (
     ("nccl", nccl.block),
     ("ib", ib.block),
     ("gdrcopy", gdrcopy.block),
+    ("libfabric", libfabric.block),
+    ("nccl_net_plugin", nccl_net_plugin.block),
     ("ucx", ucx.block),
     ("mpi", mpi.block),
     ("python", python.block),

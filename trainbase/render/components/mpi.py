@@ -7,6 +7,7 @@ from typing import Any
 
 from .cuda import runtime_tree
 from .facts import Block, Facts
+from .libfabric import LIBFABRIC_PREFIX
 from .ucx import cuda_transports
 
 OPENMPI_PREFIX = "/opt/openmpi"
@@ -44,6 +45,7 @@ def cuda_support(f: Facts) -> dict[str, Any]:
 
 def block(f: Facts) -> Block:
     mpir = f.mpir
+    install = mpir.install
     lock = f.lock(f"{f.cell.mpi}-{f.python_tag}", mpir.packages) if mpir.install == "pypi" else None
     return Block(
         {
@@ -56,6 +58,10 @@ def block(f: Facts) -> Block:
             "lock": lock.path if lock else None,
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else f.python_prefix,
             "cuda": cuda_support(f),
+            # Open MPI compiled here opens the image's libfabric (its OFI MTL) where there is one
+            "ofi": LIBFABRIC_PREFIX
+            if install == "source" and "libfabric" in f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.kind)
+            else None,
         },
         locks=(lock,) if lock else (),
         artifacts=(mpir.artifact,) if mpir.artifact else (),

@@ -263,11 +263,27 @@ def parse_nccl_network(log: str) -> dict:
 
 
 EFA_FIX = (
-    "AWS EFA needs NCCL's aws-ofi-nccl plugin (libnccl-net-ofi.so) over libfabric's efa provider, "
-    "which this image does not carry yet: use an image that carries it, or add AWS's "
-    "EFA installer (libfabric, aws-ofi-nccl) in an image built FROM this one; never NCCL_NET=IB "
-    "(NCCL aborts on EFA). Check `fi_info -p efa` and that the EFA devices are passed in"
+    "AWS EFA needs NCCL's aws-ofi-nccl plugin (libnccl-net.so) over libfabric's efa provider, "
+    "which this image does not carry: use a trainbase amd64 image (they carry both: "
+    "io.trainbase.nccl-net-plugin), or add AWS's EFA installer (libfabric, aws-ofi-nccl) in an "
+    "image built FROM this one; never NCCL_NET=IB (NCCL aborts on EFA)"
 )
+
+
+def efa_fix(node: Node) -> str:
+    """What to do where EFA is here and NCCL did not take a plugin: the image's own plugin (the
+    manifest's components.nccl_net_plugin) declined or was kept from loading, or there is none."""
+    plugin = ((node.manifest() or {}).get("components") or {}).get("nccl_net_plugin")
+    if not plugin:
+        return EFA_FIX
+    net = next((f for f in plugin.get("files", []) if f.endswith("/libnccl-net.so")), plugin.get("prefix", ""))
+    return (
+        f"this image carries {plugin['name']} {plugin['version']} ({net}), which NCCL loads by itself: "
+        "see the NET/Plugin and NET/OFI lines below for why it did not take EFA. Check that "
+        "NCCL_NET_PLUGIN and NCCL_NET are unset (or =ofi / name the plugin), that FI_PROVIDER is unset or efa, "
+        "that `fi_info -p efa` lists the devices (pass /dev/infiniband/uverbs* in: EKS's EFA device "
+        "plugin, `docker run --device`), and that memlock is unlimited; never NCCL_NET=IB (NCCL aborts on EFA)"
+    )
 
 
 @check("nccl.network", "a one-process NCCL init shows which network NCCL selects", "nccl.net")
@@ -314,7 +330,7 @@ def nccl_network(node: Node) -> Result:
             FAIL,
             f"AWS EFA devices here ({', '.join(efa)}) and NCCL selected {chosen}: without a network "
             "plugin for EFA NCCL runs its collectives over TCP sockets",
-            hint=EFA_FIX,
+            hint=efa_fix(node),
             facts=facts,
         )
     if plugin_used and not efa:
