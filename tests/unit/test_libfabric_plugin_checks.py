@@ -31,14 +31,16 @@ class Image:
             components
             if components is not None
             else {
-                "libfabric": {"version": "2.6.0", "providers": ["efa", "verbs", "shm", "tcp", "rxm"], "prefix": "/opt/amazon/efa"},
+                "libfabric": {
+                    "version": "2.6.0",
+                    "providers": ["efa", "verbs", "shm", "tcp", "rxm"],
+                    "prefix": "/opt/amazon/efa",
+                },
                 "nccl_net_plugin": {"name": "aws-ofi-nccl", "version": "1.21.1", "files": FILES},
             }
         )
         self.labels = (
-            labels
-            if labels is not None
-            else {lf_check.LABEL: "2.6.0", plugin_check.LABEL: "aws-ofi-nccl-1.21.1"}
+            labels if labels is not None else {lf_check.LABEL: "2.6.0", plugin_check.LABEL: "aws-ofi-nccl-1.21.1"}
         )
         self._holds = list(holds)
         self.asked: list[str] = []
@@ -107,7 +109,9 @@ def test_libfabric_that_cannot_dlopen_cudart_fails_with_its_own_log_line():
 def test_a_cell_without_libfabric_is_na_and_one_holding_it_undeclared_fails():
     with pytest.raises(pytest.skip.Exception, match="n/a: img's cell carries no libfabric"):
         lf_check.test_libfabric_is_the_declared_release_with_its_providers(lf_image(components={}))
-    with pytest.raises(AssertionError, match=r"declares no libfabric, but the image holds \['/usr/lib/libfabric.so.1'\]"):
+    with pytest.raises(
+        AssertionError, match=r"declares no libfabric, but the image holds \['/usr/lib/libfabric.so.1'\]"
+    ):
         lf_check.test_libfabric_is_the_declared_release_with_its_providers(
             lf_image(components={}, holds=["/usr/lib/libfabric.so.1"])
         )
@@ -117,7 +121,7 @@ def test_a_cell_without_libfabric_is_na_and_one_holding_it_undeclared_fails():
 
 
 def plugin_image(exports=None, nccl=NCCL, ldd="", init=None, banner="1\n", **kw) -> Image:
-    probe = {"nccl": nccl, "plugins": {f: exports or EXPORTS for f in FILES}}
+    probe = {"nccl": nccl, "plugins": dict.fromkeys(FILES, exports or EXPORTS)}
     if init is not None:
         probe["init"] = init
     return Image({"ldd ": (0, ldd), "grep -a -c -F": (0, banner)}, probe=probe, **kw)

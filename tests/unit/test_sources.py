@@ -177,8 +177,6 @@ def test_every_pinned_source_matches_the_team_mirror():
 def test_a_cell_whose_source_cannot_be_staged_is_refused_and_its_children_skipped():
     """The plan's side: the base cell that mounts the source is refused with the staging's reason,
     the framework cell built on it is skipped naming it, and a cell without the source still builds."""
-    import dataclasses
-
     from trainbase.build.plan import Plan
     from trainbase.define.matrix import load
     from trainbase.render import recipes

@@ -57,7 +57,10 @@ def explain(m: Matrix, root: Path, args: argparse.Namespace) -> int:
     fabric = None
     if not c.excluded:
         carried = m.spec.fabric.on(c.platform, m.spec.ib[c.ib].providers, m.spec.mpi[c.mpi].kind)
-        fabric = [f"{name} {getattr(built, 'name', name)} {built.version}".replace(f"{name} {name} ", f"{name} ") for name, built in carried.items()]
+        fabric = [
+            f"{name} {getattr(built, 'name', name)} {built.version}".replace(f"{name} {name} ", f"{name} ")
+            for name, built in carried.items()
+        ]
     printing.explanation(c, args.name, fabric)
     return 0
 

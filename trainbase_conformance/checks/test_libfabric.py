@@ -46,7 +46,9 @@ def test_libfabric_is_the_declared_release_with_its_providers(target):
     assert r.rc == 0, f"`{fi_info} --version` exited {r.rc}: {(r.stderr or r.stdout).strip()[-400:]}"
     m = re.search(r"libfabric:\s*([0-9][0-9.]*)", r.stdout)
     assert m, f"`fi_info --version` names no libfabric release: {r.stdout.strip()[:300]}"
-    assert m.group(1) == lf["version"], f"the manifest says libfabric {lf['version']}, the loaded library is {m.group(1)}"
+    assert m.group(1) == lf["version"], (
+        f"the manifest says libfabric {lf['version']}, the loaded library is {m.group(1)}"
+    )
     r = target.sh(f"{fi_info} -l")
     assert r.rc == 0, f"`{fi_info} -l` exited {r.rc}: {(r.stderr or r.stdout).strip()[-400:]}"
     missing = sorted(set(lf["providers"]) - listed_providers(r.stdout))
@@ -55,7 +57,9 @@ def test_libfabric_is_the_declared_release_with_its_providers(target):
         f"{sorted(listed_providers(r.stdout))}): an EFA node without efa runs NCCL and MPI over TCP"
     )
     if not target.foreign:
-        assert target.labels.get(LABEL) == m.group(1), f"{LABEL} is {target.labels.get(LABEL)}, libfabric is {m.group(1)}"
+        assert target.labels.get(LABEL) == m.group(1), (
+            f"{LABEL} is {target.labels.get(LABEL)}, libfabric is {m.group(1)}"
+        )
 
 
 @pytest.mark.static
@@ -71,6 +75,5 @@ def test_libfabric_cuda_support_finds_the_images_cudart(target):
     assert r.rc == 0, f"`{fi_info} -l` exited {r.rc}: {r.stdout.strip()[-400:]}"
     assert "Failed to dlopen libcudart.so" not in r.stdout, (
         "libfabric's CUDA support cannot dlopen libcudart.so (its unversioned name): FI_HMEM is off and "
-        "EFA takes no GPU buffers; "
-        + next((ln for ln in r.stdout.splitlines() if "libcudart" in ln), "")
+        "EFA takes no GPU buffers; " + next((ln for ln in r.stdout.splitlines() if "libcudart" in ln), "")
     )

@@ -46,7 +46,9 @@ def test_plugin_loads_with_every_dependency_in_the_image(target):
     banner = f"{plugin['name']} {plugin['version']}"
     net = next((f for f in plugin["files"] if f.endswith("/libnccl-net.so")), plugin["files"][0])
     r = target.sh(f"grep -a -c -F {shlex.quote(banner)} {shlex.quote(net)}")
-    assert r.stdout.strip() not in ("", "0"), f"{net} does not announce {banner!r}: another release than the manifest says"
+    assert r.stdout.strip() not in ("", "0"), (
+        f"{net} does not announce {banner!r}: another release than the manifest says"
+    )
     if not target.foreign:
         want = f"{plugin['name']}-{plugin['version']}"
         assert target.labels.get(LABEL) == want, f"{LABEL} is {target.labels.get(LABEL)}, the manifest says {want}"

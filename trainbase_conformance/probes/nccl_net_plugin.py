@@ -38,7 +38,8 @@ def asked_by_nccl():
     except OSError as e:
         return {"error": str(e)}
     path = loaded_path("libnccl.so")
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     versions = {
         kind: sorted({int(v) for v in re.findall(rb"%s_v(\d+)\x00" % name.encode(), data)}, reverse=True)
         for kind, name in (("net", "ncclNetPlugin"), ("tuner", "ncclTunerPlugin"))

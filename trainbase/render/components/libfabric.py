@@ -15,13 +15,31 @@ LIBFABRIC_PREFIX = "/opt/amazon/efa"
 # libfabric 2.6.0's providers (configure.ac's FI_PROVIDER_SETUP, hooks apart): each one the
 # matrix does not name is configured --disable-<name>, so the build has exactly the ones declared
 # and a missing prerequisite of a declared one stops configure (--enable-<name>=yes)
-LIBFABRIC_PROVIDERS = ("psm2", "psm3", "sockets", "verbs", "efa", "cxi", "usnic", "udp", "tcp", "rxm", "mrail",
-                       "rxd", "shm", "sm2", "ucx", "lpp", "opx", "lnx")
+LIBFABRIC_PROVIDERS = (
+    "psm2",
+    "psm3",
+    "sockets",
+    "verbs",
+    "efa",
+    "cxi",
+    "usnic",
+    "udp",
+    "tcp",
+    "rxm",
+    "mrail",
+    "rxd",
+    "shm",
+    "sm2",
+    "ucx",
+    "lpp",
+    "opx",
+    "lnx",
+)
 
 
 # where the libfabric-build stage lays out the wheels' headers and cudart as a toolkit tree
 # (include/, lib64/libcudart.so) for configure --with-cuda; the plugin's stage, built FROM it, too
-CUDA_HEADER_TREE = "/tmp/cuda"
+CUDA_HEADER_TREE = "/tmp/cuda"  # noqa: S108 (a path inside a build stage, not this machine's)
 
 
 def cuda_build_tree(f: Facts) -> str:
@@ -34,7 +52,9 @@ def block(f: Facts) -> Block:
     built = f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.kind).get("libfabric")
     if built is None:
         return Block(None)
-    assert f.spec.fabric.libfabric is not None
+    lf = f.spec.fabric.libfabric
+    if lf is None:  # on() only returns declared components
+        return Block(None)
     source = f.source(built.source)
     major = f.cell.cuda.split(".")[0]
     site = f"{f.python_prefix}/lib/python{f.py}/site-packages"
@@ -43,19 +63,24 @@ def block(f: Facts) -> Block:
         # the runtime wheel's include/ and the row's header wheels (the crt/ its cuda_runtime.h
         # includes, nvml.h), hash-pinned
         if set(f.cu.build_headers) != {"crt", "nvml"}:
-            raise ValueError(f"cuda {f.cell.cuda}: build_headers (crt, nvml) is needed to compile libfabric's CUDA support")
+            raise ValueError(
+                f"cuda {f.cell.cuda}: build_headers (crt, nvml) is needed to compile libfabric's CUDA support"
+            )
         runtime = f.cu.wheels["cuda_runtime"]
         headers = f.lock(
             f"cuda{f.cell.cuda}-headers-{f.python_tag}",
-            (f"{runtime.package}=={runtime.version}", *(f"{w.package}=={w.version}" for w in f.cu.build_headers.values())),
+            (
+                f"{runtime.package}=={runtime.version}",
+                *(f"{w.package}=={w.version}" for w in f.cu.build_headers.values()),
+            ),
         )
     return Block(
         {
             "version": built.version,
             "source": source,
             "prefix": LIBFABRIC_PREFIX,
-            "providers": f.spec.fabric.libfabric.providers,
-            "disabled": [p for p in LIBFABRIC_PROVIDERS if p not in f.spec.fabric.libfabric.providers],
+            "providers": lf.providers,
+            "disabled": [p for p in LIBFABRIC_PROVIDERS if p not in lf.providers],
             "cuda_tree": "/usr/local/cuda" if f.build_has_cuda else CUDA_HEADER_TREE,
             "headers_lock": headers.path if headers else None,
             # every include/ the header lock installs (nvidia/<wheel>/include, or cu13's one tree)
@@ -74,6 +99,6 @@ def block(f: Facts) -> Block:
             "from": "source",
             "commit": source["commit"],
             "prefix": LIBFABRIC_PREFIX,
-            "providers": list(f.spec.fabric.libfabric.providers),
+            "providers": list(lf.providers),
         },
     )

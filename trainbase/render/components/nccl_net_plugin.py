@@ -25,7 +25,8 @@ def block(f: Facts) -> Block:
     if built is None:
         return Block(None)
     plugin = f.spec.fabric.nccl_net_plugin
-    assert plugin is not None
+    if plugin is None:  # on() only returns declared components
+        return Block(None)
     source = f.source(built.source)
     files = NET_FILES + (AWS_TUNER_FILES if plugin.platform_support == "aws" else [])
     paths = [f"{PLUGIN_PREFIX}/lib/{name}" for name in files]
