@@ -56,7 +56,7 @@ def explain(m: Matrix, root: Path, args: argparse.Namespace) -> int:
         return 2
     fabric = None
     if not c.excluded:
-        carried = m.spec.fabric.on(c.platform, m.spec.ib[c.ib].providers, m.spec.mpi[c.mpi].kind)
+        carried = m.spec.fabric.on(c.platform, m.spec.ib[c.ib].providers, m.spec.mpi[c.mpi].install)
         fabric = [
             f"{name} {getattr(built, 'name', name)} {built.version}".replace(f"{name} {name} ", f"{name} ")
             for name, built in carried.items()

@@ -535,19 +535,20 @@ class Fabric(Strict):
             )
         return self
 
-    def on(self, platform: str, ib_providers: list[str], mpi_kind: str = "openmpi") -> dict[str, SourceBuilt]:
+    def on(self, platform: str, ib_providers: list[str], mpi_install: str = "source") -> dict[str, SourceBuilt]:
         """The fabric components a cell of this platform, IB row (its verbs providers) and MPI
         carries, by name. libfabric's efa provider, and the plugin on it, are built on rdma-core's
         libefa: a row without the efa verbs provider (DOCA-OFED's: mlx5 only) carries neither.
-        Nor does an Intel MPI cell: Intel MPI ships its own libfabric.so.1 (with its mlx provider),
-        and a process holds one library of a soname, so the plugin would run on whichever of the
-        two the process loaded first."""
+        Nor does a cell whose MPI comes from PyPI: Intel MPI's wheel ships its own libfabric.so.1
+        (2.4.0-impi, with its mlx provider), the mpi4py project's Open MPI wheel another (and its
+        own hwloc), and a process holds one library of a soname, so the plugin would run on
+        whichever the process loaded first (test_one_copy_of_each_library found the second)."""
         efa = self.nccl_net_plugin.fabric if self.nccl_net_plugin else "efa"
         out: dict[str, SourceBuilt] = {}
         for name, built in self:
             if built is None or (isinstance(built, PlatformScoped) and platform not in built.platforms):
                 continue
-            if isinstance(built, Libfabric | NcclNetPlugin) and (efa not in ib_providers or mpi_kind == "intelmpi"):
+            if isinstance(built, Libfabric | NcclNetPlugin) and (efa not in ib_providers or mpi_install != "source"):
                 continue
             out[name] = built
         return out

@@ -115,7 +115,10 @@ def test_nccl_plugins_declared_and_load(target):
         for p in target.components["nccl"].get("plugins") or []
     ]
     # the network plugin's own claim (test_nccl_net_plugin.py checks what it exports)
-    declared += (target.components.get("nccl_net_plugin") or {}).get("files") or []
+    # (only its files NCCL opens by name: aws-ofi-nccl's older libnccl-ofi-tuner.so is not one)
+    declared += [
+        f for f in (target.components.get("nccl_net_plugin") or {}).get("files") or [] if re.search(PLUGIN_FILES, f)
+    ]
     r = target.sh(
         "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o \\( -type f -o -type l \\) "
         "-name 'libnccl-*.so*' -print"

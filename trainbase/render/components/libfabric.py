@@ -49,7 +49,7 @@ def cuda_build_tree(f: Facts) -> str:
 
 
 def block(f: Facts) -> Block:
-    built = f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.kind).get("libfabric")
+    built = f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.install).get("libfabric")
     if built is None:
         return Block(None)
     lf = f.spec.fabric.libfabric

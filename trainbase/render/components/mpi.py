@@ -60,7 +60,7 @@ def block(f: Facts) -> Block:
             "cuda": cuda_support(f),
             # Open MPI compiled here opens the image's libfabric (its OFI MTL) where there is one
             "ofi": LIBFABRIC_PREFIX
-            if install == "source" and "libfabric" in f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.kind)
+            if install == "source" and "libfabric" in f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.install)
             else None,
         },
         locks=(lock,) if lock else (),

@@ -21,7 +21,7 @@ AWS_TUNER_FILES = ["libnccl-ofi-tuner.so", "libnccl-tuner-ofi.so"]
 
 
 def block(f: Facts) -> Block:
-    built = f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.kind).get("nccl_net_plugin")
+    built = f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.install).get("nccl_net_plugin")
     if built is None:
         return Block(None)
     plugin = f.spec.fabric.nccl_net_plugin

@@ -264,8 +264,8 @@ def parse_nccl_network(log: str) -> dict:
 
 EFA_FIX = (
     "AWS EFA needs NCCL's aws-ofi-nccl plugin (libnccl-net.so) over libfabric's efa provider, "
-    "which this image does not carry: use a trainbase amd64 image (they carry both: "
-    "io.trainbase.nccl-net-plugin), or add AWS's EFA installer (libfabric, aws-ofi-nccl) in an "
+    "which this image does not carry: use a trainbase image that does (label "
+    "io.trainbase.nccl-net-plugin; docs/choose.md names them), or add AWS's EFA installer (libfabric, aws-ofi-nccl) in an "
     "image built FROM this one; never NCCL_NET=IB (NCCL aborts on EFA)"
 )
 
