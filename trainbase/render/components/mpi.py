@@ -43,6 +43,20 @@ def cuda_support(f: Facts) -> dict[str, Any]:
     }
 
 
+def ofi_prefix(f: Facts) -> str | None:
+    """The libfabric Open MPI compiled here is built --with-ofi against (its OFI MTL), where the
+    cell carries one. Not before 4.1.7: the 4.1 series' OFI MTL compiles against libfabric 2.x from
+    4.1.7 on (4.1.4's mtl_ofi_request.h fails against 2.6.0, "expected expression before
+    'struct'", seen here); such a cell's NCCL still takes the plugin, its MPI stays on TCP on EFA."""
+    mpir = f.mpir
+    if mpir.kind != "openmpi" or mpir.install != "source":
+        return None
+    if "libfabric" not in f.spec.fabric.on(f.cell.platform, f.ibr.providers, mpir.install):
+        return None
+    version = tuple(int(x) for x in mpir.version.split(".")[:3])
+    return LIBFABRIC_PREFIX if version >= (4, 1, 7) else None
+
+
 def block(f: Facts) -> Block:
     mpir = f.mpir
     install = mpir.install
@@ -58,10 +72,7 @@ def block(f: Facts) -> Block:
             "lock": lock.path if lock else None,
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else f.python_prefix,
             "cuda": cuda_support(f),
-            # Open MPI compiled here opens the image's libfabric (its OFI MTL) where there is one
-            "ofi": LIBFABRIC_PREFIX
-            if install == "source" and "libfabric" in f.spec.fabric.on(f.cell.platform, f.ibr.providers, f.mpir.install)
-            else None,
+            "ofi": ofi_prefix(f),
         },
         locks=(lock,) if lock else (),
         artifacts=(mpir.artifact,) if mpir.artifact else (),
