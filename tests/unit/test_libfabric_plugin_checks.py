@@ -104,6 +104,10 @@ def test_libfabric_that_cannot_dlopen_cudart_fails_with_its_own_log_line():
     # the runtime found and the driver absent (a node without a GPU) passes
     ok = "libfabric:7:1733:core:core:cuda_hmem_dl_init():572<warn> Failed to dlopen libcuda.so.1\n" + FI_INFO_L
     lf_check.test_libfabric_cuda_support_finds_the_images_cudart(lf_image(ok))
+    # and an fi_info that does not run at all says nothing of cudart: that is a failure, not a pass
+    broken = Image({"FI_LOG_LEVEL": (127, "sh: 1: /opt/amazon/efa/bin/fi_info: not found")})
+    with pytest.raises(AssertionError, match=r"fi_info -l` exited 127"):
+        lf_check.test_libfabric_cuda_support_finds_the_images_cudart(broken)
 
 
 def test_a_cell_without_libfabric_is_na_even_where_its_mpi_brings_one():
