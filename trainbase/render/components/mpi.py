@@ -59,7 +59,6 @@ def ofi_prefix(f: Facts) -> str | None:
 
 def block(f: Facts) -> Block:
     mpir = f.mpir
-    install = mpir.install
     lock = f.lock(f"{f.cell.mpi}-{f.python_tag}", mpir.packages) if mpir.install == "pypi" else None
     return Block(
         {
