@@ -21,12 +21,15 @@ cd "$REPO"
 PY="$REPO/.venv/bin/python"
 [ -x "$PY" ] || { echo "test: run scripts/setup.sh first (no .venv)" >&2; exit 2; }
 mkdir -p reports
+STAGES_OF="scripts/test.sh"
+# shellcheck source=scripts/stages.sh
+source "$REPO/scripts/stages.sh"
 PROFILE="${TRAINBASE_TEST_PROFILE:-ci}"
 
-echo "==> drift check"
+stage "drift check"
 "$PY" build.py check
 
-echo "==> hadolint + pipefail rule"
+stage "hadolint + pipefail rule"
 "$PY" build.py lint > reports/hadolint.txt || { cat reports/hadolint.txt; exit 1; }
 tail -n 2 reports/hadolint.txt
 
@@ -47,9 +50,9 @@ pytest_args=(tests/unit)
 built=0
 if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engine.available() else 1)' >/dev/null 2>&1; then
   built=1
-  echo "==> build profile '$PROFILE'"
+  stage "build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
-  echo "==> mutation testing: its result"
+  stage "mutation testing: waiting for its result"
   mutation_result
   # a framework image built FROM a base of this run: its static and cpu tiers (the framework's
   # build, pins, GPU-path checks, torch.compile, doctor); its multinode, azureml and runtime
@@ -63,23 +66,24 @@ else
 fi
 
 if [ "$built" = 0 ]; then
-  echo "==> mutation testing: its result"
+  stage "mutation testing: waiting for its result"
   mutation_result
 fi
 
-echo "==> pytest"
-"$PY" -m pytest "${pytest_args[@]}" --junitxml=reports/junit.xml
+stage "pytest"
+# --durations: the slowest tests by name, so a test that makes CI slower is seen in its own run
+"$PY" -m pytest "${pytest_args[@]}" --junitxml=reports/junit.xml --durations=25 --durations-min=20
 
 if [ "$built" = 1 ]; then
   # each variant is built FROM the first image (or the first of the MPI kind it names); the
   # checks' verdict on that real image (the control) is the one pytest just gave it, where it
   # ran them all (reports/junit.xml)
-  echo "==> conformance self-test: broken variants of real images must fail the right checks"
+  stage "conformance self-test: broken variants of real images must fail the right checks"
   "$PY" -m pytest tests/conformance/test_broken_variants.py --report reports/build.json -q \
       --control-junit reports/junit.xml \
       --junitxml=reports/broken-variants.xml --conformance-report reports/broken-variants.md
-  echo "==> the installed suite: wheel -> fresh venv -> trainbase-conformance on one image, outside the checkout"
+  stage "the installed suite: wheel -> fresh venv -> trainbase-conformance on one image, outside the checkout"
   bash scripts/installed-suite.sh reports/build.json static reports/installed-suite
-  echo "==> the installed suite on an image trainbase did not build (Azure ML's recipe, --expect): the recorded verdict"
+  stage "the installed suite on an image trainbase did not build (Azure ML's recipe, --expect): the recorded verdict"
   bash scripts/foreign-image.sh static,cpu reports/foreign
 fi
