@@ -6,6 +6,8 @@
 #   scripts/mutation.sh            # the CI step: exit 1 when the killed share is under the floor
 #                                  # (tests/conformance/mutation-survivors.yaml), a survivor has no
 #                                  # reason there, or a mutant's fate differs from the record
+#   scripts/mutation.sh --full     # the CI step re-running every check (by default a check whose evidence
+#                                  # reads nothing that changed since the record keeps its outcomes)
 #   scripts/mutation.sh --record   # after a reviewed change: rewrite the record and docs/conformance.md's block
 # The report lands in reports/mutation.json.
 set -euo pipefail

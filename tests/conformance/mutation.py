@@ -30,10 +30,15 @@ applied, so the evidence sees the messages it sees in a normal run. A worker pro
 heavy third-party modules once and forks one child per mutant, which sets TB_MUTANT and runs
 ``pytest.main`` on that check's evidence only (``-x``); two workers at most.
 
+Incremental: a check whose evidence reads nothing that changed since the record was written (its
+baseline's inputs, tests/conformance/inputs.py) keeps its recorded outcomes and is not re-run;
+``--full`` re-runs every check. A run that re-runs some checks says which, and why.
+
     .venv/bin/python -m tests.conformance.mutation              # run every mutant; write reports/mutation.json
     .venv/bin/python -m tests.conformance.mutation --record     # ... and the record + docs/conformance.md's block
     .venv/bin/python -m tests.conformance.mutation --ci         # run; exit 1 below the floor, on a survivor
                                                                 # without a reason or a result unlike the record
+    .venv/bin/python -m tests.conformance.mutation --ci --full  # ... re-running every check, recorded or not
     .venv/bin/python -m tests.conformance.mutation --render     # no run: the docs' block from the record
     .venv/bin/python -m tests.conformance.mutation --check      # no run: exit 1 if the docs' block or the
                                                                 # record is stale against the plan
@@ -59,6 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from tests.conformance import inputs as run_inputs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -345,9 +352,16 @@ def install(modules: list[str], snapshot: Path | None = None) -> SchemataFinder:
 PRELOAD = ("pytest", "_pytest.python", "_pytest.assertion.rewrite", "jsonschema", "yaml", "docker", "testinfra")
 
 
-def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path, snapshot: Path | None) -> int:
+def _run_child(
+    mutant_key: str, modules: list[str], nodes: list[str], log: Path, snapshot: Path | None, track: Path | None = None
+) -> int:
     """In a forked child: the schemata modules imported (so pytest's hook never sees them), then the
-    evidence run with TB_MUTANT set. Returns pytest's exit code."""
+    evidence run with TB_MUTANT set. Returns pytest's exit code. With ``track``, what the run read
+    from the repository is written there (one path per line)."""
+    tracker = None
+    if track is not None:
+        tracker = run_inputs.Tracker(ROOT)
+        tracker.start()
     os.environ[ENV] = mutant_key
     fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -359,9 +373,12 @@ def _run_child(mutant_key: str, modules: list[str], nodes: list[str], log: Path,
         importlib.import_module(m)
     import pytest
 
-    return int(
+    code = int(
         pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--no-header", "-o", "console_output_style=classic", *nodes])
     )
+    if tracker is not None and track is not None:
+        track.write_text("\n".join(tracker.paths()) + "\n")
+    return code
 
 
 def run_forked(
@@ -371,6 +388,7 @@ def run_forked(
     log: Path,
     snapshot: Path | None = None,
     timeout: int = TIMEOUT_S,
+    track: Path | None = None,
 ) -> int | None:
     """Fork a child for one mutant; its exit code, or None when it ran past ``timeout``."""
     pid = os.fork()
@@ -378,7 +396,7 @@ def run_forked(
         code = 3
         try:
             os.chdir(ROOT)
-            code = _run_child(mutant_key, modules, nodes, log, snapshot)
+            code = _run_child(mutant_key, modules, nodes, log, snapshot, track)
         except BaseException:  # noqa: BLE001 - the child must never return into the worker
             import traceback
 
@@ -410,11 +428,20 @@ def worker_main() -> int:
     for line in sys.stdin:
         task = json.loads(line)
         log = logs / "child.log"
+        track = logs / "child.inputs" if task.get("track") else None
+        if track is not None:
+            track.unlink(missing_ok=True)
         t0 = time.monotonic()
         code = run_forked(
-            task["key"], task["modules"], task["nodes"], log, Path(task["snapshot"]) if task.get("snapshot") else None
+            task["key"],
+            task["modules"],
+            task["nodes"],
+            log,
+            Path(task["snapshot"]) if task.get("snapshot") else None,
+            track=track,
         )
         text = log.read_text(errors="replace") if log.exists() else ""
+        read = track.read_text().split() if track is not None and track.exists() else []
         out.write(
             json.dumps(
                 {
@@ -423,6 +450,7 @@ def worker_main() -> int:
                     "seconds": round(time.monotonic() - t0, 2),
                     "failed": _failed_node(text),
                     "tail": text[-1500:],
+                    "inputs": read,
                 }
             )
             + "\n"
@@ -467,10 +495,11 @@ class Worker:
 
 def run(
     mutants: list[Mutant], sources: dict[str, str], jobs: int = JOBS, progress=None
-) -> tuple[list[Outcome], dict[str, dict]]:
+) -> tuple[list[Outcome], dict[str, dict], dict[str, list[str]]]:
     """Each check's evidence first on the unmutated schemata (it must pass: else its mutants prove
     nothing), then every mutant, the modules' text taken from ``sources`` (the plan's snapshot,
-    written to a temporary folder). Returns the outcomes and the baselines that did not pass."""
+    written to a temporary folder). Returns the outcomes, the baselines that did not pass, and what
+    each check's baseline read from the repository."""
     import queue
     import threading
 
@@ -482,7 +511,10 @@ def run(
         union.setdefault(m.check, {}).update(dict.fromkeys(m.evidence))
     checks = sorted({m.check: (tuple(union[m.check]), m.module) for m in mutants}.items())
     tasks: list[tuple[str, dict]] = [
-        ("baseline", {"id": cid, "key": "", "modules": [mod], "nodes": list(ev), "snapshot": str(snapshot)})
+        (
+            "baseline",
+            {"id": cid, "key": "", "modules": [mod], "nodes": list(ev), "snapshot": str(snapshot), "track": True},
+        )
         for cid, (ev, mod) in checks
     ]
     tasks += [
@@ -529,7 +561,46 @@ def run(
             outcomes.append(
                 Outcome(m.id, a["code"] != 0, (a["failed"] or f"exit {a['code']}") if a["code"] else "", a["seconds"])
             )
-    return outcomes, broken
+    read = {cid: answers["baseline", cid].get("inputs") or [] for cid, _ in checks}
+    return outcomes, broken, read
+
+
+def own_text(check: str, ms: list[Mutant], sources: dict[str, str]) -> str:
+    """What of a check the digest covers besides the files its run reads: its module's text (served
+    from the plan's snapshot, so the run never opens it), its evidence and its planned mutants."""
+    mine = [m for m in ms if m.check == check]
+    evidence = sorted({n for m in mine for n in m.evidence})
+    return "\n".join([sources[check.split("::")[0]], *evidence, *sorted(m.id for m in mine)])
+
+
+def unchanged_checks(record: dict, mutants: list[Mutant], sources: dict[str, str]) -> dict[str, dict]:
+    """The checks whose recorded inputs still digest to the record's value, with every planned mutant
+    recorded: their outcomes stand. Check -> its record entry ({"digest", "files"})."""
+    files = record.get("inputs", {}).get("files", [])
+    got = record.get("outcomes", {})
+    out = {}
+    for cid, entry in record.get("inputs", {}).get("checks", {}).items():
+        mine = [m for m in mutants if m.check == cid]
+        if not mine or any(m.id not in got for m in mine):
+            continue
+        paths = [files[int(i)] for i in entry["uses"].split(",") if i]
+        if run_inputs.digest(ROOT, paths, own_text(cid, mutants, sources)) == entry["digest"]:
+            out[cid] = {"digest": entry["digest"], "files": paths}
+    return out
+
+
+def inputs_block(per_check: dict[str, dict]) -> dict:
+    """The record's ``inputs``: one sorted list of paths, and per check its digest and the indexes of
+    the paths its run read (a comma-joined string, to keep the record short)."""
+    files = sorted({p for e in per_check.values() for p in e["files"]})
+    index = {p: i for i, p in enumerate(files)}
+    return {
+        "files": files,
+        "checks": {
+            cid: {"digest": e["digest"], "uses": ",".join(str(index[p]) for p in sorted(e["files"]))}
+            for cid, e in sorted(per_check.items())
+        },
+    }
 
 
 # --------------------------------------------------------------------------- survivors, the report
@@ -746,6 +817,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--only", action="append", default=[], help="run only this check (FILE::FUNCTION), repeatable")
     ap.add_argument("--jobs", type=int, default=JOBS, help=f"worker processes (at most {JOBS})")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="re-run every check, also those whose inputs are unchanged since the record",
+    )
     a = ap.parse_args(argv)
     mutants, sources = current_plan()
     floor, reasons = load_survivors()
@@ -765,6 +841,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     if a.only:
         mutants = [m for m in mutants if m.check in a.only]
+    record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+    # incremental: a check whose evidence reads what it read when the record was written keeps its
+    # recorded outcomes (tests/conformance/inputs.py); --full, --only and a missing record re-run all
+    kept = {} if (a.full or a.only) else unchanged_checks(record, mutants, sources)
+    planned = mutants
+    mutants = [m for m in planned if m.check not in kept]
+    rerun = sorted({m.check for m in mutants})
+    if kept:
+        print(
+            f"{len(kept)} of {len(kept) + len(rerun)} checks keep their recorded outcomes (what their evidence "
+            f"reads is unchanged since the record; --full re-runs them); re-running {len(rerun)}"
+            + (f": {', '.join(rerun[:8])}{' ...' if len(rerun) > 8 else ''}" if rerun else ""),
+            flush=True,
+        )
     t0 = time.monotonic()
 
     def progress(i, n, kind, tid, ans):
@@ -773,7 +863,15 @@ def main(argv: list[str] | None = None) -> int:
         elif i % 25 == 0 or i == n:
             print(f"[{i}/{n}] {time.monotonic() - t0:.0f} s", flush=True)
 
-    outcomes, broken = run(mutants, sources, a.jobs, progress)
+    outcomes, broken, read = run(mutants, sources, a.jobs, progress) if mutants else ([], {}, {})
+    got = record.get("outcomes", {})
+    outcomes += [Outcome(m.id, bool(got[m.id]["killed"]), got[m.id].get("by", "")) for m in planned if m.check in kept]
+    mutants = planned
+    seen = {
+        cid: {"files": files, "digest": run_inputs.digest(ROOT, files, own_text(cid, mutants, sources))}
+        for cid, files in read.items()
+        if cid not in broken
+    }
     rep = Report(mutants, {o.id: o for o in outcomes}, reasons, floor, broken, time.monotonic() - t0)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     data = rep.to_json()
@@ -788,9 +886,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in rep.survivors():
         print(f"  survived {m.id}: {m.text}  -- {reason_of(m, reasons) or 'NO REASON'}")
     if a.record and not a.only:
+        # a kept check's recorded seconds and inputs stand; the run's time is that of a full run only
+        seconds = data["seconds"] if not kept else record.get("seconds", data["seconds"])
+        rep.seconds = seconds  # the docs' block gives the record's run time
         RECORD.write_text(
             json.dumps(
-                {k: data[k] for k in ("seconds", "mutants", "killed", "share_killed", "outcomes")},
+                {
+                    **{k: data[k] for k in ("mutants", "killed", "share_killed", "outcomes")},
+                    "seconds": seconds,
+                    "inputs": inputs_block({**kept, **seen}),
+                },
                 indent=1,
                 sort_keys=True,
             )
@@ -803,7 +908,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {RECORD.relative_to(ROOT)} and {DOC.relative_to(ROOT)}'s block")
     problems = rep.problems()
     if a.ci and not a.only:
-        record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
         problems += record_problems(record, mutants)
         was = record.get("outcomes", {})
         changed = [m.id for m in mutants if m.id in was and bool(was[m.id].get("killed")) != rep.outcomes[m.id].killed]

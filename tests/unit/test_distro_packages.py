@@ -154,3 +154,28 @@ def test_every_os_row_declares_its_support_dates(matrix):
     for key, row in matrix.spec.os.items():
         assert row.support is not None, f"os.{key} has no support dates (the catalogue prints them)"
         assert row.support.regular < (row.support.extended or "9999"), key
+
+
+def test_an_open_mpi_on_the_distros_libraries_compiles_and_loads_them(matrix):
+    """mpi system_libs (Open MPI 4.1.4 as Debian builds it): configure is told to use the distro's
+    hwloc, libevent and PMIx, the compile stage installs their -dev packages and the image their
+    runtime packages, under the names the table gives the cell's release."""
+    text = (ROOT / "images" / "openmpi4.1.4-cuda12.8-cudnn9-debian12" / "Dockerfile").read_text()
+    for flag in (
+        "--with-hwloc=external",
+        "--with-libevent=external",
+        '--with-pmix="/usr/lib/$(gcc -print-multiarch)/pmix2"',
+    ):
+        assert flag in text, flag
+    names = packages_named(text)
+    assert {"libhwloc-dev", "libevent-dev", "libpmix-dev"} <= names
+    assert {"libhwloc15", "libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libpmix2"} <= names
+
+
+def test_system_libs_is_refused_where_no_open_mpi_is_compiled(workdir):
+    path = workdir / "matrix.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["mpi"]["openmpi5.0.11"]["system_libs"] = ["pmix"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(TrainbaseError, match="system_libs is for an Open MPI built from source"):
+        load(path)

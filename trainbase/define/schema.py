@@ -286,6 +286,9 @@ class MpiRow(Strict):
     # A UCX the MPI package bundles and loads instead of the image's (the PyPI Open MPI wheel):
     # the manifest then names this one, since it is the UCX the MPI really uses.
     bundled_ucx: str | None = None
+    # Libraries a source-built Open MPI takes from the distro instead of compiling the copies its
+    # tarball embeds (configure's --with-hwloc/--with-libevent=external, --with-pmix=DIR).
+    system_libs: list[Literal["hwloc", "libevent", "pmix"]] = []
 
     @model_validator(mode="after")
     def _how(self) -> MpiRow:
@@ -295,6 +298,8 @@ class MpiRow(Strict):
             raise ValueError("install: pypi needs packages")
         if self.kind == "intelmpi" and self.install != "pypi":
             raise ValueError("Intel MPI is installed from PyPI (impi-rt)")
+        if self.system_libs and (self.kind != "openmpi" or self.install != "source"):
+            raise ValueError("system_libs is for an Open MPI built from source (configure's external libraries)")
         return self
 
 

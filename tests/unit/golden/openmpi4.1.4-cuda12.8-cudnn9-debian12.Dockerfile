@@ -66,7 +66,7 @@ WORKDIR /tmp/openmpi-src
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     apt-get update \
- && apt-get install -y --no-install-recommends libucx-dev
+ && apt-get install -y --no-install-recommends libucx-dev libhwloc-dev libevent-dev libpmix-dev
 # CUDA-aware (issue 56): Open MPI compiles against cuda.h only and dlopens the driver's
 # libcuda.so.1 at run time, so no libcuda stub is needed. cuda.h comes from the CUDA runtime
 # wheel this image installs (nvidia-cuda-runtime-cu12, ~1-2 MB), put at the path it has in the
@@ -89,6 +89,9 @@ RUN --mount=type=secret,id=ca_bundle \
       --with-ucx=/usr \
       --with-verbs --enable-orterun-prefix-by-default \
       --with-cuda=/opt/trainbase/venv/lib/python3.11/site-packages/nvidia/cuda_runtime \
+      --with-hwloc=external \
+      --with-libevent=external \
+      --with-pmix="/usr/lib/$(gcc -print-multiarch)/pmix2" \
       --enable-mca-no-build=btl-uct --disable-oshmem --disable-io-romio \
  && make -j"$(nproc)" install \
  && rm -rf /tmp/openmpi_4.1.4.orig.tar.xz ./*
@@ -138,6 +141,11 @@ RUN --mount=type=cache,target=/root/.cache/pip \
  && ldconfig -p | grep 'libnccl.so.2 ' >/dev/null
 
 # --- block: openmpi (4.1.4, built in the openmpi-build stage) ---
+# the distro libraries it was built against instead of its embedded copies (hwloc, libevent, pmix)
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    apt-get update \
+ && apt-get install -y --no-install-recommends libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libpmix2
 COPY --from=openmpi-build /opt/openmpi /opt/openmpi
 ENV PATH=/opt/openmpi/bin:$PATH
 RUN echo /opt/openmpi/lib > /etc/ld.so.conf.d/trainbase-openmpi.conf \

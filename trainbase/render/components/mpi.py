@@ -43,6 +43,15 @@ def cuda_support(f: Facts) -> dict[str, Any]:
     }
 
 
+# The distro packages (distro_packages keys) of each library Open MPI can take from the distro
+# instead of compiling its embedded copy (matrix.yaml mpi.*.system_libs): to compile, to run.
+SYSTEM_LIB_PACKAGES = {
+    "hwloc": (["hwloc-dev"], ["hwloc-runtime"]),
+    "libevent": (["libevent-dev"], ["libevent-core-runtime", "libevent-pthreads-runtime"]),
+    "pmix": (["pmix-dev"], ["pmix-runtime"]),
+}
+
+
 def ofi_prefix(f: Facts) -> str | None:
     """The libfabric Open MPI compiled here is built --with-ofi against (its OFI MTL), where the
     cell carries one. Not before 4.1.7: the 4.1 series' OFI MTL compiles against libfabric 2.x from
@@ -72,6 +81,9 @@ def block(f: Facts) -> Block:
             "prefix": OPENMPI_PREFIX if mpir.install == "source" else f.python_prefix,
             "cuda": cuda_support(f),
             "ofi": ofi_prefix(f),
+            "system_libs": list(mpir.system_libs),
+            "system_lib_dev": [p for lib in mpir.system_libs for p in SYSTEM_LIB_PACKAGES[lib][0]],
+            "system_lib_runtime": [p for lib in mpir.system_libs for p in SYSTEM_LIB_PACKAGES[lib][1]],
         },
         locks=(lock,) if lock else (),
         artifacts=(mpir.artifact,) if mpir.artifact else (),
