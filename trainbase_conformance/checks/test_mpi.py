@@ -129,6 +129,51 @@ def test_ompi_ucx_and_verbs_components_load(target):
     assert not errors, "component load errors: " + " | ".join(errors[:6])
 
 
+# Open MPI 4.1's component for each library it can take from the distro (configure's
+# --with-hwloc/--with-libevent=external, --with-pmix=DIR) and the one for the copy its tarball
+# embeds: framework, the distro's component (a prefix for PMIx: ext3x for PMIx 3 and newer), the
+# embedded one.
+OMPI_SYSTEM_LIB_COMPONENTS = {
+    "hwloc": ("hwloc", "external", "hwloc201"),
+    "libevent": ("event", "external", "libevent2022"),
+    "pmix": ("pmix", "ext", "pmix3x"),
+}
+
+
+def ompi_components(text: str) -> dict[str, set[str]]:
+    """framework -> its components, from `ompi_info --parsable` (its mca:FW:COMP:version lines)."""
+    comps: dict[str, set[str]] = {}
+    for ln in text.splitlines():
+        parts = ln.split(":")
+        if len(parts) > 3 and parts[0] == "mca" and parts[3] == "version":
+            comps.setdefault(parts[1], set()).add(parts[2])
+    return comps
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+def test_ompi_uses_the_distro_libraries_the_manifest_names(target):
+    """An Open MPI built against the distro's hwloc, libevent and PMIx (components.mpi.system_libs,
+    as Debian builds its own) runs on them: ompi_info opens the external component of each and
+    not the embedded copy, so Slurm's srun --mpi=pmix meets the PMIx the distro's Slurm speaks."""
+    mpi = target.need_mpi()
+    declared = target.components["mpi"].get("system_libs") or []
+    if mpi.kind != "openmpi" or not declared:
+        pytest.skip(f"n/a: {target.name}'s MPI compiles its own hwloc, libevent and PMIx (no system_libs)")
+    r = target.sh("OMPI_MCA_mca_base_component_show_load_errors=1 ompi_info --parsable")
+    assert r.rc == 0, f"ompi_info --parsable exited {r.rc}: {r.stderr.strip()[-800:]}"
+    comps = ompi_components(r.stdout)
+    wrong = []
+    for lib in declared:
+        framework, external, embedded = OMPI_SYSTEM_LIB_COMPONENTS[lib]
+        have = comps.get(framework, set())
+        if not any(c.startswith(external) for c in have) or embedded in have:
+            wrong.append(f"{lib}: {framework} components {sorted(have)} (want {external}*, not {embedded})")
+    assert not wrong, (
+        f"the manifest says Open MPI uses the distro's {', '.join(declared)}, but ompi_info opens: " + "; ".join(wrong)
+    )
+
+
 def _ompi_ucx(target) -> dict:
     """The UCX this Open MPI really loads: libmpi (found through ompi_info's own linkage, so
     relocated wheels work), then mca_pml_ucx.so next to it (source builds) or libmpi itself
