@@ -34,6 +34,8 @@ def labels(manifest: dict[str, Any]) -> dict[str, str]:
     if "nccl_net_plugin" in c:  # the NCCL network plugin NCCL takes on its fabric: name-version
         p = c["nccl_net_plugin"]
         out["io.trainbase.nccl-net-plugin"] = f"{p['name']}-{p['version']}"
+    if "nccl_tests" in c:  # nccl-tests' benchmarks, where the row has nvcc to build them
+        out["io.trainbase.nccl-tests"] = c["nccl_tests"]["version"]
     for fw, ver in manifest["frameworks"].items():
         out[f"io.trainbase.framework.{fw}"] = ver
     return out

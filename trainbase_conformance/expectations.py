@@ -65,6 +65,11 @@ COMPONENTS = {
         ("libnccl-net*.so",),
         "nccl_net_plugin: {name: aws-ofi-nccl, version: 1.21.1, files: [/opt/amazon/ofi-nccl/lib/libnccl-net.so]}",
     ),
+    "nccl_tests": Component(
+        "nccl-tests' benchmarks",
+        ("all_reduce_perf",),
+        "nccl_tests: {version: 2.19.6, binaries: [/opt/nccl-tests/build/all_reduce_perf]}",
+    ),
 }
 # frameworks.NAME: the Python package the framework installs (found as a package directory)
 FRAMEWORKS = {"pytorch": "torch", "tensorflow": "tensorflow", "horovod": "horovod", "deepspeed": "deepspeed"}
@@ -90,6 +95,8 @@ READERS = {
     "nccl_net_plugin.name": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
     "nccl_net_plugin.version": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
     "nccl_net_plugin.files": "test_nccl_net_plugin.py::test_plugin_loads_with_every_dependency_in_the_image",
+    "nccl_tests.version": "test_nccl_tests.py::test_nccl_tests_resolve_the_images_one_nccl_and_its_mpi",
+    "nccl_tests.binaries": "test_nccl_tests.py::test_nccl_tests_resolve_the_images_one_nccl_and_its_mpi",
     "duplicate_libraries": "test_libraries.py::test_one_copy_of_each_library",
     "frameworks.pytorch": "test_frameworks.py::test_pytorch_build_matches_manifest",
     "frameworks.tensorflow": "test_frameworks.py::test_tensorflow_build_matches_manifest",

@@ -344,6 +344,12 @@ EXTERNAL_FLAGS = frozenset(
         "--preserve-digests",
         "--dest-compress-format",
         "--format",
+        # nccl-tests' benchmarks (all_reduce_perf ..., docs/choose.md): GPUs per process, sizes, factor
+        "-g",
+        "-b",
+        "-e",
+        "-f",
+        "-N",
         # torchrun, and the examples' own scripts (examples/*.py)
         "--master-addr",
         "--master-port",

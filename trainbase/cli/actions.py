@@ -17,7 +17,7 @@ from ..define import base_lock
 from ..define import pip_locks as lockmod
 from ..define.matrix import Cell, Matrix, parse_selects
 from ..errors import TrainbaseError
-from ..render import hadolint
+from ..render import context, hadolint
 from ..render import recipes as rendermod
 from ..render.pipefail_lint import command as pipefail_command
 from . import cells as cellmod
@@ -56,10 +56,13 @@ def explain(m: Matrix, root: Path, args: argparse.Namespace) -> int:
         return 2
     fabric = None
     if not c.excluded:
-        carried = m.spec.fabric.on(c.platform, m.spec.ib[c.ib].providers, m.spec.mpi[c.mpi].install)
+        # what the cell's manifest claims of matrix.yaml's fabric (its platform, IB row and MPI
+        # decide; nccl-tests also needs the row's nvcc), as the image will say it
+        claims = context.build(m, c).manifest["components"]
         fabric = [
-            f"{name} {getattr(built, 'name', name)} {built.version}".replace(f"{name} {name} ", f"{name} ")
-            for name, built in carried.items()
+            f"{name} {claims[name].get('name', name)} {claims[name]['version']}".replace(f"{name} {name} ", f"{name} ")
+            for name, _ in m.spec.fabric
+            if name in claims
         ]
     printing.explanation(c, args.name, fabric)
     return 0

@@ -512,6 +512,31 @@ class NcclNetPlugin(PlatformScoped):
     platform_support: str | None = None
 
 
+class NcclTests(PlatformScoped):
+    """nccl-tests: the benchmark binaries it installs (``binaries``, each <collective>_perf) and the
+    architectures its device code is compiled for, as PTX only (``ptx``: JIT-compiled on any GPU of
+    that capability or newer)."""
+
+    binaries: list[str] = Field(min_length=1)
+    ptx: list[str] = Field(min_length=1)
+
+    @field_validator("binaries")
+    @classmethod
+    def _perf_binaries(cls, v: list[str]) -> list[str]:
+        bad = [b for b in v if not re.fullmatch(r"[a-z_]+_perf", b)]
+        if bad:
+            raise ValueError(f"binaries {bad} are not nccl-tests' <collective>_perf names")
+        return v
+
+    @field_validator("ptx")
+    @classmethod
+    def _compute_capabilities(cls, v: list[str]) -> list[str]:
+        bad = [a for a in v if not re.fullmatch(r"[0-9]+\.[0-9]", a)]
+        if bad:
+            raise ValueError(f"ptx {bad}: give compute capabilities as MAJOR.MINOR (8.0)")
+        return v
+
+
 class Fabric(Strict):
     """The fabric libraries every image carries beside its MPI and NCCL (issue 70): each one a
     block of its own (templates/blocks/<name>.j2, trainbase/render/components/<name>.py) and a
@@ -524,6 +549,8 @@ class Fabric(Strict):
     libfabric: Libfabric | None = None
     # the NCCL network plugin NCCL dlopens by itself (libnccl-net.so) on the fabric it serves
     nccl_net_plugin: NcclNetPlugin | None = None
+    # nccl-tests' benchmarks against the image's MPI, NCCL and cudart, where the row has nvcc
+    nccl_tests: NcclTests | None = None
 
     @model_validator(mode="after")
     def _plugin_has_its_libfabric(self) -> Fabric:

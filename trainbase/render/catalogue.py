@@ -108,7 +108,9 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
         cuda=_version(cuda, "toolkit") if cuda.get("toolkit") else _version(cuda),
         cuda_from=str(cuda.get("from", "-")),
         cudnn=_version(comp.get("cudnn")),
-        nccl=_version(comp.get("nccl")),
+        # with nccl-tests' release where the image carries its benchmarks (all_reduce_perf ...)
+        nccl=_version(comp.get("nccl"))
+        + (f" + nccl-tests {comp['nccl_tests']['version']}" if comp.get("nccl_tests") else ""),
         net_plugin=(
             f"{comp['nccl_net_plugin']['name']} {comp['nccl_net_plugin']['version']} ({comp['nccl_net_plugin'].get('fabric', '?')})"
             if comp.get("nccl_net_plugin")

@@ -6,7 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import base_os, cuda, framework, gdrcopy, ib, libfabric, mpi, nccl, nccl_net_plugin, platform, python, ucx
+from . import (
+    base_os,
+    cuda,
+    framework,
+    gdrcopy,
+    ib,
+    libfabric,
+    mpi,
+    nccl,
+    nccl_net_plugin,
+    nccl_tests,
+    platform,
+    python,
+    ucx,
+)
 from .facts import Block, Facts
 
 # data key -> the component's function; the base image's layers in install order, then the
@@ -23,6 +37,7 @@ COMPONENTS: tuple[tuple[str, Callable[[Facts], Block]], ...] = (
     ("ucx", ucx.block),
     ("mpi", mpi.block),
     ("python", python.block),
+    ("nccl_tests", nccl_tests.block),
     ("framework", framework.block),
 )
 
