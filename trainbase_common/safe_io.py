@@ -125,8 +125,31 @@ def load_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        what = "empty" if not text.strip() else f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+        if not text.strip():
+            what = "empty"
+        elif e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            # the parser wanted more where the text ends: what a killed writer or a full disk leaves
+            what = f"cut short (its JSON ends unfinished at line {e.lineno}, column {e.colno})"
+        else:
+            what = f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
         raise InputError(f"{path}: {what}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def load_record(path: str | os.PathLike[str], what: str, shape: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """PATH as the JSON object a record of another run is (``what``: "a build report"), with each
+    key of ``shape`` there and of its type; InputError naming the file, what it should be and the
+    first thing wrong (empty, cut short, not JSON, the wrong shape) -- one line, never a traceback."""
+    try:
+        doc = load_json_object(path)
+    except InputError as e:
+        raise InputError(f"{e}: not {what}") from None
+    for key, kind in shape.items():
+        if key not in doc:
+            raise InputError(f"{path}: not {what}: it has no {key!r}")
+        if not isinstance(doc[key], kind):
+            want = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+            raise InputError(f"{path}: not {what}: {key!r} is {type(doc[key]).__name__}, not {want}")
     return doc

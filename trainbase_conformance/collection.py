@@ -5,11 +5,12 @@ collected item is called in the results (its image, module and check)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+
+from trainbase_common.states import build_report
 
 from . import EVIDENCE, TIERS, session
 from .containers import short_name
@@ -119,9 +120,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def _derived_images(config: pytest.Config, refs: list[str]) -> dict[str, str]:
     """ref -> its parent's ref, for the --report images whose parent image is tested too."""
-    cells = [
-        c for path in config.getoption("--report") or [] for c in json.loads(Path(path).read_text()).get("cells", [])
-    ]
+    cells = [c for path in config.getoption("--report") or [] for c in build_report(path)["cells"]]
     tested = set(refs)
     by_name = {c["name"]: c["image"] for c in cells if c.get("image") in tested}
     # keyed by short_name: what a test's "image" parameter holds once the suite has named it

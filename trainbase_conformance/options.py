@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainbase_common.states import usable_images
+from trainbase_common.safe_io import InputError
+from trainbase_common.states import build_report, usable_images
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,6 +57,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also collect test_broken_variants.py (the suite's self-test) in a directory run",
     )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Every --report is read before anything is collected: one cut short, not JSON or of another
+    shape (what a killed build or a wrong path gives) stops the run with one line and exit 2."""
+    for path in config.getoption("--report", None) or []:
+        try:
+            build_report(path)
+        except (InputError, OSError) as e:
+            pytest.exit(f"--report {e}", returncode=2)
 
 
 def image_refs(config: pytest.Config) -> list[str]:

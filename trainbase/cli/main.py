@@ -9,6 +9,8 @@ import errno
 import os
 import sys
 
+from trainbase_common.safe_io import InputError
+
 from ..define.matrix import load
 from ..errors import TrainbaseError
 from ..run import signals
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainbaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
+    except InputError as e:  # a record another run wrote (a report, a lock) that cannot be read: it names the file
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (signals.Stopped) where no stage handled it
         print(f"interrupted ({signals.name_of(e)})", file=sys.stderr)
         return signals.exit_code(e)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from trainbase_common import safe_io
+from trainbase_common import safe_io, states
 
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
@@ -83,7 +83,7 @@ class Attester:
         }
         info = engine.inspect_image(j.image)
         labels = dict(info.labels) if info is not None else {}
-        lock = json.loads((docs / "inputs.lock.json").read_text())
+        lock = safe_io.load_json_object(docs / "inputs.lock.json")
         predicates = {
             att.SBOM: json.loads((docs / "sbom.cdx.json").read_text()),
             att.PROVENANCE: att.provenance(j.name, j.platform, lock, labels),
@@ -424,7 +424,7 @@ def github_subject(
 
     from .publish import ZSTD
 
-    cells = json.loads(report_path.read_text()).get("cells", [])
+    cells = states.build_report(report_path)["cells"]
     mine = [c for c in cells if c.get("repo_digest") and (c.get("pushed") or c.get("already_published"))]
     if len(mine) > 1:
         raise TrainbaseError(f"{report_path}: {len(mine)} cells published; the CI job attests one (select name=CELL)")
@@ -455,7 +455,7 @@ def github_subject(
     if not subject and not twin:
         return {}
     docs = supply_dir / c["name"] / c["tag"]
-    lock = json.loads((docs / "inputs.lock.json").read_text())
+    lock = safe_io.load_json_object(docs / "inputs.lock.json")
     info = engine.inspect_image(c["image"])
     predicate = att.provenance(c["name"], c["platform"], lock, dict(info.labels) if info else {})
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -482,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for k, v in github_subject(a.report, a.supply_dir, a.out).items():
             print(f"{k}={v}")
+    except safe_io.InputError as e:  # a report or lock another run wrote that cannot be read
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (TrainbaseError, OSError, KeyError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -169,7 +169,8 @@ def read_gate(gate_dir: Path) -> Gate:
         try:
             doc = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as e:
-            raise RegistryError(f"--gate {gate_dir}: {f.name} is not a gate record: {e}") from None
+            # bad input, not the registry's answer: exit 2, one line naming the file
+            raise TrainbaseError(f"--gate {gate_dir}: {f.name} is not a gate record: {e}") from None
         if not isinstance(doc, dict) or "@sha256:" not in str(doc.get("ref", "")):
             continue
         check = str(doc.get("check") or GPU_TIER)

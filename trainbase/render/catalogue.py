@@ -23,7 +23,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from trainbase_common import safe_io
+from trainbase_common import safe_io, states
 from trainbase_common.driver_promise import DriverPromise, promise_for
 
 from ..define.matrix import Cell, Matrix
@@ -151,7 +151,19 @@ def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
     """image name -> tier -> {passed, failed, skipped}, from the suite's JUnit (each case carries
     its image and tier as properties)."""
     out: dict[str, dict[str, dict[str, int]]] = {}
-    for case in ET.parse(junit_xml).getroot().iter("testcase"):  # noqa: S314 -- see the import
+    try:
+        root = ET.parse(junit_xml).getroot()  # noqa: S314 -- see the import
+    except ET.ParseError as e:
+        (line, col) = e.position
+        cut = "cut short" if "no element found" in str(e) or "unclosed token" in str(e) else "not XML"
+        raise TrainbaseError(
+            f"{junit_xml}: {cut} (line {line}, column {col}): not a JUnit report (pytest --junitxml)"
+        ) from None
+    except OSError as e:
+        raise TrainbaseError(f"{junit_xml}: {e.strerror or e}") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise TrainbaseError(f"{junit_xml}: not a JUnit report (pytest --junitxml): its root element is <{root.tag}>")
+    for case in root.iter("testcase"):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         image, tier = props.get("image"), props.get("tier")
         if not image or not tier:
@@ -205,6 +217,9 @@ def load_record(root: Path) -> dict[str, Any]:
         raise TrainbaseError(f"{RECORD}: {str(e).removeprefix(str(path) + ': ')} (restore it from git)") from None
     if not isinstance(record.get("cells", {}), dict):
         raise TrainbaseError(f"{RECORD}: cells must be a JSON object")
+    bad = next((name for name, c in record.get("cells", {}).items() if not isinstance(c, dict)), None)
+    if bad is not None:
+        raise TrainbaseError(f"{RECORD}: cells[{bad!r}] is no cell's record (restore it from git)")
     return record
 
 
@@ -342,7 +357,11 @@ def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, whe
             return 2
         record = load_record(root)
         tiers = tiers_from_junit(Path(junitxml)) if junitxml else {}
-        done = record_run(record, json.loads(Path(report).read_text()), tiers, where, date.today().isoformat())
+        try:  # a report another run wrote: cut short, not JSON or another file stops here, one line
+            build_report = states.build_report(report)
+        except safe_io.InputError as e:
+            raise TrainbaseError(str(e)) from None
+        done = record_run(record, build_report, tiers, where, date.today().isoformat())
         safe_io.atomic_write(root / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"{RECORD}: {len(done)} cell(s) recorded from {report}" + (f" and {junitxml}" if junitxml else ""))
     for path, text in expected(m, root).items():

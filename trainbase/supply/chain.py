@@ -287,12 +287,17 @@ class SupplyChain:
 
     def _parent_base(self, j: Job) -> dict[str, str]:
         p = self.opts.dir / j.parent / self.rendered[j.parent].tag / "inventory.json" if j.parent else None
-        return json.loads(p.read_text())["base"] if p and p.exists() else {"ref": "", "identity": "", "how": "parent"}
+        if not (p and p.exists()):
+            return {"ref": "", "identity": "", "how": "parent"}
+        base: dict[str, str] = safe_io.load_record(p, "a cell's inventory (the supply-chain step's)", {"base": dict})[
+            "base"
+        ]
+        return base
 
     def _previous_doc(self, j: Job, name: str) -> dict[str, Any]:
         """A document of the cell's most recent other tag: what the release notes compare to."""
         others = [p for p in (self.opts.dir / j.name).glob(f"*/{name}") if p.parent.name != j.tag]
-        return json.loads(max(others, key=lambda p: p.stat().st_mtime).read_text()) if others else {}
+        return safe_io.load_json_object(max(others, key=lambda p: p.stat().st_mtime)) if others else {}
 
     def _previous(self, j: Job) -> Inventory | None:
         doc = self._previous_doc(j, "inventory.json")
