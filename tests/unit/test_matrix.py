@@ -210,3 +210,25 @@ def test_the_platforms_of_a_recipe_share_one_repository(m):
     torch = m.cell("pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64")
     assert torch.parent == "openmpi5.0.11-cuda13.2-cudnn9-debian12-arm64"
     assert torch.image == "pytorch2.15.0-openmpi5.0.11-cuda13.2-cudnn9-debian12"
+
+
+def test_an_ib_rows_ucx_by_os_row_wins_over_its_familys(m):
+    """Debian 13's libucx0 is 1.18.1, Debian 12's 1.13.1: the inbox row's `debian13` entry is what
+    a Debian 13 cell's manifest claims (the suite's ucx_info -v holds it to that), the family's
+    entry what a Debian 12 cell's does."""
+    from trainbase.render.context import build
+
+    trixie = build(m, m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian13")).manifest["components"]["ucx"]
+    bookworm = build(m, m.cell("openmpi5.0.11-cuda13.0-cudnn9-debian12")).manifest["components"]["ucx"]
+    assert (trixie["version"], bookworm["version"]) == ("1.18.1", "1.13.1")
+
+
+def test_an_ib_rows_ucx_key_that_is_no_family_or_os_row_is_refused(workdir, matrix_data):
+    import yaml
+
+    matrix_data["ib"]["inbox"]["ucx"]["debain13"] = {"from": "distro", "version": "1.18.1"}
+    (workdir / "matrix.yaml").write_text(yaml.safe_dump(matrix_data))
+    with pytest.raises(
+        MatrixError, match=r"ib\.inbox\.ucx\.debain13: neither an OS family \(debian, ubuntu\) nor an os row"
+    ):
+        load(workdir / "matrix.yaml")

@@ -266,7 +266,10 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
         artifact(mpi_row.artifact, f"mpi.{k}.artifact")
     for k, ib_row in s.ib.items():
         artifact(ib_row.key, f"ib.{k}.key", signing_key=True)
+        families = {o.family for o in s.os.values()}
         for fam, u in ib_row.ucx.items():
+            if fam not in families and fam not in s.os:
+                fail(f"ib.{k}.ucx.{fam}: neither an OS family ({', '.join(sorted(families))}) nor an os row")
             artifact(u.artifact, f"ib.{k}.ucx.{fam}.artifact")
     for k, fw in s.frameworks.items():
         if fw.parent is not None and fw.parent not in s.frameworks:
@@ -454,7 +457,7 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             return excluded(f"rule {rule.id}: {' '.join(rule.reason.split())}")
     ib = s.ib[v["ib"]]
     family = s.os[v["os"]].family
-    if family not in ib.ucx:
+    if family not in ib.ucx and v["os"] not in ib.ucx:
         return excluded(f"ib {v['ib']} declares no UCX for {family} rows")
     if fw != "none":
         assert parent is not None  # noqa: S101 -- a framework cell's parent was resolved first (order)

