@@ -201,6 +201,47 @@ def test_nccl_settings_that_agree_pass(node):
     assert result(node, "nccl.env").status == core.OK
 
 
+def _azure_nd(node, gpus=8, vendor="Microsoft Corporation"):
+    """An ND H100 v5 as its VM shows it: Hyper-V's DMI vendor, 8 NVIDIA 3D controllers, mlx5 HCAs."""
+    node.write("/sys/class/dmi/id/sys_vendor", vendor)
+    node.write("/sys/class/dmi/id/product_name", "Virtual Machine")
+    for i in range(gpus):
+        node.write(f"/sys/bus/pci/devices/000{i}:00:00.0/vendor", "0x10de")
+        node.write(f"/sys/bus/pci/devices/000{i}:00:00.0/class", "0x030200")
+    node.write("/sys/bus/pci/devices/0101:00:00.0/vendor", "0x15b3")
+    node.write("/sys/bus/pci/devices/0101:00:00.0/class", "0x020700")
+    node.rdma_device("mlx5_ib0", uverbs=0)
+    node.write("/sys/class/net/eth0/operstate", "up")
+
+
+def test_an_azure_nd_vm_without_a_reachable_topology_file_warns_with_the_mount(node):
+    _azure_nd(node)
+    r = result(node, "nccl.env")
+    assert r.status == core.WARN, r.summary
+    assert "Azure ND VM (8 GPUs, HCAs mlx5_ib0): no NCCL topology file reachable in this container" in r.summary
+    assert "-v /opt/microsoft:/opt/microsoft:ro -e NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml" in r.summary
+
+
+def test_an_azure_nd_vm_with_the_file_mounted_but_unnamed_is_told_the_variable(node):
+    _azure_nd(node)
+    node.write("/opt/microsoft/ndv5/topo.xml", "<system/>")
+    r = result(node, "nccl.env")
+    assert r.status == core.WARN and "set NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml" in r.summary, r.summary
+
+
+def test_an_azure_nd_vm_with_its_topology_file_named_and_other_nodes_pass(node, tmp_path):
+    _azure_nd(node)
+    node.write("/opt/microsoft/ndv5/topo.xml", "<system/>")
+    node.env["NCCL_TOPO_FILE"] = "/opt/microsoft/ndv5/topo.xml"
+    assert result(node, "nccl.env").status == core.OK
+    other = FakeNode(tmp_path / "other")
+    _azure_nd(other, vendor="Dell Inc.")
+    assert result(other, "nccl.env").status == core.OK
+    cpu_vm = FakeNode(tmp_path / "cpu")
+    _azure_nd(cpu_vm, gpus=0)
+    assert result(cpu_vm, "nccl.env").status == core.OK
+
+
 # --- MPI, NCCL, launch contract -------------------------------------------------------
 
 

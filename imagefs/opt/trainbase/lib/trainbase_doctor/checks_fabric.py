@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes
 
 from .core import FAIL, OK, WARN, Node, Result, check
-from .hardware import absent, nccl_settings, rdma
+from .hardware import _read, absent, nccl_settings, rdma
 
 DEVICE_FLAGS = (
     "pass the RDMA devices: `--device=/dev/infiniband --cap-add IPC_LOCK --ulimit memlock=-1` (Docker), "
@@ -152,6 +152,52 @@ def _matches(spec: str, names: list[str]) -> list[str]:
     return [n for n in names if n not in hit] if exclude else hit
 
 
+# Azure's HPC VM images (Azure/azhpc-images customizations/ndv4.sh, ndv5.sh) put the VM's PCI
+# topology in /opt/microsoft and name it in the host's /etc/nccl.conf (NDv5:
+# NCCL_TOPO_FILE=/opt/microsoft/ndv5/topo.xml): Hyper-V's virtual PCI hides which NUMA node and
+# which HCA each GPU sits by, so NCCL without it pairs GPUs and HCAs across sockets. A container
+# has the image's /etc/nccl.conf, not the host's.
+AZURE_TOPO_DIR = "/opt/microsoft"
+
+
+def azure_nd(node: Node) -> dict | None:
+    """An Azure VM with NVIDIA GPUs and InfiniBand HCAs (ND-series), from what the node shows:
+    the DMI vendor Hyper-V reports, the PCI devices, the RDMA devices; None elsewhere."""
+    vendor = (node.read("/sys/class/dmi/id/sys_vendor") or "").strip()
+    product = (node.read("/sys/class/dmi/id/product_name") or "").strip()
+    if vendor != "Microsoft Corporation":
+        return None
+    gpus = []
+    pci = node.path("/sys/bus/pci/devices")
+    for d in sorted(pci.iterdir()) if pci.is_dir() else []:
+        if _read(d / "vendor") == "0x10de" and _read(d / "class").startswith("0x03"):
+            gpus.append(d.name)
+    hcas = [n for n, d in rdma(node)["devices"].items() if d.get("provider") in ("mlx5", "mlx4")]
+    if not gpus or not hcas:
+        return None
+    return {"vm": f"{vendor} {product}".strip(), "gpus": len(gpus), "hcas": hcas}
+
+
+def azure_topology_warning(node: Node, s: dict[str, tuple[str, str]]) -> str | None:
+    """On an Azure ND VM whose container reaches no NCCL topology file: what to mount and set."""
+    nd = azure_nd(node)
+    if nd is None or ("NCCL_TOPO_FILE" in s and node.path(s["NCCL_TOPO_FILE"][0]).is_file()):
+        return None
+    base = node.path(AZURE_TOPO_DIR)
+    here = sorted(str(p.relative_to(node.path("/"))) for p in base.rglob("*topo*.xml")) if base.is_dir() else []
+    if here:
+        return (
+            f"Azure ND VM ({nd['gpus']} GPUs, HCAs {', '.join(nd['hcas'])}): NCCL_TOPO_FILE is unset, though "
+            f"/{here[0]} is here: set NCCL_TOPO_FILE=/{here[0]}"
+        )
+    return (
+        f"Azure ND VM ({nd['gpus']} GPUs, HCAs {', '.join(nd['hcas'])}): no NCCL topology file reachable in this "
+        f"container (the host's /etc/nccl.conf names it, the image's does not): mount {AZURE_TOPO_DIR} read-only and "
+        f"name the file, `-v {AZURE_TOPO_DIR}:{AZURE_TOPO_DIR}:ro -e NCCL_TOPO_FILE={AZURE_TOPO_DIR}/ndv5/topo.xml` "
+        f"(NDv4: {AZURE_TOPO_DIR}/ndv4-topo.xml); without it NCCL pairs GPUs and HCAs across NUMA nodes"
+    )
+
+
 @check("nccl.env", "NCCL settings agree with this node's devices", "nccl.env")
 def nccl_env(node: Node) -> Result:
     s = nccl_settings(node)
@@ -179,6 +225,9 @@ def nccl_env(node: Node) -> Result:
             warns.append(f"{said(k)} slows intra-node traffic")
     if s.get("NCCL_DEBUG", ("",))[0].upper() == "TRACE":
         warns.append(f"{said('NCCL_DEBUG')} slows every collective")
+    topo = azure_topology_warning(node, s)
+    if topo:
+        warns.append(topo)
     facts = {k: v for k, (v, _) in s.items()}
     hint = "unset or correct the variable (an image ENV shows in `docker inspect`; /etc/nccl.conf is in the image)"
     if fails:
