@@ -113,3 +113,43 @@ def test_the_v1_to_v2_table_is_kept():
     assert "| SDK v1 (`azureml-core`) | SDK v2 (`azure-ai-ml`) |" in text
     for v1 in ("MpiConfiguration(", "PyTorchConfiguration(", "TensorflowConfiguration(", "ScriptRunConfig("):
         assert v1 in text, v1
+
+
+def deepspeed_by_branch() -> list[tuple[int, str, str]]:
+    """(branch, image, how) of azureml.md's table after its marker."""
+    text = DOC.read_text().split("<!-- azureml deepspeed by branch -->", 1)[1]
+    return [
+        (int(m.group(1)), m.group(2), m.group(3))
+        for m in re.finditer(r"^\| R(\d{3}) \| `([^`]+)` \| ([^|]+) \|", text.split("\n\n", 1)[0], re.M)
+    ]
+
+
+def test_the_deepspeed_image_of_each_driver_branch_starts_on_it_and_exists():
+    """Every driver branch an ND H100 v5 runs (R535 to R595) has a row; each row's image is a
+    DeepSpeed cell of the matrix whose evaluated driver promise (its CUDA natively, or its
+    nvidia/cuda base's forward-compatibility branches on a data-center GPU) admits the branch,
+    the way the row says; and the page's DeepSpeed job spec names one of them."""
+    import json
+
+    from trainbase.define.matrix import load
+    from trainbase_common.driver_promise import promise_for
+
+    m = load(ROOT / "matrix.yaml")
+    rows = deepspeed_by_branch()
+    assert [b for b, _, _ in rows] == [535, 550, 570, 575, 580, 590, 595]
+    for branch, image, how in rows:
+        cell = m.cell(image)
+        assert cell is not None and not cell.excluded and cell.framework == "deepspeed", image
+        comp = json.loads((ROOT / "images" / image / "manifest.json").read_text())["components"]
+        p = promise_for(comp["cuda"]["version"], comp["os"]["base"])
+        native = int(p.native.split(".")[0]) if p.native else 10**6
+        if how.startswith("natively"):
+            assert branch >= native, (branch, image, p.text())
+        else:
+            assert how.startswith("forward compatibility") and branch in p.forward_compat and branch < native, (
+                branch,
+                image,
+                p.text(),
+            )
+    job = next(y for y in snippets("yaml") if "deepspeed_init.py" in y)
+    assert any(f"/{image}:" in job for _, image, _ in rows), job
