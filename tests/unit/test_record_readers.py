@@ -37,6 +37,20 @@ def with_record(workdir: Path) -> Path:
     return record
 
 
+def python_m(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m ARGV...` from the checkout, as a user or a CI step runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def bad_report(tmp_path: Path, case: str) -> tuple[Path, str]:
+    text, why = BAD[case]
+    report = tmp_path / "build.json"
+    report.write_text(text)
+    return report, why
+
+
 def one_line(err: str, path: Path) -> str:
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, err
@@ -113,26 +127,15 @@ def test_the_base_lock_cut_short_or_of_another_shape_stops_every_command(workdir
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_the_conformance_suite_refuses_a_build_report_it_cannot_read(tmp_path, case):
     """`pytest trainbase_conformance/checks --report R`: stopped before anything is collected."""
-    text, why = BAD[case]
-    report = tmp_path / "build.json"
-    report.write_text(text)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "trainbase_conformance/checks/test_nccl_tests.py",
-            "--report",
-            str(report),
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    report, why = bad_report(tmp_path, case)
+    r = python_m(
+        "pytest",
+        "trainbase_conformance/checks/test_nccl_tests.py",
+        "--report",
+        str(report),
+        "-q",
+        "-p",
+        "no:cacheprovider",
     )
     assert r.returncode == 2, r.stdout + r.stderr
     line = one_line(r.stdout + r.stderr, report)
@@ -141,26 +144,8 @@ def test_the_conformance_suite_refuses_a_build_report_it_cannot_read(tmp_path, c
 
 @pytest.mark.parametrize("case", ["cut short", "not JSON", "wrong shape"])
 def test_the_attestation_step_refuses_a_build_report_it_cannot_read(tmp_path, case):
-    text, why = BAD[case]
-    report = tmp_path / "build.json"
-    report.write_text(text)
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainbase.deliver.attest",
-            str(report),
-            "--supply-dir",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    report, why = bad_report(tmp_path, case)
+    r = python_m("trainbase.deliver.attest", str(report), "--supply-dir", str(tmp_path), "--out", str(tmp_path / "out"))
     assert r.returncode == 2, r.stdout + r.stderr
     assert re.search(why, one_line(r.stderr, report))
 
