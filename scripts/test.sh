@@ -15,7 +15,19 @@
 #      rebuilt here, with an expectations file, whose failures must be the recorded ones
 #      (scripts/foreign-image.sh, tests/foreign/)
 # Reports (JUnit, JSON, logs) land in reports/.
+#
+# Two scopes. The default is .ci/run's gate: every step above, less the build tests marked
+# `slow` (minutes each of no-cache rebuilds, pushes of 3 GB cells and week-long delivery
+# replays: about 20 of the gate's minutes on 2 cores). `--full` runs those too, and is what
+# ci.yml's local-profile job runs on every pull request, so a merge still waits on each of them.
 set -euo pipefail
+SCOPE=gate
+for arg in "$@"; do
+  case "$arg" in
+    --full) SCOPE=full ;;
+    *) echo "test: unknown argument '$arg' (the only one is --full)" >&2; exit 2 ;;
+  esac
+done
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 PY="$REPO/.venv/bin/python"
@@ -41,7 +53,7 @@ tail -n 2 reports/hadolint.txt
 # outcomes (tests/conformance/inputs.py); TRAINBASE_MUTATION_FULL=1 re-runs every check (ci.yml's
 # local-profile job does, so a pull request always gets the full run).
 echo "==> mutation testing of the checks (beside the build; log: reports/mutation.log)"
-bash scripts/mutation.sh ${TRAINBASE_MUTATION_FULL:+--full} > reports/mutation.log 2>&1 &
+nice -n 10 bash scripts/mutation.sh ${TRAINBASE_MUTATION_FULL:+--full} > reports/mutation.log 2>&1 &
 mutation_pid=$!
 mutation_result() {
   if wait "$mutation_pid"; then grep -E "mutants of [0-9]+ checks|keep their recorded outcomes" reports/mutation.log || tail -n 3 reports/mutation.log
@@ -49,10 +61,31 @@ mutation_result() {
   fi
 }
 
+# The unit tests need no engine and share nothing between tests (each writes under its own
+# tmp_path or a scratch copy): on both cores (pytest-xdist) they take about half the wall time.
+# --durations: the slowest tests by name, so a test that makes CI slower is seen in its own run.
+# hadolint over every rendered Dockerfile is the stage above (build.py lint): not again here.
+unit_tests=("$PY" -m pytest tests/unit -n "${TRAINBASE_TEST_WORKERS:-2}" --junitxml=reports/junit-unit.xml
+            --durations=15 --durations-min=20
+            --deselect tests/unit/test_lint.py::test_hadolint_is_clean_on_every_rendered_dockerfile)
+unit_result() {
+  if wait "$unit_pid"; then
+    sed -n '/slowest [0-9]* durations/,$p' reports/unit.log | grep -vE "^SKIPPED|short test summary" || tail -n 3 reports/unit.log
+  else echo "unit tests failed:"; tail -n 80 reports/unit.log; return 1
+  fi
+}
+
 pytest_args=()
 built=0
 if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engine.available() else 1)' >/dev/null 2>&1; then
   built=1
+  # Beside the build, at a lower priority: they take the cores the build leaves idle (its
+  # downloads, the bootstrap, single-threaded configure scripts, layer exports) and yield to
+  # its compiles, so the build's own time stays what it was; unlike the build they need no
+  # engine (docs/ci.md has what this saves, measured).
+  echo "==> unit tests (beside the build, nice 10; log: reports/unit.log)"
+  nice -n 10 "${unit_tests[@]}" > reports/unit.log 2>&1 &
+  unit_pid=$!
   stage "build profile '$PROFILE'"
   "$PY" build.py --matrix --profile "$PROFILE" --report reports/build.json --log-dir reports/logs
   stage "mutation testing: waiting for its result"
@@ -63,6 +96,10 @@ if "$PY" -c 'import sys; from trainbase_common import engine; sys.exit(0 if engi
   # over 25 minutes on 2 cores) run in build-cells.yml on every image. The summary says so.
   pytest_args+=(tests/build trainbase_conformance/checks --report reports/build.json
                 --derived-tiers "${TRAINBASE_DERIVED_TIERS:-static,cpu}")
+  if [ "$SCOPE" = gate ]; then
+    pytest_args+=(-m "not slow")
+    echo "==> scope: gate (the build tests marked slow are left to 'scripts/test.sh --full', ci.yml's local-profile job)"
+  fi
   export TRAINBASE_BUILD_REPORT="$REPO/reports/build.json"
 else
   echo "==> no Docker engine answers: skipping image builds (the build tests will say so)"
@@ -73,15 +110,16 @@ if [ "$built" = 0 ]; then
   mutation_result
 fi
 
-# The unit tests need no engine and share nothing between tests (each writes under its own
-# tmp_path or a scratch copy): on both cores (pytest-xdist) they take about half the wall time.
-# --durations: the slowest tests by name, so a test that makes CI slower is seen in its own run.
-stage "pytest: unit tests (${TRAINBASE_TEST_WORKERS:-2} workers)"
-"$PY" -m pytest tests/unit -n "${TRAINBASE_TEST_WORKERS:-2}" --junitxml=reports/junit-unit.xml \
-    --durations=15 --durations-min=20
+if [ "$built" = 0 ]; then
+  stage "pytest: unit tests (${TRAINBASE_TEST_WORKERS:-2} workers)"
+  "${unit_tests[@]}"
+else
+  stage "pytest: unit tests (beside the build): waiting for their result"
+  unit_result
+fi
 
 if [ "$built" = 1 ]; then
-  stage "pytest: the build tests and the conformance suite on the built images"
+  stage "pytest: the build tests ($SCOPE) and the conformance suite on the built images"
   "$PY" -m pytest "${pytest_args[@]}" --junitxml=reports/junit.xml --durations=25 --durations-min=20
 fi
 

@@ -136,6 +136,7 @@ def _break_openmpi(scratch):
     return {c["name"]: c for c in listing["cells"]}
 
 
+@pytest.mark.slow
 def test_failing_cell_is_isolated_and_publishes_nothing(scratch, registry, docker, build_report):
     cells = _break_openmpi(scratch)
     bad = cell(os="debian12", cuda="12.8", mpi="openmpi4.1.4", framework="none")

@@ -294,6 +294,7 @@ class Month:
             what = ""
 
 
+@pytest.mark.slow
 def test_a_month_of_delivery(registry, docker, monkeypatch, tmp_path):
     monkeypatch.setenv("DOCKER_CONFIG", str(registry.config))
     mo = Month(docker, registry, tmp_path)

@@ -191,6 +191,7 @@ class Week:
         return self.registry.digest(f"{ns}/{repo}", "latest")
 
 
+@pytest.mark.slow
 def test_a_week_of_a_multi_arch_repository_through_plan_merge_gate_refresh_and_revert(
     registry, docker, monkeypatch, tmp_path, request
 ):

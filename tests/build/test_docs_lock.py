@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from ..conftest import ROOT
@@ -25,6 +26,7 @@ def _cli(scratch, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_cuda_row_added_as_the_page_says_locks_renders_and_plans(scratch):
     [(shown, row)] = _documented_entries()["cuda"].items()
     data = yaml.safe_load((scratch / "matrix.yaml").read_text())

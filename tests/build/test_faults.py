@@ -115,6 +115,7 @@ def _consistent(scratch: Path, name: str, tag: str, image: str) -> None:
     assert info is not None and _latest(image) == info.id, "latest is not the tag"
 
 
+@pytest.mark.slow
 def test_kill_9_between_the_documents_and_the_sbom_layer_is_finished_by_the_rerun(recipe):
     """Before: the four document files said "done", the tag had no SBOM layer, and no rerun
     ever added it (or `latest`); --push then published a tag without its SBOM."""
@@ -245,6 +246,7 @@ def _seed(registry, repo: str, cell: dict) -> None:
         assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_a_registry_500_with_403_in_its_body_stops_publishing_and_the_rerun_completes(
     registry, build_report, docker, tmp_path
 ):
@@ -482,6 +484,7 @@ def test_render_on_a_full_disk_leaves_every_recipe_whole_and_the_next_render_is_
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_supply_documents_fails_the_cell_and_the_rerun_completes(
     small_tmpfs, tmp_path, build_report, docker
 ):

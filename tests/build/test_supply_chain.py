@@ -22,7 +22,8 @@ from .conftest import ROOT
 
 pytestmark = pytest.mark.engine
 PY = sys.executable
-CHEAP = "openmpi5.0.11-cuda13.0-cudnn9-debian12"  # a ci-profile cell with no compile step
+# a ci-profile cell with no long compile (no Open MPI, no nccl-tests): its no-cache rebuild is minutes
+CHEAP = "intelmpi2021.18-cuda12.8-cudnn9-debian12"
 DOCS = ("inputs.lock.json", "inventory.json", "sbom.cdx.json", "audit.json", "budget.json", "release-notes.md")
 
 
@@ -113,6 +114,7 @@ def test_locked_refuses_a_cell_whose_input_moved(build_report, tmp_path):
     assert "locked '" + "0" * 64 + "', now '" in got["reason"]
 
 
+@pytest.mark.slow
 def test_locked_rebuild_reproduces_the_lock(build_report):
     """Without cache, from the same inputs: the same installed packages, manifest and SBOM."""
     cell = next(c for c in build_report["cells"] if c["name"] == CHEAP)
@@ -147,6 +149,7 @@ def test_over_budget_cell_fails_with_its_largest_layers_and_keeps_no_tag(scratch
     assert not engine.image_exists(got["image"]), "an over-budget cell keeps no tag"
 
 
+@pytest.mark.slow
 def test_a_base_that_is_not_the_locked_one_is_refused(scratch):
     """locks/bases.json says another Debian bootstrap than the mirror gives: the engine's
     bootstrap is made again once, still differs, and the cell fails before any build step,

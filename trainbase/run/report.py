@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from trainbase_common import engine, safe_io
 from trainbase_common.states import JobState
 
+from ..build import step_times
 from ..deliver.publish import ALIAS
 from . import failures
 
@@ -90,6 +91,8 @@ def build_report(x: Run) -> dict[str, Any]:
                 "fix": j.fix if j.status.bad else None,
                 "skipped_because_of_this": skipped_because_of(x, j) if j.status.bad else [],
                 "duration_s": round(j.duration, 1) if j.duration is not None else None,
+                # where that time went, step by step, from the cell's own log (build/step_times.py)
+                **step_times.report_fields(j.log),
                 "size_bytes": j.size,
                 "image_id": j.image_id,
                 "pushed": j.pushed,
@@ -149,6 +152,8 @@ def summary(b: Run, out: TextIO | None = None) -> None:
         )
         t.add_row(*(Text(c) for c in cells))  # Text: never parsed as markup
     console.print(t)
+    for line in step_times.summary_lines([(j.name, step_times.from_log(j.log)) for j in b.jobs.values()]):
+        console.print(line)
     for line in next_steps(b):
         console.print(line)
     console.print("result: " + ", ".join(f"{n} {s}" for s, n in sorted(counts(b).items())))
