@@ -128,3 +128,22 @@ def test_a_record_of_an_earlier_recipe_says_so_beside_its_figures():
     current = {r.name: r for r in catalogue.rows(m, ROOT, record, tags)}[name]
     assert not current.recorded_at_another_recipe
     assert "| 2.93 GB |" in catalogue.markdown([current])
+
+
+def test_a_build_run_prints_the_one_command_that_records_it(tmp_path: Path, monkeypatch):
+    """`build.py build --report R` ends with the command that records R in the catalogue; that
+    command is one the catalogue's own parser takes, and it says where the run was."""
+    import shlex
+
+    from trainbase.cli.parser import parser
+
+    line = catalogue.record_command("reports/build.json", "reports/conformance.xml", "local")
+    argv = shlex.split(line)
+    assert argv[1:3] == ["build.py", "catalogue"], line
+    ns = parser().parse_args(argv[2:])
+    assert (ns.report, ns.junitxml) == ("reports/build.json", "reports/conformance.xml")
+    assert ns.where.startswith("local profile, build.py build, ") and "-core " in ns.where, ns.where
+    assert "--junitxml" not in catalogue.record_command("r.json", None, None)
+    # what the README's main command prints at its end is this line
+    readme = (ROOT / "README.md").read_text()
+    assert "build.py --matrix --profile local --report reports/build.json" in readme

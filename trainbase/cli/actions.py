@@ -284,6 +284,14 @@ def build(m: Matrix, root: Path, args: argparse.Namespace) -> int:
             printing.build_summary(report, b2)
         elif args.push:
             print("publish: nothing pushed: the build or the conformance suite failed", file=sys.stderr)
+    if args.report and not b.stopped:
+        from ..render import catalogue as cataloguemod
+
+        junit = str(root / "reports" / "conformance.xml") if args.test else None
+        print(
+            "record this run in the catalogue (docs/images.md): "
+            + cataloguemod.record_command(args.report, junit, args.profile)
+        )
     return code
 
 

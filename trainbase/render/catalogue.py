@@ -350,6 +350,35 @@ def write(m: Matrix, root: Path) -> list[str]:
     return changed
 
 
+def this_machine() -> str:
+    """How a record names the machine a run was on: cores, architecture, OS (e.g. "2-core
+    x86_64 Debian GNU/Linux 12 (bookworm)"), read from the host, not guessed."""
+    import os
+    import platform
+
+    try:
+        release = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        release = platform.system()
+    return f"{os.cpu_count() or 1}-core {platform.machine()} {release}".strip()
+
+
+def record_command(report: str, junitxml: str | None, profile: str | None) -> str:
+    """The one command that records a build run (and the conformance run of its images) in the
+    catalogue: what `build.py build --report` prints last, so a user's own run can bring the
+    page's records to the recipes they built."""
+    import os
+    import shlex
+    import sys
+
+    where = f"{profile or 'selected'} profile, build.py build, {this_machine()}"
+    python = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd() + os.sep) else "python"
+    args = [python, "build.py", "catalogue", "--report", report]
+    if junitxml:
+        args += ["--junitxml", junitxml]
+    return " ".join(shlex.quote(a) for a in [*args, "--where", where])
+
+
 def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, where: str | None) -> int:
     if report:
         if not where:
