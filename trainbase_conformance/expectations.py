@@ -15,7 +15,8 @@ the file is not ignored: each of its claims the manifest does not make is a disa
     mpi: {kind: openmpi, version: 4.1.0, prefix: /opt/openmpi}
     ib: {providers: [mlx5]}
     duplicate_libraries:                  # sonames the image may carry as 2+ files, each with why
-      - {soname: libz.so.1, reason: Miniconda's zlib beside the distro's}
+      - {soname: libz.so.1, reason: Miniconda's zlib beside the distro's,
+         places: [/opt/miniconda/lib/*, /usr/lib/*-linux-gnu/*]}   # optional: where the copies may lie
 """
 
 from __future__ import annotations

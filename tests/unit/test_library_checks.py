@@ -15,6 +15,7 @@ import json
 import os
 import re
 import runpy
+import shutil
 import struct
 import subprocess
 import sys
@@ -125,6 +126,31 @@ def test_the_probe_counts_copies_not_names(tmp_path):
     }
 
 
+def test_the_probe_lists_the_copies_in_the_loaders_cache_in_lookup_order(tmp_path):
+    """ROOT/etc/ld.so.cache as ldconfig writes it (-r ROOT): the copies of a duplicate soname it
+    holds, first the one a lookup by soname gets (ld.so.conf's order); none without a cache."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    if not os.path.exists(ldconfig):
+        pytest.skip("no ldconfig on this host (glibc's; the images have it)")
+    root = tmp_path / "root"
+    m = native_machine()
+    for d in ("usr/lib", "opt/hotfix/lib", "opt/pkg/lib", "etc"):
+        (root / d).mkdir(parents=True)
+    (root / "usr/lib/libfoo.so.1").write_bytes(elf("libfoo.so.1", machine=m))
+    (root / "opt/hotfix/lib/libfoo.so.1").write_bytes(elf("libfoo.so.1", machine=m, pad=100))
+    (root / "opt/pkg/lib/libfoo.so.1").write_bytes(elf("libfoo.so.1", machine=m, pad=50))  # not in the cache
+    (root / "etc/ld.so.conf").write_text("/opt/hotfix/lib\n/usr/lib\n")
+    subprocess.run([ldconfig, "-r", str(root)], check=True)
+    r = subprocess.run(
+        [sys.executable, str(PROBES / "sonames.py"), str(root)], capture_output=True, text=True, check=False
+    )
+    assert r.returncode == 0, r.stderr
+    real = root.resolve()
+    assert json.loads(r.stdout)["loader_cache"] == {
+        "libfoo.so.1": [f"{real}/opt/hotfix/lib/libfoo.so.1", f"{real}/usr/lib/libfoo.so.1"]
+    }
+
+
 # --------------------------------------------------------------------------- one copy of each library
 
 
@@ -226,6 +252,75 @@ def test_a_family_rule_declared_if_present_is_not_stale_where_the_image_has_the_
         libs.undeclared_duplicates({"libz.so.1": [{"path": "/a", "size": 1}, {"path": "/b", "size": 1}]}, declared)
         == []
     )
+
+
+CUPTI_WHEEL = {
+    "path": "/opt/trainbase/venv/lib/python3.11/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12",
+    "size": 7,
+}
+CUPTI_HOTFIX = {"path": "/opt/hotfix/lib/libcupti.so.12", "size": 7}
+CUPTI_PLACES = ["*/site-packages/nvidia/*", "*/site-packages/triton/backends/nvidia/lib/*"]
+
+
+def cupti_declared(**extra):
+    entry = {"soname": "libcupti.so.12", "reason": "Triton's and the wheel's", "if_present": True}
+    return {"name": "img", "components": {}, "duplicate_libraries": [{**entry, "places": CUPTI_PLACES, **extra}]}
+
+
+def test_a_copy_of_a_declared_library_outside_its_places_fails_naming_it():
+    """One more CUPTI, in a folder an ld.so.conf.d file puts first: the soname is declared, the copy
+    is not (the broken variant declared-library-copied-into-the-loaders-path on the PyTorch image)."""
+    both = {"libcupti.so.12": [CUPTI_WHEEL, CUPTI_HOTFIX]}
+    cache = {"libcupti.so.12": [CUPTI_HOTFIX["path"], CUPTI_WHEEL["path"]]}
+    with pytest.raises(
+        AssertionError,
+        match=r"^1 cop\(ies\) of declared duplicate libraries lie outside the places .*\n\s*"
+        r"libcupti\.so\.12: /opt/hotfix/lib/libcupti\.so\.12 is in none of the declared places "
+        r"\(\*/site-packages/nvidia/\*, \*/site-packages/triton/backends/nvidia/lib/\*\)",
+    ):
+        libs.test_one_copy_of_each_library(LibTarget({**scan(both), "loader_cache": cache}, cupti_declared()))
+    # in its places, one of them in the loader's cache: passes; without places (a foreign file) too
+    triton = {
+        "path": "/opt/trainbase/venv/lib/python3.11/site-packages/triton/backends/nvidia/lib/cupti/libcupti.so.12"
+    }
+    ok = {"libcupti.so.12": [CUPTI_WHEEL, {**triton, "size": 8}]}
+    libs.test_one_copy_of_each_library(
+        LibTarget({**scan(ok), "loader_cache": {"libcupti.so.12": [CUPTI_WHEEL["path"]]}}, cupti_declared())
+    )
+    assert libs.misplaced_copies(both, [{"soname": "libcupti.so.12", "reason": "foreign"}]) == []
+
+
+def test_two_copies_of_a_declared_library_in_the_loaders_cache_fail_unless_declared():
+    """Both copies in their places, but both in ld.so.cache: a dlopen by soname gets whichever
+    folder sorts first. Allowed only where the declaration says so (in_loader_cache)."""
+    other = {"path": "/opt/trainbase/venv/lib/python3.11/site-packages/nvidia/cu12/lib/libcupti.so.12", "size": 8}
+    found = {"libcupti.so.12": [CUPTI_WHEEL, other]}
+    cache = {"libcupti.so.12": [other["path"], CUPTI_WHEEL["path"]]}
+    with pytest.raises(
+        AssertionError,
+        match=r"^libcupti\.so\.12: the loader's cache \(ldconfig -p\) holds 2 copies, 1 declared; a lookup by "
+        r"soname gets the first: /opt/trainbase/venv/lib/python3\.11/site-packages/nvidia/cu12/lib/libcupti\.so\.12, ",
+    ):
+        libs.test_one_copy_of_each_library(LibTarget({**scan(found), "loader_cache": cache}, cupti_declared()))
+    libs.test_one_copy_of_each_library(
+        LibTarget({**scan(found), "loader_cache": cache}, cupti_declared(in_loader_cache=2))
+    )
+    # a musl image has no loader cache: nothing to judge there
+    libs.test_one_copy_of_each_library(LibTarget(scan(found), cupti_declared()))
+
+
+def test_every_rendered_declaration_names_its_places():
+    """The manifests trainbase writes name where each declared copy may lie (a foreign
+    expectations file may not); every pattern is absolute."""
+    entries = [
+        d
+        for f in sorted((ROOT / "images").glob("*/manifest.json"))
+        for d in json.loads(f.read_text()).get("duplicate_libraries", [])
+    ]
+    assert entries, "no rendered manifest declares a duplicate: the check of places is never exercised"
+    assert all(d.get("places") and all(p.startswith(("/", "*/")) for p in d["places"]) for d in entries), [
+        d["soname"] for d in entries if not d.get("places")
+    ]
 
 
 # --------------------------------------------------------------------------- labels from what loads

@@ -5,10 +5,14 @@ really load -- after `import torch` in a framework image, through the dynamic li
 image, through the MPI's own UCX component for UCX -- not merely some copy the image carries.
 
 Duplicates a trainbase image is allowed are its manifest's ``duplicate_libraries`` (a foreign
-image's expectations file's): ``[{"soname": "libucp.so.0", "reason": "..."}]``."""
+image's expectations file's): ``[{"soname": "libucp.so.0", "reason": "...", "places": [GLOB, ...]}]``,
+``places`` being where its copies may lie (shell patterns over each copy's path; a foreign
+file may leave them out, and then any place goes), and ``in_loader_cache`` how many of them the
+dynamic linker's cache may hold (default 1: a lookup by soname has one answer)."""
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 import pytest
@@ -48,6 +52,36 @@ def stale_declarations(duplicates: dict[str, list[dict[str, Any]]], declared: li
     ]
 
 
+def misplaced_copies(duplicates: dict[str, list[dict[str, Any]]], declared: list[dict[str, Any]]) -> list[str]:
+    """One line per copy of a declared soname that lies in none of the places its declaration
+    names: a declaration allows the copies it was measured with, not one more put anywhere."""
+    out = []
+    for d in declared:
+        places = d.get("places")
+        if not places:
+            continue  # a foreign expectations file that names no places: the soname alone
+        for f in duplicates.get(d["soname"], []):
+            if not any(fnmatchcase(f["path"], pattern) for pattern in places):
+                out.append(f"{d['soname']}: {f['path']} is in none of the declared places ({', '.join(places)})")
+    return out
+
+
+def cached_copies(cache: dict[str, list[str]], declared: list[dict[str, Any]]) -> list[str]:
+    """One line per declared soname of which the loader's cache holds more copies than its
+    declaration allows (``in_loader_cache``, default 1): then which copy a process gets by
+    soname depends on the order of the cache's folders (an ld.so.conf.d file sorting first)."""
+    out = []
+    for d in declared:
+        listed = cache.get(d["soname"], [])
+        allowed = int(d.get("in_loader_cache", 1))
+        if len(listed) > allowed:
+            out.append(
+                f"{d['soname']}: the loader's cache (ldconfig -p) holds {len(listed)} copies, {allowed} declared; "
+                f"a lookup by soname gets the first: {', '.join(listed)}"
+            )
+    return out
+
+
 def _size(n: int) -> str:
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
@@ -62,7 +96,8 @@ def test_one_copy_of_each_library(target):
     symlinks and hard links are one copy, a second file of the same soname is a second copy,
     whichever of them a process loads then depends on its library path, its RPATH or which
     package it imported first. Those the manifest declares under duplicate_libraries, each with
-    its reason, are allowed; a declaration the image no longer needs fails too."""
+    its reason, are allowed -- in the places the declaration names, and no more of them in the
+    loader's cache than it says; a declaration the image no longer needs fails too."""
     scan = target.json_probe(f"{target.python} {PROBE_DIR}/sonames.py /", timeout=300)
     assert scan["scanned"] > 50, f"the scan found only {scan['scanned']} shared libraries with a soname under /"
     declared = target.manifest.get("duplicate_libraries") or []
@@ -73,6 +108,15 @@ def test_one_copy_of_each_library(target):
     )
     stale = stale_declarations(scan["duplicates"], declared)
     assert not stale, f"the manifest declares duplicate libraries the image has only once: {', '.join(stale)}"
+    misplaced = misplaced_copies(scan["duplicates"], declared)
+    assert not misplaced, (
+        f"{len(misplaced)} cop(ies) of declared duplicate libraries lie outside the places their declaration "
+        "names (a copy more, wherever it lies, is a copy the declaration was not measured with):\n"
+        + "\n".join(misplaced)
+    )
+    # no loader cache at all (a musl image): every lookup goes by path, nothing to get wrong
+    cached = cached_copies(scan.get("loader_cache") or {}, declared)
+    assert not cached, "\n".join(cached)
 
 
 # --------------------------------------------------------------------------- labels from what loads

@@ -5,10 +5,15 @@ readelf). Symlinks and hard links are one copy (by realpath and inode); only fil
 this interpreter's ELF class and machine count (an i386 libc beside the amd64 one is not a
 second copy of it). One JSON object:
 
-    {"scanned": N, "seconds": S, "duplicates": {soname: [{"path": P, "size": BYTES}, ...]}}
+    {"scanned": N, "seconds": S, "duplicates": {soname: [{"path": P, "size": BYTES}, ...]},
+     "loader_cache": {soname: [P, ...]}}
 
 with only the sonames present as 2 or more distinct files (and "sha256", the first 16 hex
-digits, where they are all the same size: identical copies show as such).
+digits, where they are all the same size: identical copies show as such). ``loader_cache``: for
+each of those sonames, which of its copies the dynamic linker's cache (ROOT/etc/ld.so.cache, as
+``ldconfig -p`` lists it) holds, in the order a lookup by soname tries them -- a ``dlopen`` by
+name or a DT_NEEDED no RUNPATH answers gets the first; absent where the image has no cache or
+no ldconfig.
 
 usage: python sonames.py [ROOT]   (standard library only; runs in the image; ROOT defaults to /)"""
 
@@ -16,8 +21,10 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import struct
+import subprocess
 import sys
 import time
 
@@ -154,17 +161,42 @@ def duplicates(found):
     return out
 
 
+CACHE_LINE = re.compile(r"^\s+(\S+) \(([^)]*)\) => (\S+)$")
+
+
+def loader_cache(root, dups):
+    """{soname: [realpath, ...]} of the copies in ``dups`` that the image's ld.so.cache lists,
+    in its order; None where it has no cache or no ldconfig to read it."""
+    cache = os.path.join(root, "etc/ld.so.cache")
+    ldconfig = shutil.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None
+    )
+    if not os.path.isfile(cache) or ldconfig is None:
+        return None
+    listed = subprocess.run([ldconfig, "-p", "-C", cache], capture_output=True, text=True, check=False).stdout
+    copies = {so: {f["path"] for f in files} for so, files in dups.items()}
+    out = {}
+    for line in listed.splitlines():
+        m = CACHE_LINE.match(line)
+        if not m or m.group(1) not in copies:
+            continue
+        path = os.path.realpath(os.path.join(root, m.group(3).lstrip("/")))
+        if path in copies[m.group(1)] and path not in out.setdefault(m.group(1), []):
+            out[m.group(1)].append(path)  # only this interpreter's class: those are the scanned copies
+    return out
+
+
 def main(root="/"):
     t0 = time.monotonic()
     with open(os.path.realpath(sys.executable), "rb") as f:
         native = ident(f.read(20))
     found = libraries(root, native)
-    print(
-        json.dumps(
-            {"scanned": len(found), "seconds": round(time.monotonic() - t0, 1), "duplicates": duplicates(found)},
-            sort_keys=True,
-        )
-    )
+    dups = duplicates(found)
+    out = {"scanned": len(found), "seconds": round(time.monotonic() - t0, 1), "duplicates": dups}
+    cache = loader_cache(root, dups)
+    if cache is not None:
+        out["loader_cache"] = cache
+    print(json.dumps(out, sort_keys=True))
 
 
 if __name__ == "__main__":
