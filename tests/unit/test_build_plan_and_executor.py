@@ -362,6 +362,10 @@ def test_cli_writes_the_report_before_the_summary_and_keeps_the_exit_code(m, mon
     assert json.loads(path.read_text())["cells"][0]["reason"] == BRACKETS
     out = capsys.readouterr()
     assert "summary table failed" in out.err and "intelmpi2021.18-cuda12.8-cudnn9-debian12" in out.out
+    # its last line: the one command that records this run in the catalogue (README's main command)
+    last = out.out.strip().splitlines()[-1]
+    assert last.startswith("record this run in the catalogue (docs/images.md): "), last
+    assert f"build.py catalogue --report {path} --where " in last, last
 
 
 def test_failure_reason_ignores_an_earlier_steps_tool_output():
