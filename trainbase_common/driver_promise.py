@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .cuda_requirement import branch_of, cuda_of, first_driver_for, version_tuple
+from .cuda_requirement import branch_of, cuda_of, first_driver_for, forward_compat, version_tuple
 
 # The brands nvidia/cuda 12.8 to 13.2 list in every forward-compatibility alternative, in their order.
 NVIDIA_BRANDS = (
@@ -109,11 +109,17 @@ class DriverPromise:
         return data_center and branch_of(driver) in self.forward_compat
 
 
-def promise_for(cuda: str, base: str) -> DriverPromise:
-    """The promise of an image of CUDA row ``cuda`` (12.8) built FROM ``base``. An nvidia/cuda tag
-    whose branches are not recorded yet (a CUDA row just added) promises the native driver only:
-    never a driver the image may refuse; `build.py check` names the tag (unrecorded_bases), and
-    the static check on the built image finds any branch its requirement admits beyond that."""
+def promise_for(cuda: str, base: str, locked_env: list[str] | None = None) -> DriverPromise:
+    """The promise of an image of CUDA row ``cuda`` (12.8) built FROM ``base``. The base's own
+    NVIDIA_REQUIRE_CUDA decides its forward-compatibility branches: the value its lock recorded
+    from the image config (``locked_env``, locks/bases.json's ``env``) where there is one, else
+    the value NVIDIA_CUDA_BASES records for its tag. An nvidia/cuda tag recorded in neither (a
+    CUDA row just added) promises the native driver only: never a driver the image may refuse;
+    `build.py check` names the tag (unrecorded_bases), and the static check on the built image
+    finds any branch its requirement admits beyond that."""
+    recorded = next((e.partition("=")[2] for e in locked_env or () if e.startswith("NVIDIA_REQUIRE_CUDA=")), None)
+    if recorded is not None:
+        return DriverPromise(cuda, first_driver_for(cuda), forward_compat(recorded).branches)
     toolkit = nvidia_toolkit(base)
     branches = NVIDIA_CUDA_BASES[toolkit][0] if toolkit in NVIDIA_CUDA_BASES else ()
     return DriverPromise(cuda, first_driver_for(cuda), tuple(branches))

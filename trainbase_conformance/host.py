@@ -24,6 +24,9 @@ class HostCaps:
     # what the host's `nvidia-smi -L` lists: a container must see every one of them (a
     # container handed 1 of 8 GPUs would otherwise pass the GPU tier with no bus traffic)
     gpu_count: int = 0
+    # the GPUs by model and compute capability ("8 x NVIDIA H100 80GB HBM3 (9.0)"): the record of
+    # what a GPU tier ran on (the catalogue's "tested on" column reads it from the JUnit report)
+    gpu_models: str = ""
 
     @property
     def ib(self) -> bool:
@@ -47,14 +50,43 @@ class HostCaps:
             "gpu": ("yes" if self.gpu else "no") + f" ({self.gpu_why})",
             "ib": ("yes" if self.ib else "no") + f" ({self.ib_why})",
             "run_flags": self.run_options().describe(),
+            **({"gpus": self.gpu_models} if self.gpu_models else {}),
         }
+
+
+def gpu_models(smi: str) -> str:
+    """``nvidia-smi --query-gpu=name,compute_cap``, counted by model: "8 x NVIDIA H100 80GB HBM3
+    (9.0)"; "" where the query fails (a driver too old for compute_cap)."""
+    try:
+        p = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if p.returncode != 0:
+        return ""
+    return describe_gpus(p.stdout)
+
+
+def describe_gpus(csv: str) -> str:
+    counts: dict[str, int] = {}
+    for line in csv.splitlines():
+        name, _, cc = line.rpartition(",")
+        if name.strip() and cc.strip():
+            key = f"{name.strip()} ({cc.strip()})"
+            counts[key] = counts.get(key, 0) + 1
+    return "; ".join(f"{n} x {model}" for model, n in counts.items())
 
 
 def probe_host(shm_size: str = "1g") -> HostCaps:
     """GPUs count only when ``nvidia-smi -L`` lists one AND the engine can hand them to a
     container (an ``nvidia`` runtime or the nvidia-container-cli hook); RDMA counts when
     /dev/infiniband has device nodes."""
-    gpu, gpu_why, gpu_count = False, "", 0
+    gpu, gpu_why, gpu_count, models = False, "", 0, ""
     smi = shutil.which("nvidia-smi")
     if not smi:
         gpu_why = "nvidia-smi not found"
@@ -68,6 +100,7 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
                 if "nvidia" in engine.info().runtimes or shutil.which("nvidia-container-cli"):
                     gpu, gpu_why = True, f"{len(gpus)} GPU(s): " + "; ".join(g.split(" (")[0] for g in gpus)
                     gpu_count = len(gpus)
+                    models = gpu_models(smi)
                 else:
                     gpu_why = f"{len(gpus)} GPU(s) but no NVIDIA container runtime in the engine"
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -83,5 +116,12 @@ def probe_host(shm_size: str = "1g") -> HostCaps:
     )
     init = Path("/usr/bin/docker-init").exists() or Path("/usr/libexec/docker/docker-init").exists()
     return HostCaps(
-        gpu=gpu, gpu_why=gpu_why, ib_devices=devices, ib_why=ib_why, shm_size=shm_size, init=init, gpu_count=gpu_count
+        gpu=gpu,
+        gpu_why=gpu_why,
+        ib_devices=devices,
+        ib_why=ib_why,
+        shm_size=shm_size,
+        init=init,
+        gpu_count=gpu_count,
+        gpu_models=models,
     )

@@ -132,7 +132,10 @@ def test_the_deepspeed_image_of_each_driver_branch_starts_on_it_and_exists():
     import json
 
     from trainbase.define.matrix import load
-    from trainbase_common.driver_promise import promise_for
+    from trainbase.define import base_lock
+    from trainbase.render import catalogue
+
+    locks = base_lock.load(ROOT)
 
     m = load(ROOT / "matrix.yaml")
     rows = deepspeed_by_branch()
@@ -140,8 +143,7 @@ def test_the_deepspeed_image_of_each_driver_branch_starts_on_it_and_exists():
     for branch, image, how in rows:
         cell = m.cell(image)
         assert cell is not None and not cell.excluded and cell.framework == "deepspeed", image
-        comp = json.loads((ROOT / "images" / image / "manifest.json").read_text())["components"]
-        p = promise_for(comp["cuda"]["version"], comp["os"]["base"])
+        p = catalogue.promise_of(json.loads((ROOT / "images" / image / "manifest.json").read_text()), locks)
         native = int(p.native.split(".")[0]) if p.native else 10**6
         if how.startswith("natively"):
             assert branch >= native, (branch, image, p.text())

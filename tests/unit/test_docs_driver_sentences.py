@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from trainbase_common.driver_promise import DriverPromise, promise_for
+from trainbase.define import base_lock
+from trainbase.render import catalogue
+from trainbase_common.driver_promise import DriverPromise
 
 from .conftest import ROOT
 
@@ -31,9 +33,9 @@ AFTER_IMAGE = re.compile(IMAGE + r"\s*\(((?:R\d{3}(?:, | or | and )?)+) through 
 
 
 def promise(image: str) -> DriverPromise:
+    # the catalogue's own evaluation (its driver column), with the base locks' recorded Env
     manifest = json.loads((ROOT / "images" / image / "manifest.json").read_text())
-    comp = manifest["components"]
-    return promise_for(comp["cuda"]["version"], comp["os"]["base"])
+    return catalogue.promise_of(manifest, base_lock.load(ROOT))
 
 
 def admits(p: DriverPromise, branch: int) -> bool:

@@ -231,3 +231,23 @@ def test_a_cuda_row_whose_base_is_not_recorded_promises_its_native_driver_only(w
     run_cli(["render", "--file", str(path)], capsys)
     code, out, err = run_cli(["check", "--file", str(path)], capsys)
     assert "warning: nvidia/cuda:12.8.0: the driver branches" in err and "NVIDIA_CUDA_BASES" in err, err
+
+
+def test_a_base_locks_recorded_requirement_decides_over_the_table(tmp_path):
+    """Where locks/bases.json recorded the base's image config Env (its NVIDIA_REQUIRE_CUDA, as the
+    registry serves it), that value is the one evaluated: a base whose publisher dropped R535 from
+    13.2.1's forward compatibility promises no R535, whatever NVIDIA_CUDA_BASES says of 13.2.1."""
+    from trainbase.define import base_lock
+    from trainbase.render import catalogue
+
+    base = "nvidia/cuda:13.2.1-base-ubuntu24.04"
+    dropped = nvidia_require_cuda("13.2.1").replace("driver>=535,driver<536", "driver>=999,driver<1000")
+    env = ["PATH=/usr/local/cuda/bin:/usr/bin", f"NVIDIA_REQUIRE_CUDA={dropped}"]
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "bases.json").write_text(
+        json.dumps({"schema": 1, "bases": {base: {"how": base_lock.REGISTRY, "identity": "sha256:" + "1" * 64, "env": env}}})
+    )
+    manifest = {"components": {"cuda": {"version": "13.2.1"}, "os": {"base": f"{base}@sha256:{'1' * 64}"}}}
+    assert catalogue.promise_of(manifest).forward_compat == (535, 570, 580, 590)  # the table
+    locked = catalogue.promise_of(manifest, base_lock.load(tmp_path))
+    assert locked.forward_compat == (570, 580, 590, 999) and not locked.allows("535.274.02", data_center=True)

@@ -326,6 +326,11 @@ def _check_references(s: MatrixFile, where: str, root: Path) -> None:
             for dep in r.requires:
                 if dep not in s.frameworks:
                     fail(f"{at}.requires: unknown framework {dep!r}")
+            for plat in r.gpu_code:
+                if plat not in s.axes.platform:
+                    fail(f"{at}.gpu_code: unknown platform {plat!r} (the axis: {', '.join(s.axes.platform)})")
+            if r.gpu_code and not any(isinstance(c, list) for c in r.gpu_code.values()):
+                fail(f"{at}.gpu_code: no platform with GPU code: a release with no CUDA build is no GPU framework")
             if r.patch:
                 pf = root / r.patch.file
                 if not pf.exists():
@@ -472,6 +477,14 @@ def _resolve(s: MatrixFile, v: dict[str, str], resolved: dict[tuple[str, ...], C
             return excluded(
                 f"{fw} has no release for CUDA {v['cuda']}{need} (declared: {avail})"
                 + (f": {' '.join(why.split())}" if why else "")
+            )
+        no_gpu = release.gpu_code.get(v["platform"])
+        if isinstance(no_gpu, str):
+            return excluded(f"{fw} {release.version} has no CUDA build for {v['platform']}: {' '.join(no_gpu.split())}")
+        if release.gpu_code and no_gpu is None:
+            return excluded(
+                f"{fw} {release.version} declares its wheels' GPU code for {', '.join(release.gpu_code)} only "
+                f"(frameworks.{fw}.releases[{release.version}].gpu_code): {v['platform']}'s wheel was never read"
             )
         if release.cuda_compiler != "none" and s.os[v["os"]].cuda_from == "wheels" and not s.cuda[v["cuda"]].compiler:
             return excluded(

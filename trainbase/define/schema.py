@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainbase_common import gpu_code as gpu_code_rules
+
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PIN = re.compile(r"^[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+$")
 # A URL that names a moving target: a branch, "latest", a nightly.
@@ -322,6 +324,13 @@ class Patch(Strict):
         return v
 
 
+class RefusedArchitectures(Strict):
+    # compute capabilities ("10.0"); one no row of the release declares refuses nothing (a row
+    # dropped later need not edit this list)
+    architectures: list[Annotated[str, Field(pattern=r"^[1-9][0-9]?\.[0-9]$")]] = Field(min_length=1)
+    reason: str
+
+
 class Release(Strict):
     version: str
     cuda: list[str]
@@ -345,6 +354,30 @@ class Release(Strict):
     # is its OS row's base budget plus the increments of every framework in its chain, so one
     # release serves rows whose bases differ in size (a CUDA devel base vs a slim one).
     size_increment_gb: float = Field(gt=0)
+    # The GPU code the release's own wheel carries, per platform, as the wheel itself reports it
+    # (torch._C._cuda_getArchFlags(), tf.sysconfig.get_build_info()["cuda_compute_capabilities"]):
+    # sm_XY is machine code (it runs on X.Y and the newer GPUs of major X), compute_XY is PTX (any
+    # GPU from X.Y on JIT-compiles it at first use). A platform given a sentence instead is one
+    # whose wheel has no CUDA build (PyPI's aarch64 torch 2.10.0 is 2.10.0+cpu): its cells are
+    # excluded with that sentence. The static tier checks the list against the image's wheel.
+    gpu_code: dict[str, list[str] | str] = {}
+    # GPUs the release does not run on although its row declares them, and why (TensorFlow's
+    # XLA on Blackwell): the catalogue and the image's manifest say the image is not built for them
+    refused_architectures: RefusedArchitectures | None = None
+
+    @field_validator("gpu_code")
+    @classmethod
+    def _gpu_code(cls, v: dict[str, list[str] | str]) -> dict[str, list[str] | str]:
+        for platform, code in v.items():
+            if isinstance(code, str):
+                continue
+            bad = [c for c in code if not gpu_code_rules.CODE.match(c)]
+            if bad or not code:
+                raise ValueError(
+                    f"gpu_code[{platform}]: {bad or 'an empty list'} is not GPU code as the wheel names it "
+                    "(sm_90, sm_90a, compute_90), nor a sentence saying why the wheel has none"
+                )
+        return v
 
 
 class Framework(Strict):

@@ -23,9 +23,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from trainbase_common import safe_io, states
+from trainbase_common import gpu_code, safe_io, states
 from trainbase_common.driver_promise import DriverPromise, promise_for
 
+from ..define import base_lock
+from ..define.base_lock import BaseLock
 from ..define.matrix import Cell, Matrix
 from ..errors import TrainbaseError
 
@@ -54,7 +56,7 @@ class Row:
     ucx: str
     ib: str
     frameworks: dict[str, dict[str, str]]
-    gpu_architectures: list[str]
+    gpu_architectures: list[str]  # the CUDA row's: what trainbase compiles device code for
     min_driver: str  # the oldest driver the image starts on natively (trainbase_common.driver_promise)
     parent: str | None
     built: dict[str, Any] | None = None  # the record: size_bytes, where, date, tiers, tag
@@ -63,6 +65,13 @@ class Row:
     # the older driver branches it also starts on, on data-center GPUs, through the forward-compatibility
     # libraries it carries (the nvidia/cuda bases'); none for an image without them
     forward_compat_branches: list[int] = field(default_factory=list)
+    # the row's GPUs the image is built for, each with how its code runs there ("machine code", or
+    # "PTX (tensorflow)": JIT-compiled from a part's PTX at first use), and those it is not, with why
+    # (trainbase_common.gpu_code over the manifest's gpu_code and gpu_refused)
+    built_for: list[dict[str, str]] = field(default_factory=list)
+    not_built_for: dict[str, str] = field(default_factory=dict)
+    # the GPUs a recorded GPU tier passed on (the record's tested_on), or "" where none has
+    tested_on: str = ""
 
     @property
     def promise(self) -> DriverPromise:
@@ -90,7 +99,17 @@ def _version(component: dict[str, Any] | None, key: str = "version") -> str:
     return str(value) if value not in (None, "") else "-"
 
 
-def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
+def promise_of(manifest: dict[str, Any], locks: dict[str, BaseLock] | None = None) -> DriverPromise:
+    """The drivers an image starts on, from its manifest's CUDA and base: the one evaluation the
+    catalogue's driver column, docs/images.json and the docs' driver sentences (their tests) say.
+    The base's requirement is its lock's recorded Env where locks/bases.json has one."""
+    comp = manifest.get("components", {})
+    base = str(comp.get("os", {}).get("base", ""))
+    lock = (locks or {}).get(base.partition("@")[0])
+    return promise_for(str(comp.get("cuda", {}).get("version", "0.0")), base, lock.env if lock else None)
+
+
+def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any], locks: dict[str, BaseLock] | None = None) -> Row:
     comp: dict[str, Any] = manifest.get("components", {})
     cuda = comp.get("cuda", {})
     mpi = comp.get("mpi", {})
@@ -98,7 +117,11 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
     ib_text = str(ib.get("kind", "-")) + (f" {ib['version']}" if ib.get("version") else "")
     if cell.ib == "inbox":
         ib_text += " (the distro's, inbox)"
-    promise = promise_for(str(cuda.get("version", "0.0")), str(comp.get("os", {}).get("base", "")))
+    promise = promise_of(manifest, locks)
+    architectures = list(m.spec.cuda[cell.cuda].architectures or [])
+    served, not_for = gpu_code.built_for(
+        architectures, manifest.get("gpu_code") or {}, manifest.get("gpu_refused") or {}
+    )
     return Row(
         name=cell.name,
         platform=cell.platform,
@@ -125,7 +148,9 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
             k: {p: str(v) for p, v in sorted(pkgs.items())}
             for k, pkgs in (manifest.get("framework_packages") or {}).items()
         },
-        gpu_architectures=list(m.spec.cuda[cell.cuda].architectures or []),
+        gpu_architectures=architectures,
+        built_for=[{"architecture": arch, "code": how} for arch, how in served],
+        not_built_for=not_for,
         min_driver=promise.min_driver,
         parent=manifest.get("parent"),
         profiles=sorted(cell.profiles),
@@ -135,22 +160,21 @@ def row_for(m: Matrix, cell: Cell, manifest: dict[str, Any]) -> Row:
 
 def rows(m: Matrix, root: Path, record: dict[str, Any], tags: dict[str, str] | None = None) -> list[Row]:
     out = []
+    locks = base_lock.load(root)
     for cell in m.included:
         path = root / "images" / cell.name / "manifest.json"
         if not path.is_file():
             continue  # a cell refused at render time has no page row: --explain says why
-        r = row_for(m, cell, json.loads(path.read_text()))
+        r = row_for(m, cell, json.loads(path.read_text()), locks)
         r.built = record.get("cells", {}).get(cell.name)
+        r.tested_on = str((r.built or {}).get("tested_on") or "")
         r.tag = (tags or {}).get(cell.name, "")
         out.append(r)
     return out
 
 
 # -- the record of real runs ----------------------------------------------------------------------
-def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
-    """image name -> tier -> {passed, failed, skipped}, from the suite's JUnit (each case carries
-    its image and tier as properties)."""
-    out: dict[str, dict[str, dict[str, int]]] = {}
+def _junit_root(junit_xml: Path) -> ET.Element:
     try:
         root = ET.parse(junit_xml).getroot()  # noqa: S314 -- see the import
     except ET.ParseError as e:
@@ -163,6 +187,23 @@ def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
         raise TrainbaseError(f"{junit_xml}: {e.strerror or e}") from None
     if root.tag not in ("testsuites", "testsuite"):
         raise TrainbaseError(f"{junit_xml}: not a JUnit report (pytest --junitxml): its root element is <{root.tag}>")
+    return root
+
+
+def gpus_from_junit(junit_xml: Path) -> str:
+    """The GPUs the run's host handed its containers, as the suite recorded them (its test-suite
+    property host.gpus: "8 x NVIDIA H100 80GB HBM3 (9.0)"); "" for a run without GPUs."""
+    for prop in _junit_root(junit_xml).iter("property"):
+        if prop.get("name") == "host.gpus":
+            return prop.get("value") or ""
+    return ""
+
+
+def tiers_from_junit(junit_xml: Path) -> dict[str, dict[str, dict[str, int]]]:
+    """image name -> tier -> {passed, failed, skipped}, from the suite's JUnit (each case carries
+    its image and tier as properties)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    root = _junit_root(junit_xml)
     for case in root.iter("testcase"):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         image, tier = props.get("image"), props.get("tier")
@@ -187,9 +228,10 @@ def record_run(
     tiers: dict[str, dict[str, dict[str, int]]],
     where: str,
     day: str,
+    gpus: str = "",
 ) -> list[str]:
     """Fold one run's reports into the record: each usable cell's size and id, where and when,
-    and its tiers' counts. Returns the cells recorded."""
+    its tiers' counts, and the GPUs its GPU tier passed on. Returns the cells recorded."""
     cells = record.setdefault("cells", {})
     done = []
     for c in build_report.get("cells", []):
@@ -203,6 +245,9 @@ def record_run(
             "date": day,
             "tiers": tiers.get(c["name"], {}),
         }
+        gpu_tier = tiers.get(c["name"], {}).get("gpu") or {}
+        if gpus and gpu_tier.get("passed") and not gpu_tier.get("failed"):
+            cells[c["name"]]["tested_on"] = gpus  # only a GPU tier that ran, and passed, tested a GPU
         done.append(c["name"])
     return done
 
@@ -244,6 +289,26 @@ def _tiers(r: Row) -> str:
     return "; ".join(said) or "built, no tier recorded"
 
 
+def _built_for(r: Row, notes: dict[str, int]) -> str:
+    """The row's GPUs the image serves ("8.0, 8.6, 8.9, 9.0 (PTX: tensorflow)") and those it does
+    not, with the number of the note that says why (a reason shared by rows is said once)."""
+    said = ", ".join(
+        b["architecture"] + (f" ({b['code'].replace(' (', ': ', 1)}" if b["code"] != gpu_code.MACHINE_CODE else "")
+        for b in r.built_for
+    )
+    by_reason: dict[int, list[str]] = {}
+    for arch, why in r.not_built_for.items():
+        by_reason.setdefault(notes.setdefault(why, len(notes) + 1), []).append(arch)
+    refused = "; ".join(f"not {', '.join(archs)} (note {n})" for n, archs in sorted(by_reason.items()))
+    return "; ".join(x for x in (said or "-", refused) if x)
+
+
+def _tested_on(r: Row) -> str:
+    if r.tested_on and r.built:
+        return f"{r.tested_on} ({r.built['where']}, {r.built['date']})"
+    return "no GPU tier recorded"
+
+
 def _frameworks(r: Row) -> str:
     if not r.frameworks:
         return "-"
@@ -282,19 +347,27 @@ def markdown(all_rows: Iterable[Row]) -> str:
         "(`/usr/local/cuda/compat`) support on data-center GPUs -- the base's own `brand=...,driver>=N,driver<N+1` "
         "alternatives; the runtime refuses every other driver (the Debian rows carry no compat libraries). "
         "Where the image starts, `tb-doctor --only gpu.forward_compat` says which of the two it takes and why "
-        "([doctor.md](doctor.md)); **GPU arch** the compute capabilities the CUDA row "
-        "declares (8.0 A100, 8.9 L40S, 9.0 H100/H200, 10.0 B200): what the code an image compiles targets "
-        "(Horovod's and DeepSpeed's CUDA ops, nvcc's default) and the GPUs the row is tested for; NVIDIA's "
-        "own wheels (PyTorch, NCCL) carry their own, wider lists. **Tiers** are those a recorded run passed, "
+        "([doctor.md](doctor.md)); **built for** is the GPUs (compute capabilities: 8.0 A100, 8.6 A10/A40, "
+        "8.9 L4/L40S, 9.0 H100/H200, 10.0 B200/GB200, 10.3 B300, 12.0 RTX PRO 6000) of the CUDA row that the "
+        "image's GPU code runs on: what trainbase compiles (Horovod's and DeepSpeed's CUDA ops, nccl-tests) "
+        "targets the row's list, and each framework's own wheel carries the code it reports "
+        "(`torch._C._cuda_getArchFlags()`, TensorFlow's build info; `gpu_code` in matrix.yaml, checked "
+        'in the image by the static tier). A GPU listed with "PTX: ..." has no machine code in that '
+        "wheel: its kernels are JIT-compiled from PTX when a process first uses them. A GPU after "
+        '"not" is one the row declares and the image is not offered for, with the note below that says '
+        "why. **Tested on** is where a recorded run's GPU tier passed: the GPUs it ran on, where and "
+        'when; "no GPU tier recorded" means the image has been checked on no GPU yet, however many '
+        "it is built for. **Tiers** are those a recorded run passed, "
         'with their passed checks counted. A size that says "(as rOLD; the recipe is rNEW since)" was measured on '
         "an image built from an earlier recipe (its Dockerfile, locks or in-image tools have changed since): "
         "the figures are that build's, and the current recipe has not been built in a recorded run.",
     ]
     current = None
     header = (
-        "| image | platform | Python | CUDA | cuDNN | NCCL | NCCL net plugin | MPI / UCX | IB userspace | frameworks | GPU arch "
-        "| driver | size | tiers (where built) |"
+        "| image | platform | Python | CUDA | cuDNN | NCCL | NCCL net plugin | MPI / UCX | IB userspace | frameworks "
+        "| built for | tested on | driver | size | tiers (where built) |"
     )
+    notes: dict[str, int] = {}
     for r in ordered:
         # one heading per OS and framework: the Ubuntu base differs per CUDA version, so naming it
         # here would split a group into one heading per row
@@ -304,14 +377,17 @@ def markdown(all_rows: Iterable[Row]) -> str:
             f" ({base}) — {r.framework if r.framework != 'none' else 'base images (no framework)'}"
         )
         if heading != current:
-            lines += ["", f"## {heading}", "", header, "|" + "---|" * 14]
+            lines += ["", f"## {heading}", "", header, "|" + "---|" * 15]
             current = heading
         where = f" ({r.built['where']}, {r.built['date']})" if r.built else ""
         lines.append(
             f"| `{r.name}` | {r.platform} | {r.python} | {r.cuda} | {r.cudnn} | {r.nccl} | {r.net_plugin} | "
-            f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {', '.join(r.gpu_architectures) or '-'} | "
+            f"{r.mpi} / {r.ucx} | {r.ib} | {_frameworks(r)} | {_built_for(r, notes)} | {_tested_on(r)} | "
             f"{r.promise.text()} | {_size(r)} | {_tiers(r)}{where} |"
         )
+    if notes:
+        lines += ["", "## GPUs an image is not built for", ""]
+        lines += [f"{n}. {why}" for why, n in sorted(notes.items(), key=lambda kv: kv[1])]
     return "\n".join(lines) + "\n"
 
 
@@ -386,11 +462,12 @@ def command(m: Matrix, root: Path, report: str | None, junitxml: str | None, whe
             return 2
         record = load_record(root)
         tiers = tiers_from_junit(Path(junitxml)) if junitxml else {}
+        gpus = gpus_from_junit(Path(junitxml)) if junitxml else ""
         try:  # a report another run wrote: cut short, not JSON or another file stops here, one line
             build_report = states.build_report(report)
         except safe_io.InputError as e:
             raise TrainbaseError(str(e)) from None
-        done = record_run(record, build_report, tiers, where, date.today().isoformat())
+        done = record_run(record, build_report, tiers, where, date.today().isoformat(), gpus)
         safe_io.atomic_write(root / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n")
         print(f"{RECORD}: {len(done)} cell(s) recorded from {report}" + (f" and {junitxml}" if junitxml else ""))
     for path, text in expected(m, root).items():

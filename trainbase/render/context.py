@@ -147,6 +147,26 @@ def _manifest(f: Facts, d: dict[str, Any], chain: list[Cell], claims: dict[str, 
     }
     if framework_packages:
         out["framework_packages"] = framework_packages
+    # The GPU code each framework's own wheel carries on this platform (matrix.yaml's gpu_code,
+    # checked in the image by the static tier) and the row's GPUs a framework is not offered for:
+    # with the row's architectures (what trainbase compiles for) they say which GPUs the image is
+    # built for (trainbase_common.gpu_code; the catalogue's "built for" column)
+    wheel_code = {
+        c.framework: list(code)
+        for c in chain
+        if c.release is not None and isinstance(code := c.release.gpu_code.get(cell.platform), list)
+    }
+    if wheel_code:
+        out["gpu_code"] = wheel_code
+    refused = {
+        arch: f"{c.framework} {c.release.version}: {' '.join(c.release.refused_architectures.reason.split())}"
+        for c in chain
+        if c.release is not None and c.release.refused_architectures
+        for arch in c.release.refused_architectures.architectures
+        if arch in m.spec.cuda[cell.cuda].architectures
+    }
+    if refused:
+        out["gpu_refused"] = refused
     dups = duplicates.declared(m, cell, has_pytorch="pytorch" in frameworks, has_te="te" in frameworks)
     if dups:
         out["duplicate_libraries"] = dups

@@ -77,6 +77,63 @@ def trained(lines: list[dict[str, str]], n: int, key: str = "rank") -> None:
     assert got == list(range(n)), f"{key}s that reported OK: {got}, want 0..{n - 1}: {lines}"
 
 
+# ----------------------------------------------------------------------------- GPU code
+
+# What each framework's wheel says it carries, read without a GPU: torch's arch flags (what
+# torch.cuda.get_arch_list() returns on a GPU node; a CPU build has torch.version.cuda None),
+# TensorFlow's build info (cuda_compute_capabilities; is_cuda_build False in a CPU build).
+GPU_CODE_PROBES = {
+    "pytorch": """
+        import torch
+        cuda = torch.version.cuda
+        print(json.dumps({"version": torch.__version__, "cuda": cuda,
+                          "code": torch._C._cuda_getArchFlags().split() if cuda else []}))
+    """,
+    "tensorflow": """
+        import tensorflow as tf
+        b = tf.sysconfig.get_build_info()
+        print(json.dumps({"version": tf.__version__, "cuda": b.get("cuda_version") if b.get("is_cuda_build") else None,
+                          "code": list(b.get("cuda_compute_capabilities") or [])}))
+    """,
+}
+
+
+@pytest.mark.static
+@pytest.mark.evidence("load")
+@pytest.mark.trainbase_contract("the manifest's gpu_code")
+def test_framework_wheels_carry_the_declared_gpu_code(target):
+    """Each framework's wheel is the CUDA build whose GPU code the manifest declares (matrix.yaml's
+    gpu_code, from which the catalogue says which GPUs the image is built for). A CPU build -- PyPI's
+    aarch64 torch 2.10.0 is 2.10.0+cpu -- or a wheel of other code makes the catalogue's promise
+    false: the image would train on the CPU, or stop at "no kernel image is available" on a GPU it
+    is listed for."""
+    declared: dict[str, list[str]] = target.manifest.get("gpu_code") or {}
+    if not declared:
+        pytest.skip(
+            f"{target.name} declares no framework wheel's GPU code (frameworks: {', '.join(frameworks(target)) or 'none'})"
+        )
+    wrong = []
+    for fw, code in declared.items():
+        if fw not in GPU_CODE_PROBES:
+            wrong.append(f"the manifest declares {fw}'s GPU code and no probe reads it (GPU_CODE_PROBES)")
+            continue
+        info = py_json(target, GPU_CODE_PROBES[fw])
+        if info["cuda"] is None:
+            wrong.append(
+                f"{fw} {info['version']} is a CPU build (no CUDA): the image would train on the CPU of every node, "
+                f"the manifest declares its GPU code {code}"
+            )
+        elif sorted(info["code"]) != sorted(code):
+            extra = sorted(set(info["code"]) - set(code))
+            missing = sorted(set(code) - set(info["code"]))
+            wrong.append(
+                f"{fw} {info['version']}'s wheel carries GPU code {info['code']}, the manifest declares {code}"
+                + (f": it lacks {missing}" if missing else "")
+                + (f"; it also has {extra}" if extra else "")
+            )
+    assert not wrong, "; ".join(wrong)
+
+
 # ----------------------------------------------------------------------------- PyTorch
 
 
