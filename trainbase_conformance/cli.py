@@ -57,6 +57,8 @@ def pytest_args(ns: argparse.Namespace, passthrough: list[str]) -> list[str]:
         args += ["--expect", ns.expect]
     if ns.junitxml:
         args += ["--junitxml", ns.junitxml]
+    if ns.report:
+        args += ["--report", ns.report]
     if ns.require_hardware:
         args.append("--require-hardware")
     args += ["--conformance-report", ns.markdown]
@@ -69,7 +71,7 @@ def parser() -> argparse.ArgumentParser:
         description="Prove that distributed-training images work: MPI ranks, NCCL, InfiniBand userspace, "
         "frameworks, launcher environment, runtimes. Checks each image against its own "
         "/etc/trainbase/manifest.json or, for an image trainbase did not build, --expect FILE.",
-        epilog="Other options go to pytest (e.g. -k EXPR, -x, --collect-only, --report BUILD.json).",
+        epilog="Other options go to pytest (e.g. -k EXPR, -x, --collect-only).",
     )
     ap.add_argument("images", nargs="*", metavar="IMAGE", help="image references (local, or pulled first)")
     ap.add_argument(
@@ -92,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
         "device (for GPU runners: a lost GPU must not pass)",
     )
     ap.add_argument("--junitxml", metavar="OUT.xml", help="JUnit report (each case names its image and tier)")
+    # declared here, not left to pytest: an undeclared `--report FILE` had FILE taken for an IMAGE
+    ap.add_argument(
+        "--report",
+        metavar="BUILD.json",
+        help="check the images a `build.py build --report` run built (instead of, or beside, IMAGE)",
+    )
     ap.add_argument(
         "--markdown",
         metavar="OUT.md",
@@ -101,12 +109,54 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+# pytest's options that take a value, as users pass them on: argparse knows only this command's
+# options, so in "-k EXPR" it would take EXPR for an IMAGE. These are set aside with their values
+# before parsing and handed to pytest as given.
+PYTEST_VALUE_OPTIONS = frozenset(
+    (
+        "-k",
+        "-m",
+        "-p",
+        "-o",
+        "-W",
+        "-c",
+        "-n",
+        "--tb",
+        "--maxfail",
+        "--deselect",
+        "--ignore",
+        "--durations",
+        "--basetemp",
+        "--rootdir",
+        "--log-level",
+        "--timeout",
+    )
+)
+
+
+def split_pytest_values(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(argv without pytest's valued options, those options with their values, in order)."""
+    rest: list[str] = []
+    pytest_opts: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in PYTEST_VALUE_OPTIONS and i + 1 < len(argv):
+            pytest_opts += argv[i : i + 2]
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest, pytest_opts
+
+
 def main(argv: list[str] | None = None) -> int:
     import pytest
 
     ap = parser()
-    ns, passthrough = ap.parse_known_args(argv)
-    if not ns.images and "--report" not in passthrough:
+    own, pytest_opts = split_pytest_values(list(sys.argv[1:] if argv is None else argv))
+    ns, passthrough = ap.parse_known_args(own)
+    passthrough += pytest_opts
+    if not ns.images and not ns.report:
         ap.error("name at least one IMAGE (or pass --report BUILD.json)")
     if ns.expect:
         try:

@@ -131,8 +131,8 @@ def test_the_deepspeed_image_of_each_driver_branch_starts_on_it_and_exists():
     the way the row says; and the page's DeepSpeed job spec names one of them."""
     import json
 
-    from trainbase.define.matrix import load
     from trainbase.define import base_lock
+    from trainbase.define.matrix import load
     from trainbase.render import catalogue
 
     locks = base_lock.load(ROOT)

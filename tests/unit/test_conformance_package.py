@@ -79,6 +79,28 @@ def test_tiers_become_one_marker_expression():
     assert args[-2:] == ["-k", "nccl"] and "--junitxml" in args
 
 
+def test_report_as_its_help_gives_it_reaches_the_suite_with_its_file(tmp_path, capsys):
+    """`trainbase-conformance --report BUILD.json`, as the command's own help writes it: the file
+    was taken for an IMAGE and pytest stopped with "argument --report: expected one argument"
+    (exit 4). Now it reaches the suite, whose reader refuses a report cut short in one line, exit 2."""
+    own, pytest_opts = cli.split_pytest_values(["--report", "reports/build.json", "-k", "nccl and not gpu", "-x"])
+    ns, rest = cli.parser().parse_known_args(own)
+    assert ns.images == []  # neither the report nor -k's expression is taken for an image
+    args = cli.pytest_args(ns, rest + pytest_opts)
+    assert args[args.index("--report") + 1] == "reports/build.json" and "--image" not in args
+    assert args[-3:] == ["-x", "-k", "nccl and not gpu"]
+    cut = tmp_path / "build.json"
+    cut.write_text('{"cells": [{"name": "a"')
+    r = subprocess.run(
+        [sys.executable, "-m", "trainbase_conformance", "--report", str(cut), "--markdown", str(tmp_path / "c.md")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2, r.stdout[-800:] + r.stderr[-800:]
+    assert f"--report {cut}: cut short" in r.stdout + r.stderr
+
+
 def test_the_command_refuses_a_bad_expectations_file_before_any_container(tmp_path, capsys):
     bad = write(tmp_path, "python: {prefix: /x}\nmpi: {kind: openmpi}\n")
     assert cli.main(["img:1", "--expect", str(bad)]) == 2

@@ -245,7 +245,9 @@ def test_a_base_locks_recorded_requirement_decides_over_the_table(tmp_path):
     env = ["PATH=/usr/local/cuda/bin:/usr/bin", f"NVIDIA_REQUIRE_CUDA={dropped}"]
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "bases.json").write_text(
-        json.dumps({"schema": 1, "bases": {base: {"how": base_lock.REGISTRY, "identity": "sha256:" + "1" * 64, "env": env}}})
+        json.dumps(
+            {"schema": 1, "bases": {base: {"how": base_lock.REGISTRY, "identity": "sha256:" + "1" * 64, "env": env}}}
+        )
     )
     manifest = {"components": {"cuda": {"version": "13.2.1"}, "os": {"base": f"{base}@sha256:{'1' * 64}"}}}
     assert catalogue.promise_of(manifest).forward_compat == (535, 570, 580, 590)  # the table
